@@ -1,0 +1,72 @@
+"""The core ``Accelerator`` protocol, intersections with optional capabilities, and checks.
+
+Every backend satisfies :class:`Accelerator`. Streams, graphs, profiler ranges and native
+op builders are optional: test for them with ``isinstance(acc, GraphAPI)`` or with the
+``supports_*`` helpers below, both of which narrow the static type.
+"""
+
+from __future__ import annotations
+
+from typing_extensions import Protocol, TypeIs, runtime_checkable
+
+from accel.protocols._fast import fast_protocol
+from accel.protocols.device import DeviceAPI
+from accel.protocols.dtype import DTypeAPI
+from accel.protocols.graph import GraphAPI
+from accel.protocols.memory import MemoryAPI
+from accel.protocols.op_builder import OpBuilderAPI
+from accel.protocols.profiler import ProfilerAPI
+from accel.protocols.rng import RNGAPI
+from accel.protocols.runtime import RuntimeAPI
+from accel.protocols.stream import StreamAPI
+from accel.protocols.tensor import TensorAPI
+
+
+@fast_protocol
+@runtime_checkable
+class Accelerator(DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI, Protocol):
+    """What every backend provides: devices, RNG, memory, dtypes, tensors and runtime."""
+
+
+@fast_protocol
+@runtime_checkable
+class StreamAccelerator(Accelerator, StreamAPI, Protocol):
+    """An :class:`Accelerator` with streams and events."""
+
+
+@fast_protocol
+@runtime_checkable
+class GraphAccelerator(Accelerator, GraphAPI, Protocol):
+    """An :class:`Accelerator` that captures and replays graphs."""
+
+
+@fast_protocol
+@runtime_checkable
+class ProfilerAccelerator(Accelerator, ProfilerAPI, Protocol):
+    """An :class:`Accelerator` with profiler ranges."""
+
+
+@fast_protocol
+@runtime_checkable
+class OpBuilderAccelerator(Accelerator, OpBuilderAPI, Protocol):
+    """An :class:`Accelerator` that ships native op builders."""
+
+
+def supports_streams(acc: Accelerator) -> TypeIs[StreamAccelerator]:
+    """Whether ``acc`` has streams and events; narrows ``acc`` to :class:`StreamAccelerator`."""
+    return isinstance(acc, StreamAPI)
+
+
+def supports_graphs(acc: Accelerator) -> TypeIs[GraphAccelerator]:
+    """Whether ``acc`` captures graphs; narrows ``acc`` to :class:`GraphAccelerator`."""
+    return isinstance(acc, GraphAPI)
+
+
+def supports_profiler(acc: Accelerator) -> TypeIs[ProfilerAccelerator]:
+    """Whether ``acc`` has profiler ranges; narrows ``acc`` to :class:`ProfilerAccelerator`."""
+    return isinstance(acc, ProfilerAPI)
+
+
+def supports_op_builders(acc: Accelerator) -> TypeIs[OpBuilderAccelerator]:
+    """Whether ``acc`` ships op builders; narrows ``acc`` to :class:`OpBuilderAccelerator`."""
+    return isinstance(acc, OpBuilderAPI)
