@@ -1,0 +1,123 @@
+"""Argument and environment validation shared by every mixin and backend.
+
+Each check raises an exception that names the argument (or variable), the value it got
+and what it expected, so that a bad input is never silently coerced or ignored.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import torch
+
+SEED_MIN = -(2**63)
+SEED_END = 2**64
+
+
+def _as_int(value: object, argument: str, expected: str) -> int:
+    # bool is an int subclass, but True as a device index is always a mistake.
+    if isinstance(value, bool):
+        raise TypeError(f"{argument} must be {expected}, got bool {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"{argument} must be {expected}, got {type(value).__name__} {value!r}"
+        ) from None
+
+
+def check_index(value: object, argument: str = "device_index") -> int:
+    """``value`` as an ``int`` >= 0, else ``TypeError``/``ValueError`` naming ``argument``."""
+    index = _as_int(value, argument, "a non-negative int")
+    if index < 0:
+        raise ValueError(f"{argument} must be a non-negative int, got {index}")
+    return index
+
+
+def check_positive(value: object, argument: str) -> int:
+    """``value`` as an ``int`` >= 1, else ``TypeError``/``ValueError`` naming ``argument``."""
+    number = _as_int(value, argument, "a positive int")
+    if number < 1:
+        raise ValueError(f"{argument} must be a positive int, got {number}")
+    return number
+
+
+def check_optional_index(value: object, argument: str = "device_index") -> int | None:
+    """Like :func:`check_index`, but ``None`` (meaning "the current device") passes through."""
+    return None if value is None else check_index(value, argument)
+
+
+def check_seed(seed: object) -> int:
+    """A seed torch accepts: an ``int`` in ``[-2**63, 2**64)``."""
+    value = _as_int(seed, "seed", "an int")
+    if not SEED_MIN <= value < SEED_END:
+        raise ValueError(f"seed must be in [-2**63, 2**64), got {value}")
+    return value
+
+
+def check_str(value: object, argument: str) -> str:
+    """``value`` if it is a ``str``, else a ``TypeError`` naming ``argument``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_tensor(value: object, argument: str = "tensor") -> torch.Tensor:
+    """``value`` if it is a ``torch.Tensor``, else a ``TypeError`` naming ``argument``."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{argument} must be a torch.Tensor, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_index_list(values: object, argument: str) -> list[int]:
+    """A sequence of distinct non-negative ``int`` device ids."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(
+            f"{argument} must be a sequence of non-negative ints, "
+            f"got {type(values).__name__} {values!r}"
+        )
+    items = cast("Sequence[object]", values)
+    ids = [check_index(v, f"{argument}[{i}]") for i, v in enumerate(items)]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{argument} must not repeat an id, got {ids}")
+    return ids
+
+
+def env_index(name: str) -> int | None:
+    """Environment variable ``name`` as a non-negative ``int``, or ``None`` when unset."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(
+            f"environment variable {name} must be a non-negative integer, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"environment variable {name} must be a non-negative integer, got {raw!r}")
+    return value
+
+
+def parse_id_list(raw: str, source: str) -> list[int]:
+    """Parse ``"0,2, 3"`` into ``[0, 2, 3]``; ``source`` names where the text came from."""
+    items = [item.strip() for item in raw.split(",")]
+    if items == [""]:
+        return []
+    ids: list[int] = []
+    for item in items:
+        if not item.isdigit():
+            raise ValueError(
+                f"{source} must be a comma-separated list of non-negative integers, "
+                f"got {raw!r} (bad item {item!r})"
+            )
+        ids.append(int(item))
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{source} must not repeat an id, got {raw!r}")
+    return ids

@@ -1,0 +1,85 @@
+"""Device memory of an accelerator that computes in host memory: the process's RSS."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+from collections.abc import Callable
+
+from accel import _host
+from accel._checks import check_optional_index
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    # glibc keeps freed heap pages until malloc_trim hands them back; other C libraries
+    # (musl, macOS, Windows) return large blocks on free() and expose no such call.
+    path = ctypes.util.find_library("c")
+    if path is None:
+        return None
+    trim = getattr(ctypes.CDLL(path), "malloc_trim", None)
+    if trim is None:
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+class HostMemoryMixin:
+    """Memory accounting from the process's resident set, shared by every device index.
+
+    Host memory is one pool for the whole process, so allocated and reserved are both the
+    RSS and every device index reports the same numbers. Peaks are the kernel's high-water
+    mark where it has one (see ``accel._host.ProcessMemory``).
+    """
+
+    def empty_cache(self) -> None:
+        """Hand freed heap memory back to the OS (glibc ``malloc_trim``; others cache nothing)."""
+        trim = _malloc_trim()
+        if trim is not None:
+            trim(0)
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        """Resident set size of this process, in bytes."""
+        check_optional_index(device_index)
+        return _host.process_memory.rss()
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        """Peak resident set size since start or the last reset, in bytes."""
+        check_optional_index(device_index)
+        return _host.process_memory.peak()
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        """Same as :meth:`memory_allocated`: the host allocator's cache is part of the RSS."""
+        return self.memory_allocated(device_index)
+
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
+        """Same as :meth:`max_memory_allocated`."""
+        return self.max_memory_allocated(device_index)
+
+    def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
+        """The values above under the key names ``torch.cuda.memory_stats()`` uses."""
+        check_optional_index(device_index)
+        current = _host.process_memory.rss()
+        peak = _host.process_memory.peak()
+        return {
+            "allocated_bytes.all.current": current,
+            "allocated_bytes.all.peak": peak,
+            "reserved_bytes.all.current": current,
+            "reserved_bytes.all.peak": peak,
+        }
+
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
+        """Restart the peaks from the current RSS."""
+        check_optional_index(device_index)
+        _host.process_memory.reset_peak()
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        """Physical memory, capped by the process's cgroup limit, in bytes."""
+        check_optional_index(device_index)
+        return _host.total_memory()
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        """Memory still obtainable, capped by the cgroup's headroom, in bytes."""
+        check_optional_index(device_index)
+        return _host.available_memory()
