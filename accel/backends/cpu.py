@@ -1,0 +1,172 @@
+"""The CPU as an accelerator: one logical device per NUMA node, host memory, gloo or oneCCL."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+from typing_extensions import override
+
+from accel import _host
+from accel._checks import check_index, check_optional_index, env_index, parse_id_list
+from accel.mixins import (
+    CompileBackendMixin,
+    DeviceNamingMixin,
+    DTypeListMixin,
+    HostMemoryMixin,
+    HostRNGMixin,
+    HostStagingMixin,
+    NoGraphMixin,
+    NoStreamMixin,
+    RecordFunctionProfilerMixin,
+    RuntimeEnvMixin,
+    TensorPlacementMixin,
+)
+
+logger = logging.getLogger(__name__)
+
+VISIBLE_NODES_ENV = "ACCEL_VISIBLE_NUMA_NODES"
+
+
+@functools.cache
+def _communication_backend() -> str:
+    # Importing the bindings is what registers "ccl" with torch.distributed, so the name is
+    # only reported once that import has worked.
+    try:
+        import oneccl_bindings_for_pytorch  # type: ignore[import-not-found]  # noqa: F401  # pyright: ignore[reportMissingImports, reportUnusedImport]
+    except ImportError:
+        return "gloo"
+    except Exception:
+        logger.warning("oneccl_bindings_for_pytorch failed to import; using gloo", exc_info=True)
+        return "gloo"
+    return "ccl"
+
+
+@functools.cache
+def _onednn_has_native_fp16() -> bool:
+    # CPU float16 always *runs* in torch, but is emulated at a fraction of fp32 speed unless
+    # oneDNN has native kernels (AVX512-FP16 / AMX-FP16); only those count as support.
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except RuntimeError:
+        return False
+
+
+@functools.cache
+def _bf16_matmul_runs() -> bool:
+    try:
+        ones = torch.ones(2, 2, dtype=torch.bfloat16)
+        return bool(torch.equal(ones @ ones, torch.full((2, 2), 2.0, dtype=torch.bfloat16)))
+    except RuntimeError:
+        return False
+
+
+class CPUAccelerator(
+    NoStreamMixin,
+    NoGraphMixin,
+    DeviceNamingMixin,
+    HostRNGMixin,
+    HostMemoryMixin,
+    DTypeListMixin,
+    TensorPlacementMixin,
+    HostStagingMixin,
+    RuntimeEnvMixin,
+    CompileBackendMixin,
+    RecordFunctionProfilerMixin,
+):
+    """The host CPU. Devices are the NUMA nodes that have usable CPUs.
+
+    Device indices are logical rank slots: ``device_name(i)`` is ``"cpu"`` for every ``i``,
+    ``current_device()`` is ``LOCAL_RANK`` (or the index given to :meth:`set_device`), and
+    ``device_count()`` is ``LOCAL_SIZE`` when a launcher sets it, otherwise the number of
+    NUMA nodes (restricted by ``ACCEL_VISIBLE_NUMA_NODES`` when set).
+    """
+
+    name: ClassVar[str] = "cpu"
+    device_type: ClassVar[str] = "cpu"
+    indexed_device_names: ClassVar[bool] = False
+    visible_devices_env_names: ClassVar[tuple[str, ...]] = (VISIBLE_NODES_ENV,)
+    exported_env_prefixes: ClassVar[tuple[str, ...]] = (
+        "MASTER",
+        "OMP",
+        "KMP",
+        "CCL",
+        "I_MPI",
+        "ACCEL",
+    )
+
+    def __init__(self) -> None:
+        self._selected_device: int | None = None
+
+    def is_available(self) -> bool:
+        """Always True: the host is always there."""
+        return True
+
+    def numa_nodes(self) -> list[int]:
+        """NUMA node ids backing the devices, in device-index order."""
+        nodes = _host.numa_nodes_with_cpus()
+        raw = os.environ.get(VISIBLE_NODES_ENV)
+        if raw is None:
+            return nodes
+        visible = parse_id_list(raw, f"environment variable {VISIBLE_NODES_ENV}")
+        unknown = [node for node in visible if node not in nodes]
+        if not visible or unknown:
+            raise ValueError(
+                f"environment variable {VISIBLE_NODES_ENV} must list NUMA nodes with usable "
+                f"CPUs from {nodes}, got {raw!r}"
+            )
+        return visible
+
+    def device_count(self) -> int:
+        """``LOCAL_SIZE`` if set, else the number of (visible) NUMA nodes with CPUs."""
+        local_size = env_index("LOCAL_SIZE")
+        if local_size == 0:
+            raise ValueError("environment variable LOCAL_SIZE must be a positive integer, got '0'")
+        return local_size if local_size is not None else len(self.numa_nodes())
+
+    def current_device(self) -> int:
+        """The index given to :meth:`set_device`, else ``LOCAL_RANK``, else 0."""
+        if self._selected_device is not None:
+            return self._selected_device
+        local_rank = env_index("LOCAL_RANK")
+        return 0 if local_rank is None else local_rank
+
+    def set_device(self, device_index: int) -> None:
+        """Record ``device_index`` as this process's current device slot."""
+        self._selected_device = check_index(device_index)
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Returns at once: CPU ops have finished when their calls return."""
+        check_optional_index(device_index)
+
+    def lazy_call(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` now: the CPU runtime needs no lazy initialisation."""
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        callback()
+
+    def communication_backend_name(self) -> str:
+        """``"ccl"`` when oneCCL's torch bindings import, else ``"gloo"``."""
+        return _communication_backend()
+
+    def is_bf16_supported(self) -> bool:
+        """Whether a bfloat16 matmul runs correctly (it does on every torch CPU build)."""
+        return _bf16_matmul_runs()
+
+    def is_fp16_supported(self) -> bool:
+        """Whether oneDNN has native float16 kernels on this CPU (AVX512-FP16 / AMX-FP16)."""
+        return _onednn_has_native_fp16()
+
+    def is_triton_supported(self) -> bool:
+        """False: torch's CPU code generation does not use Triton."""
+        return False
+
+    @override
+    def is_synchronized_device(self) -> bool:
+        """True: every CPU op has finished when its call returns."""
+        return True
