@@ -1,0 +1,44 @@
+"""The ``accel`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+
+
+def _report(_args: argparse.Namespace) -> int:
+    from accel import report
+
+    print(report.render(report.collect()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="accel", description="One interface to every PyTorch accelerator."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    report = commands.add_parser("report", help="show the selected backend and its capabilities")
+    report.set_defaults(handler=_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``accel`` command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    # torch warns on import when numpy is absent; accel never needs numpy, and the warning
+    # would be the first thing a user reads in the report.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    try:
+        return int(args.handler(args))
+    except (ValueError, TypeError, RuntimeError) as error:
+        # Configuration mistakes (a bad ACCEL_BACKEND, say) deserve one line, not a traceback.
+        print(f"accel: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
