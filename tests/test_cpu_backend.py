@@ -1,0 +1,179 @@
+"""What is specific to the CPU backend: NUMA devices, launcher variables, probes, profiler."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel import _host
+from accel.backends import cpu
+from accel.backends.cpu import CPUAccelerator
+from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
+
+
+@pytest.fixture
+def acc() -> CPUAccelerator:
+    return CPUAccelerator()
+
+
+def _fake_nodes(root: Path, cpulists: dict[int, str]) -> Path:
+    for node, cpulist in cpulists.items():
+        (root / f"node{node}").mkdir(parents=True)
+        (root / f"node{node}" / "cpulist").write_text(cpulist + "\n")
+    (root / "possible").write_text("0-3\n")  # sysfs has such files; they are not nodes
+    return root
+
+
+def test_every_index_names_the_cpu(acc: CPUAccelerator) -> None:
+    assert acc.device_name() == acc.device_name(0) == acc.device_name(7) == "cpu"
+    assert acc.device(3) == torch.device("cpu")
+
+
+def test_numa_nodes_without_cpus_or_outside_affinity_are_not_devices(tmp_path: Path) -> None:
+    root = _fake_nodes(tmp_path, {0: "0-3", 1: "4-7", 2: "", 3: "8-9"})
+    assert _host.numa_nodes_with_cpus(root, allowed=set(range(10))) == [0, 1, 3]
+    assert _host.numa_nodes_with_cpus(root, allowed={5}) == [1]
+    assert _host.numa_nodes_with_cpus(tmp_path / "missing", allowed={0}) == [0]
+
+
+def test_cpulist_parsing() -> None:
+    assert _host.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert _host.parse_cpulist("") == set()
+    with pytest.raises(ValueError, match=r"cpulist.*'3-1'"):
+        _host.parse_cpulist("3-1")
+    with pytest.raises(ValueError, match="cpulist"):
+        _host.parse_cpulist("a-b")
+
+
+def test_device_count_is_numa_nodes_unless_local_size_is_set(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = _fake_nodes(tmp_path, {0: "0", 1: "1"})
+    monkeypatch.setattr(_host, "NODE_ROOT", root)
+    monkeypatch.setattr(_host.numa_nodes_with_cpus, "__defaults__", (root, {0, 1}))
+    monkeypatch.delenv("LOCAL_SIZE", raising=False)
+    assert acc.device_count() == 2
+    monkeypatch.setenv("LOCAL_SIZE", "6")
+    assert acc.device_count() == 6
+
+
+@pytest.mark.parametrize("value", ["two", "-1", "0", "1.5", ""])
+def test_bad_local_size_names_the_variable(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("LOCAL_SIZE", value)
+    with pytest.raises(ValueError, match=f"LOCAL_SIZE.*{value!r}"):
+        acc.device_count()
+
+
+def test_current_device_follows_local_rank_then_set_device(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert acc.current_device() == 0
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert acc.current_device() == 3
+    assert isinstance(acc.current_device(), int)
+    acc.set_device(1)
+    assert acc.current_device() == 1
+
+
+@pytest.mark.parametrize("value", ["rank0", "-2", " "])
+def test_bad_local_rank_names_the_variable(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("LOCAL_RANK", value)
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        acc.current_device()
+
+
+def test_visible_numa_nodes_restrict_the_devices(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = _fake_nodes(tmp_path, {0: "0", 1: "1", 2: "2"})
+    monkeypatch.setattr(_host.numa_nodes_with_cpus, "__defaults__", (root, {0, 1, 2}))
+    monkeypatch.delenv("LOCAL_SIZE", raising=False)
+    env: dict[str, str] = {}
+    acc.set_visible_devices_envs(env, [2, 0])
+    monkeypatch.setenv(cpu.VISIBLE_NODES_ENV, env[cpu.VISIBLE_NODES_ENV])
+    assert acc.numa_nodes() == [2, 0]
+    assert acc.device_count() == 2
+    for bad in ("5", "", "0,x", "1,1"):
+        monkeypatch.setenv(cpu.VISIBLE_NODES_ENV, bad)
+        with pytest.raises(ValueError, match=cpu.VISIBLE_NODES_ENV):
+            acc.numa_nodes()
+
+
+def test_communication_backend_is_ccl_only_when_bindings_import(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu._communication_backend.cache_clear()
+    monkeypatch.setitem(sys.modules, "oneccl_bindings_for_pytorch", None)  # import fails
+    assert acc.communication_backend_name() == "gloo"
+    cpu._communication_backend.cache_clear()
+    fake = types.ModuleType("oneccl_bindings_for_pytorch")
+    monkeypatch.setitem(sys.modules, "oneccl_bindings_for_pytorch", fake)
+    assert acc.communication_backend_name() == "ccl"
+    cpu._communication_backend.cache_clear()
+
+
+def test_fp16_answer_follows_onednn(acc: CPUAccelerator) -> None:
+    assert acc.is_fp16_supported() is bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    assert acc.is_bf16_supported() is True
+
+
+def test_synchronous_device_has_no_streams_or_graphs(acc: CPUAccelerator) -> None:
+    assert not isinstance(acc, StreamAPI)
+    assert not isinstance(acc, GraphAPI)
+    assert acc.is_synchronized_device() is True
+    assert acc.Stream is None
+    assert acc.create_graph is None
+
+
+def test_profiler_ranges_appear_in_torch_profiler_traces(acc: CPUAccelerator) -> None:
+    assert isinstance(acc, ProfilerAPI)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        acc.range_push("accel-outer-range")
+        torch.ones(8).add_(1)
+        acc.range_pop()
+    assert "accel-outer-range" in {event.name for event in prof.events()}
+
+
+def test_pin_memory_returns_the_same_host_tensor(acc: CPUAccelerator) -> None:
+    host = torch.arange(4.0)
+    assert acc.pin_memory(host) is host
+    assert acc.is_pinned(host)
+    with pytest.raises(ValueError, match="CPU tensor"):
+        acc.pin_memory(torch.empty(2, device="meta"))
+
+
+def test_cgroup_limits_v1_and_v2(tmp_path: Path) -> None:
+    v2 = tmp_path / "v2"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text("1073741824\n")
+    (v2 / "job" / "memory.current").write_text("1000\n")
+    proc = tmp_path / "cgroup2"
+    proc.write_text("0::/job\n")
+    assert _host.cgroup_memory(v2, proc) == (1073741824, 1000)
+    (v2 / "job" / "memory.max").write_text("max\n")
+    assert _host.cgroup_memory(v2, proc) is None
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("2048\n")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text("512\n")
+    proc1 = tmp_path / "cgroup1"
+    proc1.write_text("5:cpuset:/\n4:memory:/not/mounted/here\n")
+    assert _host.cgroup_memory(v1, proc1) == (2048, 512)
+    assert _host.cgroup_memory(v1, tmp_path / "absent") is None
+
+
+def test_total_memory_honours_a_cgroup_limit(
+    acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_host, "cgroup_memory", lambda: (1 << 30, 1 << 29))
+    assert acc.total_memory() == 1 << 30
+    assert acc.available_memory() <= 1 << 29

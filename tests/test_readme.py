@@ -1,0 +1,36 @@
+"""The README's Python examples run as written, and its commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import accel
+from accel.protocols import Accelerator
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+@pytest.mark.usefixtures("fresh_selection")
+def test_python_examples_run() -> None:
+    namespace: dict[str, object] = {}
+    for block in PYTHON_BLOCKS:
+        exec(compile(block, str(README), "exec"), namespace)
+    backend = namespace["MyHostAccelerator"]
+    assert isinstance(backend, type)
+    instance = backend()
+    assert isinstance(instance, Accelerator)
+    accel.set_accelerator(instance)
+    assert accel.get_accelerator() is instance
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    text = README.read_text()
+    command = re.search(r"<!-- test-command.*?-->\n```\n(.*?)\n```", text, re.S)
+    assert command is not None
+    assert "pytest" in command.group(1)
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "test-command" in ci  # .ci/run extracts the line from the README itself

@@ -1,0 +1,26 @@
+"""mypy --strict and basedpyright must each report an error on every line marked below."""
+
+from __future__ import annotations
+
+from accel import Accelerator, get_accelerator
+from accel.backends.cpu import CPUAccelerator
+from accel.protocols import GraphAPI, OpBuilderAPI, StreamAPI
+
+acc = get_accelerator()
+acc.create_graph()  # expect-error: graphs are optional; narrow with isinstance first
+acc.Stream()  # expect-error: streams are optional too
+
+graphs: GraphAPI = CPUAccelerator()  # expect-error: the CPU has no graphs (None markers)
+streams: StreamAPI = CPUAccelerator()  # expect-error: nor streams
+builders: OpBuilderAPI = CPUAccelerator()  # expect-error: nor op builders yet
+
+cpu = CPUAccelerator()
+cpu.create_graph()  # expect-error: the marker is None, not a method
+
+
+class HalfBackend:
+    def device_name(self, device_index: int | None = None) -> str:
+        return "half"
+
+
+incomplete: Accelerator = HalfBackend()  # expect-error: most members are missing
