@@ -121,3 +121,16 @@ def parse_id_list(raw: str, source: str) -> list[int]:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source} must not repeat an id, got {raw!r}")
     return ids
+
+
+def check_rng_state(value: object) -> torch.Tensor:
+    """A generator state as :meth:`torch.Generator.get_state` returns it (1-D uint8, CPU)."""
+    import torch
+
+    state = check_tensor(value, "new_state")
+    if state.dtype != torch.uint8 or state.device.type != "cpu" or state.dim() != 1:
+        raise TypeError(
+            "new_state must be a 1-D torch.uint8 CPU tensor from get_rng_state(), got "
+            f"{state.dim()}-D {state.dtype} on {state.device}"
+        )
+    return state

@@ -11,10 +11,19 @@ from accel.mixins.generator_rng import GeneratorRNGMixin
 from accel.mixins.host_memory import HostMemoryMixin
 from accel.mixins.host_rng import HostRNGMixin
 from accel.mixins.host_staging import HostStagingMixin
+from accel.mixins.nvtx_profiler import NVTXProfilerMixin
+from accel.mixins.pinned_host import PinnedHostMemoryMixin
 from accel.mixins.record_function_profiler import RecordFunctionProfilerMixin
 from accel.mixins.runtime_env import RuntimeEnvMixin
 from accel.mixins.synchronous import NoGraphMixin, NoStreamMixin
 from accel.mixins.tensor_placement import TensorPlacementMixin
+from accel.mixins.torch_device import TorchDeviceMixin
+from accel.mixins.torch_dtype import TorchDTypeMixin
+from accel.mixins.torch_graphs import TorchGraphMixin
+from accel.mixins.torch_memory import TorchMemoryMixin
+from accel.mixins.torch_rng import TorchRNGMixin
+from accel.mixins.torch_runtime import TorchRuntimeMixin
+from accel.mixins.torch_streams import TorchStreamMixin
 
 __all__ = [
     "CompileBackendMixin",
@@ -24,9 +33,18 @@ __all__ = [
     "HostMemoryMixin",
     "HostRNGMixin",
     "HostStagingMixin",
+    "NVTXProfilerMixin",
     "NoGraphMixin",
     "NoStreamMixin",
+    "PinnedHostMemoryMixin",
     "RecordFunctionProfilerMixin",
     "RuntimeEnvMixin",
     "TensorPlacementMixin",
+    "TorchDTypeMixin",
+    "TorchDeviceMixin",
+    "TorchGraphMixin",
+    "TorchMemoryMixin",
+    "TorchRNGMixin",
+    "TorchRuntimeMixin",
+    "TorchStreamMixin",
 ]

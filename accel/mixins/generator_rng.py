@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import Protocol
 
-from accel._checks import check_optional_index, check_seed, check_tensor
+from accel._checks import check_optional_index, check_rng_state, check_seed
 
 
 class _GeneratorDevices(Protocol):
@@ -49,12 +49,7 @@ class GeneratorRNGMixin:
         self: _GeneratorDevices, new_state: torch.Tensor, device_index: int | None = None
     ) -> None:
         """Restore a state from :meth:`get_rng_state` of the same device type."""
-        state = check_tensor(new_state, "new_state")
-        if state.dtype != torch.uint8 or state.device.type != "cpu" or state.dim() != 1:
-            raise TypeError(
-                "new_state must be a 1-D torch.uint8 CPU tensor from get_rng_state(), got "
-                f"{state.dim()}-D {state.dtype} on {state.device}"
-            )
+        state = check_rng_state(new_state)
         generator = _generator(self, device_index)
         try:
             generator.set_state(state)

@@ -33,6 +33,12 @@ class RuntimeEnvMixin:
                 f"got {type(current_env).__name__}"
             )
         ids = check_index_list(local_accelerator_ids, "local_accelerator_ids")
+        if not self.visible_devices_env_names:
+            # Writing nothing would silently leave every device visible to the child.
+            raise RuntimeError(
+                f"{type(self).__name__} knows no environment variable that restricts its "
+                "visible devices"
+            )
         value = ",".join(map(str, ids))
         for name in self.visible_devices_env_names:
             current_env[name] = value

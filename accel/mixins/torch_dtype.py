@@ -1,0 +1,53 @@
+"""DTypeAPI for a torch device type: native answers where torch has them, else a probe."""
+
+from __future__ import annotations
+
+import functools
+from typing import ClassVar
+
+import torch
+
+from accel.mixins.torch_device import device_module
+
+
+@functools.cache
+def matmul_runs(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether a small matmul in ``dtype`` gives the right answer on ``device_type``."""
+    try:
+        a = torch.full((4, 4), 0.5, dtype=dtype, device=device_type)
+        return bool(torch.equal((a @ a).float().cpu(), torch.ones(4, 4)))
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+
+
+@functools.cache
+def triton_runs_on(device_type: str) -> bool:
+    """Whether Triton is installed and torch's inductor accepts it for ``device_type``."""
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:
+        return False
+    if not has_triton():
+        return False
+    return device_type in ("cuda", "xpu")
+
+
+class TorchDTypeMixin:
+    """bf16 from ``torch.<type>.is_bf16_supported()`` when it exists; fp16 by probe."""
+
+    device_type: ClassVar[str]
+
+    def is_bf16_supported(self) -> bool:
+        """Whether the device computes in bfloat16."""
+        native = getattr(device_module(self.device_type), "is_bf16_supported", None)
+        if callable(native):
+            return bool(native())
+        return matmul_runs(self.device_type, torch.bfloat16)
+
+    def is_fp16_supported(self) -> bool:
+        """Whether a float16 matmul runs correctly on the device."""
+        return matmul_runs(self.device_type, torch.float16)
+
+    def is_triton_supported(self) -> bool:
+        """Whether Triton kernels can run on the device."""
+        return triton_runs_on(self.device_type)
