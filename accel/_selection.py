@@ -1,15 +1,15 @@
 """Choosing the process's accelerator: ``get_accelerator()``, ``set_accelerator()``.
 
 Order: an explicit ``set_accelerator(obj)`` wins; otherwise ``ACCEL_BACKEND=<name>`` picks
-a backend by name; otherwise auto-detection picks the first available backend in
-priority order. The choice is made once per process, under a lock, so concurrent first
-calls create a single instance.
+a registered backend by name; otherwise auto-detection picks the highest-priority
+available backend (the CPU last, with a logged warning). The choice is made once per
+process, under a lock, so concurrent first calls create a single instance.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -17,15 +17,12 @@ from typing import Literal
 
 from typing_extensions import get_protocol_members
 
+from accel import _registry
 from accel.protocols import Accelerator
 
-BACKEND_ENV = "ACCEL_BACKEND"
+logger = logging.getLogger("accel")
 
-# Built-in backends by name, as "module:Class", highest detection priority first.
-# Imported only when selected, so `import accel` stays cheap.
-_BUILTIN_BACKENDS: dict[str, str] = {
-    "cpu": "accel.backends.cpu:CPUAccelerator",
-}
+BACKEND_ENV = "ACCEL_BACKEND"
 
 How = Literal["explicit", "env", "auto"]
 
@@ -47,18 +44,26 @@ _current: Accelerator | None = None
 
 def backend_names() -> list[str]:
     """Names accepted by ``ACCEL_BACKEND``, in auto-detection priority order."""
-    return list(_BUILTIN_BACKENDS)
+    return list(_registry.registry())
 
 
 def load_backend(name: str) -> type[Accelerator]:
-    """The backend class registered as ``name``; ``ValueError`` listing the known names."""
-    target = _BUILTIN_BACKENDS.get(name)
-    if target is None:
-        known = ", ".join(_BUILTIN_BACKENDS)
-        raise ValueError(f"unknown accelerator backend {name!r}; expected one of: {known}")
-    module_name, _, class_name = target.partition(":")
-    backend: type[Accelerator] = getattr(importlib.import_module(module_name), class_name)
-    return backend
+    """The backend class registered as ``name``.
+
+    ``ValueError`` listing the known names for an unknown one; ``RuntimeError`` with the
+    cause for a plugin that failed to load.
+    """
+    entries = _registry.registry()
+    entry = entries.get(name)
+    if entry is None:
+        raise ValueError(
+            f"unknown accelerator backend {name!r}; expected one of: {', '.join(entries)}"
+        )
+    if entry.backend is None:
+        raise RuntimeError(
+            f"accelerator backend {name!r} from {entry.distribution} failed to load: {entry.error}"
+        )
+    return entry.backend
 
 
 def get_accelerator() -> Accelerator:
@@ -124,21 +129,36 @@ def _select() -> Selection:
 
 def _choose() -> Selection:
     requested = os.environ.get(BACKEND_ENV)
+    entries = _registry.registry()
     if requested is not None:
         name = requested.strip()
-        if name not in _BUILTIN_BACKENDS:
+        if name not in entries:
             raise ValueError(
                 f"environment variable {BACKEND_ENV}={requested!r} names no backend; "
-                f"expected one of: {', '.join(_BUILTIN_BACKENDS)}"
+                f"expected one of: {', '.join(entries)}"
             )
-        return Selection(load_backend(name)(), "env", f"{BACKEND_ENV}={requested}")
+        backend = load_backend(name)
+        availability = entries[name].availability()
+        if not availability.available:
+            raise RuntimeError(
+                f"environment variable {BACKEND_ENV}={requested!r} selects a backend that is "
+                f"not available: {availability.reason}"
+            )
+        return Selection(backend(), "env", f"{BACKEND_ENV}={requested}")
     skipped: list[str] = []
-    for name in _BUILTIN_BACKENDS:
-        accelerator = load_backend(name)()
-        if accelerator.is_available():
-            detail = f"first available of {', '.join(_BUILTIN_BACKENDS)}"
-            if skipped:
-                detail += f" ({', '.join(skipped)} not available)"
-            return Selection(accelerator, "auto", detail)
+    for name, entry in entries.items():
+        availability = entry.availability()
+        if availability.available and entry.backend is not None:
+            if name == "cpu" and skipped:
+                logger.warning(
+                    "no accelerator is available (%s; `accel report` says why); using the CPU",
+                    ", ".join(skipped),
+                )
+            detail = f"highest-priority available: {availability.reason}"
+            return Selection(entry.backend(), "auto", detail)
         skipped.append(name)
-    raise RuntimeError(f"no accelerator backend is available; tried: {', '.join(skipped)}")
+        logger.debug("accel backend %r is not available: %s", name, availability.reason)
+    raise RuntimeError(
+        f"no accelerator backend is available (tried {', '.join(skipped)}); "
+        "run `accel report` to see why"
+    )

@@ -13,6 +13,7 @@ from typing_extensions import override
 
 from accel import _host
 from accel._checks import check_index, check_optional_index, env_index, parse_id_list
+from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
     DeviceNamingMixin,
@@ -88,6 +89,7 @@ class CPUAccelerator(
     """
 
     name: ClassVar[str] = "cpu"
+    priority: ClassVar[int] = 0
     device_type: ClassVar[str] = "cpu"
     indexed_device_names: ClassVar[bool] = False
     visible_devices_env_names: ClassVar[tuple[str, ...]] = (VISIBLE_NODES_ENV,)
@@ -102,6 +104,11 @@ class CPUAccelerator(
 
     def __init__(self) -> None:
         self._selected_device: int | None = None
+
+    @classmethod
+    def probe(cls) -> Availability:
+        """Always available; chosen automatically only when no accelerator is."""
+        return Availability(True, "the host CPU is always present")
 
     def is_available(self) -> bool:
         """Always True: the host is always there."""

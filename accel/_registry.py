@@ -1,0 +1,156 @@
+"""Backends registered under the entry-point group ``accel.backends``.
+
+The built-in backends register through the same group as third-party ones (see
+pyproject.toml). A plugin that fails to import, or whose class is malformed, or whose probe
+raises, is logged with its exception and skipped: it never stops another backend from
+being used. Two distributions registering one name is an error naming both.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import cast
+
+from accel.backends.base import Availability, BackendClass
+from accel.protocols import Accelerator
+
+logger = logging.getLogger("accel")
+
+GROUP = "accel.backends"
+
+# Used only when accel runs from a source tree that was never installed (no metadata, so
+# no entry points): the same targets pyproject.toml registers.
+_SOURCE_TREE_BUILTINS = {
+    "cpu": "accel.backends.cpu:CPUAccelerator",
+    "cuda": "accel.backends.cuda:CUDAAccelerator",
+    "xpu": "accel.backends.devices:XPUAccelerator",
+    "npu": "accel.backends.devices:NPUAccelerator",
+    "hpu": "accel.backends.devices:HPUAccelerator",
+    "mlu": "accel.backends.devices:MLUAccelerator",
+    "mps": "accel.backends.devices:MPSAccelerator",
+    "mtia": "accel.backends.devices:MTIAAccelerator",
+    "privateuse1": "accel.backends.devices:PrivateUse1Accelerator",
+}
+
+
+class DuplicateBackendError(RuntimeError):
+    """Two distributions register a backend under one name."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One entry of the registry: where it came from, its class or why it has none."""
+
+    name: str
+    distribution: str
+    target: str
+    backend: type[Accelerator] | None
+    error: str | None
+
+    @property
+    def priority(self) -> int:
+        """The class's declared priority (``-1`` for a plugin that failed to load)."""
+        return cast(BackendClass, self.backend).priority if self.backend is not None else -1
+
+    def availability(self) -> Availability:
+        """The probe's answer; a load failure or a raising probe is 'not available'."""
+        if self.backend is None:
+            return Availability(False, f"failed to load: {self.error}")
+        try:
+            return cast(BackendClass, self.backend).probe()
+        except Exception as error:
+            logger.warning(
+                "accel backend %r: probe() raised; skipping it", self.name, exc_info=True
+            )
+            return Availability(False, f"probe() raised {type(error).__name__}: {error}")
+
+
+def _distribution(entry: EntryPoint) -> str:
+    dist = getattr(entry, "dist", None)
+    return str(dist.name) if dist is not None else "<unknown distribution>"
+
+
+def _load(entry: EntryPoint) -> Registered:
+    distribution = _distribution(entry)
+    try:
+        loaded: object = entry.load()
+    except Exception as error:
+        logger.warning(
+            "accel backend %r from %s failed to import; skipping it",
+            entry.name, distribution, exc_info=True,
+        )  # fmt: skip
+        return Registered(
+            entry.name, distribution, entry.value, None, f"{type(error).__name__}: {error}"
+        )
+    problem = _malformed(entry.name, loaded)
+    if problem is not None:
+        logger.warning(
+            "accel backend %r from %s: %s; skipping it", entry.name, distribution, problem
+        )
+        return Registered(entry.name, distribution, entry.value, None, problem)
+    return Registered(
+        entry.name, distribution, entry.value, cast("type[Accelerator]", loaded), None
+    )
+
+
+def _malformed(name: str, loaded: object) -> str | None:
+    if not isinstance(loaded, type):
+        return f"entry point must name a class, got {type(loaded).__name__}"
+    declared = getattr(loaded, "name", None)
+    if declared != name:
+        return f"class {loaded.__qualname__} declares name {declared!r}, expected {name!r}"
+    if not isinstance(getattr(loaded, "priority", None), int):
+        return f"class {loaded.__qualname__} must declare an int priority"
+    if not callable(getattr(loaded, "probe", None)):
+        return f"class {loaded.__qualname__} must declare a probe() classmethod"
+    return None
+
+
+def _entry_points() -> list[EntryPoint]:
+    found = list(entry_points(group=GROUP))
+    if not any(entry.value.startswith("accel.backends.") for entry in found):
+        logger.info("accel is not installed (no entry points); using its built-in backends")
+        found += [EntryPoint(name, target, GROUP) for name, target in _SOURCE_TREE_BUILTINS.items()]
+    return found
+
+
+def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registered]:
+    """Load every registered backend, highest priority first.
+
+    ``DuplicateBackendError`` when two distributions register the same name (the same
+    distribution found twice on ``sys.path`` is one registration).
+    """
+    by_name: dict[str, dict[tuple[str, str], EntryPoint]] = {}
+    for entry in _entry_points() if entries is None else entries:
+        by_name.setdefault(entry.name, {})[(_distribution(entry), entry.value)] = entry
+    for name, sources in by_name.items():
+        if len(sources) > 1:
+            described = " and ".join(f"{dist} ({target})" for dist, target in sorted(sources))
+            raise DuplicateBackendError(f"accel backend name {name!r} is registered by {described}")
+    loaded = [_load(next(iter(sources.values()))) for sources in by_name.values()]
+    loaded.sort(key=lambda r: (-r.priority, r.name))
+    return {registered.name: registered for registered in loaded}
+
+
+_lock = threading.Lock()
+_registry: dict[str, Registered] | None = None
+
+
+def registry() -> dict[str, Registered]:
+    """The process's registry, discovered on first use."""
+    global _registry
+    with _lock:
+        if _registry is None:
+            _registry = discover()
+        return _registry
+
+
+def reset_registry() -> None:
+    """Forget the registry; the next use discovers the entry points again."""
+    global _registry
+    with _lock:
+        _registry = None

@@ -1,0 +1,158 @@
+"""One backend class for every torch device type; named devices are a few lines each.
+
+A :class:`TorchDeviceBackend` subclass names its device type. Its optional capabilities
+(streams, graphs) are read from ``torch.get_device_module(device_type)`` when the first
+instance is made, so a device module without streams yields a backend that is not a
+``StreamAPI``: ``XPUAccelerator()`` returns an instance of a subclass composed for the
+device actually present.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, ClassVar
+
+import torch
+
+from accel.backends.base import Availability
+from accel.mixins import (
+    CompileBackendMixin,
+    DeviceNamingMixin,
+    DTypeListMixin,
+    NoGraphMixin,
+    NoStreamMixin,
+    RecordFunctionProfilerMixin,
+    RuntimeEnvMixin,
+    TensorPlacementMixin,
+)
+from accel.mixins.pinned_host import PinnedHostMemoryMixin
+from accel.mixins.torch_device import TorchDeviceMixin, device_module
+from accel.mixins.torch_dtype import TorchDTypeMixin
+from accel.mixins.torch_graphs import TorchGraphMixin, graph_class
+from accel.mixins.torch_memory import TorchMemoryMixin
+from accel.mixins.torch_rng import TorchRNGMixin
+from accel.mixins.torch_runtime import TorchRuntimeMixin
+from accel.mixins.torch_streams import TorchStreamMixin
+
+# Module functions the core protocols are built on; a device module lacking any of them
+# cannot back an Accelerator, and the probe says which are missing.
+CORE_MODULE_FUNCTIONS = (
+    "device_count", "current_device", "set_device", "synchronize", "is_available",
+    "manual_seed", "manual_seed_all", "initial_seed", "get_rng_state", "set_rng_state",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info",
+    "get_device_properties",
+)  # fmt: skip
+STREAM_MODULE_MEMBERS = ("Stream", "Event", "stream", "current_stream", "default_stream")
+
+
+def has_streams(device_type: str) -> bool:
+    """Whether ``torch.<device_type>`` provides every stream and event member."""
+    module = device_module(device_type)
+    return all(callable(getattr(module, member, None)) for member in STREAM_MODULE_MEMBERS)
+
+
+class TorchDeviceBackend(
+    DeviceNamingMixin,
+    TorchDeviceMixin,
+    TorchRNGMixin,
+    TorchMemoryMixin,
+    TorchDTypeMixin,
+    DTypeListMixin,
+    TensorPlacementMixin,
+    PinnedHostMemoryMixin,
+    RuntimeEnvMixin,
+    CompileBackendMixin,
+    TorchRuntimeMixin,
+):
+    """The core protocols for a torch device type. Subclasses set the class attributes.
+
+    ``runtime_modules`` are imported by the probe before torch is asked about the device:
+    out-of-tree devices register themselves with torch on import (``torch_npu``, ...).
+    """
+
+    name: ClassVar[str]
+    priority: ClassVar[int] = 50
+    device_type: ClassVar[str]
+    runtime_modules: ClassVar[tuple[str, ...]] = ()
+    visible_devices_env_names: ClassVar[tuple[str, ...]] = ()
+    exported_env_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def resolve_device_type(cls) -> str:
+        """The torch device type this backend drives (fixed, except for PrivateUse1)."""
+        return cls.device_type
+
+    @classmethod
+    def probe(cls) -> Availability:
+        """Available when the device's runtime imports and torch sees one device or more."""
+        for module_name in cls.runtime_modules:
+            try:
+                importlib.import_module(module_name)
+            except ImportError as error:
+                return Availability(False, f"{module_name} does not import: {error}")
+        device_type = cls.resolve_device_type()
+        try:
+            module = device_module(device_type)
+        except (RuntimeError, AttributeError) as error:
+            return Availability(False, f"torch has no {device_type} device module: {error}")
+        missing = [f for f in CORE_MODULE_FUNCTIONS if not callable(getattr(module, f, None))]
+        if missing:
+            return Availability(False, f"torch.{device_type} lacks {', '.join(missing)}")
+        if not module.is_available():
+            return Availability(False, f"torch.{device_type}.is_available() is False")
+        return Availability(True, f"{module.device_count()} device(s)")
+
+
+class DiscoveredTorchDevice(TorchDeviceBackend):
+    """A device type whose streams and graphs are discovered from its torch module."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> DiscoveredTorchDevice:
+        instance: DiscoveredTorchDevice = object.__new__(compose_for_device(cls))
+        return instance
+
+
+_composed_classes: dict[type[DiscoveredTorchDevice], type[DiscoveredTorchDevice]] = {}
+_compose_lock = threading.Lock()
+
+
+def compose_for_device(cls: type[DiscoveredTorchDevice]) -> type[DiscoveredTorchDevice]:
+    """``cls`` plus the stream, graph and profiler mixins its device module supports.
+
+    Made once per class (under a lock, so every instance shares one composed class).
+    """
+    if cls.__dict__.get("_composed", False):
+        return cls
+    with _compose_lock:
+        composed = _composed_classes.get(cls)
+        if composed is None:
+            composed = _composed_classes[cls] = _compose(cls)
+        return composed
+
+
+def _compose(cls: type[DiscoveredTorchDevice]) -> type[DiscoveredTorchDevice]:
+    device_type = cls.resolve_device_type()
+    try:
+        device_module(device_type)
+    except (RuntimeError, AttributeError) as error:
+        raise RuntimeError(
+            f"cannot create the {cls.name} backend here: {cls.probe().reason}"
+        ) from error
+    streams = TorchStreamMixin if has_streams(device_type) else NoStreamMixin
+    graphs = TorchGraphMixin if graph_class(device_type) is not None else NoGraphMixin
+    namespace = {
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "_composed": True,
+        "device_type": device_type,
+    }
+    composed: type[DiscoveredTorchDevice] = type(
+        cls.__name__, (streams, graphs, RecordFunctionProfilerMixin, cls), namespace
+    )
+    return composed
+
+
+def privateuse1_name() -> str:
+    """The name an out-of-tree device gave torch's PrivateUse1 slot (else ``privateuseone``)."""
+    return str(torch._C._get_privateuse1_backend_name())  # pyright: ignore[reportPrivateUsage]
