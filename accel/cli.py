@@ -8,10 +8,17 @@ import warnings
 from collections.abc import Sequence
 
 
-def _report(_args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace) -> int:
+    import json
+    import shutil
+
     from accel import report
 
-    print(report.render(report.collect()))
+    collected = report.collect()
+    if args.json:
+        print(json.dumps(collected.as_dict(), indent=2))
+    else:
+        print(report.render(collected, width=shutil.get_terminal_size((120, 24)).columns), end="")
     return 0
 
 
@@ -21,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="accel", description="One interface to every PyTorch accelerator."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    report = commands.add_parser("report", help="show the selected backend and its capabilities")
+    report = commands.add_parser(
+        "report", help="show versions, backends, capabilities and op builders"
+    )
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
     report.set_defaults(handler=_report)
     return parser
 
