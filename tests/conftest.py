@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import accel
-from accel._selection import backend_names, load_backend
+from accel._registry import registry
 from accel.protocols import Accelerator
 
 # The machine is shared and noisy: no per-example deadline; a moderate example count keeps
@@ -24,12 +24,11 @@ settings.load_profile("accel")
 
 
 def _available_backends() -> list[Accelerator]:
-    backends: list[Accelerator] = []
-    for name in backend_names():
-        instance = load_backend(name)()
-        if instance.is_available():
-            backends.append(instance)
-    return backends
+    return [
+        entry.backend()
+        for entry in registry().values()
+        if entry.backend is not None and entry.availability().available
+    ]
 
 
 AVAILABLE_BACKENDS = _available_backends()
@@ -50,6 +49,18 @@ def require(accelerator: object, capability: type) -> None:
     """Skip the calling test when ``accelerator`` lacks the optional ``capability``."""
     if not isinstance(accelerator, capability):
         pytest.skip(f"{type(accelerator).__name__} does not provide {capability.__name__}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the `gpu` group cleanly on machines without a CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none is visible to torch)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,19 +20,48 @@ def _accel(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_report_shows_the_backend_and_its_capabilities() -> None:
+def test_report_shows_selection_backends_and_capabilities() -> None:
     result = _accel("report")
     assert result.returncode == 0, result.stderr
-    assert "selected backend: cpu (CPUAccelerator)" in result.stdout
-    assert "chosen by: auto" in result.stdout
-    lines = {
-        line.split()[0]: line.split()[1]
-        for line in result.stdout.splitlines()
-        if line.startswith("  ")
+    out = result.stdout
+    assert "selected backend: cpu (CPUAccelerator)" in out
+    assert "chosen by: auto" in out
+    assert "registered backends" in out
+    assert "this torch build has no CUDA or ROCm support" in out
+    matrix = {
+        cells[0]: cells[1:]
+        for line in out.splitlines()
+        if (cells := [c.strip() for c in line.strip("│┃").split("│")]) and cells[0].endswith("API")
     }
-    assert lines["DeviceAPI"] == "yes"
-    assert lines["GraphAPI"] == "no"
-    assert lines["StreamAPI"] == "no"
+    header = next(line for line in out.splitlines() if "protocol" in line)
+    columns = [c.strip() for c in header.strip("┃").split("┃")][1:]
+    cpu = columns.index("cpu")
+    assert matrix["DeviceAPI"][cpu] == "yes"
+    assert matrix["GraphAPI"][cpu] == "no"
+    assert matrix["StreamAPI"][columns.index("cuda")] == "yes"
+    assert matrix["StreamAPI"][columns.index("xpu")] == "?"
+    assert "no accelerator is available" in result.stderr  # the CPU fallback is announced
+
+
+def test_report_json_is_machine_readable() -> None:
+    result = _accel("report", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["selected"] == "cpu (CPUAccelerator)"
+    assert report["how"] == "auto"
+    assert {"python", "torch", "accel"} <= set(report["versions"])
+    backends = {row["name"]: row for row in report["backends"]}
+    assert backends["cpu"]["available"] is True
+    assert backends["cpu"]["capabilities"]["StreamAPI"] is False
+    assert backends["cuda"]["available"] is False
+    assert backends["cuda"]["capabilities"]["GraphAPI"] is True
+    assert backends["xpu"]["capabilities"]["GraphAPI"] is None
+    assert report["op_builders"] == []
+
+
+def test_report_says_how_an_env_choice_was_made() -> None:
+    result = _accel("report", "--json", ACCEL_BACKEND="cpu")
+    assert json.loads(result.stdout)["how"] == "env"
 
 
 def test_report_explains_a_bad_backend_variable() -> None:

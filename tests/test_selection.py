@@ -50,7 +50,7 @@ def test_unknown_env_backend_lists_the_known_names(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("ACCEL_BACKEND", value)
-    with pytest.raises(ValueError, match=f"ACCEL_BACKEND={value!r}.*expected one of: cpu"):
+    with pytest.raises(ValueError, match=f"ACCEL_BACKEND={value!r}.*expected one of: .*cpu"):
         accel.get_accelerator()
 
 

@@ -1,0 +1,181 @@
+"""Entry-point discovery: plugins, priorities, failure isolation and duplicate names."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import accel
+from accel import _registry
+from accel.backends.cpu import CPUAccelerator
+
+pytestmark = pytest.mark.usefixtures("fresh_selection", "fresh_registry")
+
+
+@pytest.fixture
+def fresh_registry() -> Iterator[None]:
+    _registry.reset_registry()
+    yield
+    _registry.reset_registry()
+
+
+Installer = Callable[[str, dict[str, str], dict[str, str]], None]
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Installer]:
+    """Install a fake distribution: a dist-info with entry points, plus its modules.
+
+    importlib.metadata finds distributions on sys.path, so this is real entry-point
+    discovery, without pip.
+    """
+    added: list[str] = []
+
+    def _install(distribution: str, backends: dict[str, str], modules: dict[str, str]) -> None:
+        root = tmp_path / distribution
+        info = root / f"{distribution}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n"
+        )
+        lines = "\n".join(f"{name} = {target}" for name, target in backends.items())
+        (info / "entry_points.txt").write_text(f"[accel.backends]\n{lines}\n")
+        for module, source in modules.items():
+            (root / f"{module}.py").write_text(source)
+            added.append(module)
+        monkeypatch.syspath_prepend(str(root))
+        importlib.invalidate_caches()
+
+    yield _install
+    for module in added:
+        sys.modules.pop(module, None)
+
+
+GOOD_PLUGIN = textwrap.dedent(
+    """
+    from typing import ClassVar
+    from accel.backends.base import Availability
+    from accel.backends.cpu import CPUAccelerator
+
+    class Fast(CPUAccelerator):
+        name: ClassVar[str] = "fast"
+        priority: ClassVar[int] = 500
+
+        @classmethod
+        def probe(cls) -> Availability:
+            return Availability(True, "always")
+    """
+)
+
+
+def test_builtins_register_through_entry_points() -> None:
+    entries = _registry.registry()
+    assert {"cpu", "cuda", "xpu", "mps", "npu", "hpu", "privateuse1"} <= set(entries)
+    assert entries["cpu"].distribution == "accel"
+    assert entries["cpu"].backend is CPUAccelerator
+    assert list(entries) == sorted(entries, key=lambda n: (-entries[n].priority, n))
+
+
+def test_installed_plugin_is_discovered_and_selected_by_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries = _registry.registry()
+    if "toy" not in entries:
+        pytest.fail("accel-test-plugin is not installed: pip install ./tests/plugin")
+    assert entries["toy"].distribution == "accel-test-plugin"
+    monkeypatch.setenv("ACCEL_TEST_PLUGIN_AVAILABLE", "1")
+    monkeypatch.setenv("ACCEL_BACKEND", "toy")
+    assert type(accel.get_accelerator()).__name__ == "ToyAccelerator"
+    assert accel.current_selection().how == "env"
+
+
+def test_auto_detection_prefers_the_highest_priority_available(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    install("fastdist", {"fast": "fast_plugin:Fast"}, {"fast_plugin": GOOD_PLUGIN})
+    assert type(accel.get_accelerator()).__name__ == "Fast"
+    assert accel.current_selection().how == "auto"
+
+
+def test_unavailable_backend_requested_by_env_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_BACKEND", "cuda")
+    with pytest.raises(RuntimeError, match=r"ACCEL_BACKEND='cuda'.*not available: this torch"):
+        accel.get_accelerator()
+
+
+def test_cpu_fallback_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "no accelerator is available" in caplog.text
+    assert "cuda" in caplog.text
+
+
+def test_plugin_that_fails_to_import_is_skipped_and_reported(
+    monkeypatch: pytest.MonkeyPatch, install: Installer, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    install(
+        "brokendist",
+        {"broken": "broken_plugin:Broken"},
+        {"broken_plugin": "raise ImportError('no driver')"},
+    )
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "broken" in caplog.text
+    assert "ImportError: no driver" in caplog.text  # the traceback is logged
+    entry = _registry.registry()["broken"]
+    assert entry.backend is None
+    assert entry.availability().reason == "failed to load: ImportError: no driver"
+    monkeypatch.setenv("ACCEL_BACKEND", "broken")
+    accel.reset_accelerator()
+    with pytest.raises(RuntimeError, match="'broken' from brokendist failed to load: ImportError"):
+        accel.get_accelerator()
+
+
+def test_plugin_whose_probe_raises_is_skipped(
+    monkeypatch: pytest.MonkeyPatch, install: Installer, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    source = GOOD_PLUGIN.replace(
+        'return Availability(True, "always")', "raise OSError('bus error')"
+    )
+    install("probedist", {"fast": "probe_plugin:Fast"}, {"probe_plugin": source})
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "probe() raised" in caplog.text
+    assert _registry.registry()["fast"].availability().reason == "probe() raised OSError: bus error"
+
+
+def test_malformed_plugin_classes_are_rejected_with_the_problem(install: Installer) -> None:
+    install(
+        "oddities",
+        {"wrongname": "odd_plugin:Fast", "notaclass": "odd_plugin:INSTANCE"},
+        {"odd_plugin": GOOD_PLUGIN + "\nINSTANCE = Fast()\n"},
+    )
+    entries = _registry.registry()
+    assert entries["wrongname"].error == "class Fast declares name 'fast', expected 'wrongname'"
+    assert entries["notaclass"].error == "entry point must name a class, got Fast"
+
+
+def test_two_distributions_with_one_name_is_an_error_naming_both(install: Installer) -> None:
+    install("firstdist", {"twin": "twin_a:Fast"}, {"twin_a": GOOD_PLUGIN})
+    install("seconddist", {"twin": "twin_b:Fast"}, {"twin_b": GOOD_PLUGIN})
+    with pytest.raises(_registry.DuplicateBackendError, match=r"'twin'.*firstdist.*seconddist"):
+        _registry.registry()
+
+
+def test_builtins_are_used_from_an_uninstalled_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_registry, "entry_points", lambda group: [])
+    entries = _registry.registry()
+    assert entries["cpu"].backend is CPUAccelerator
+    assert entries["cpu"].distribution == "<unknown distribution>"
