@@ -152,3 +152,18 @@ def test_cuda_claims_streams_graphs_and_profiler_statically() -> None:
     assert acc.visible_devices_envs() == ["CUDA_VISIBLE_DEVICES"]
     assert acc.communication_backend_name() == "nccl"
     assert acc.device_name(3) == "cuda:3"
+
+
+@pytest.mark.parametrize(("major", "expected"), [(7, False), (8, True), (9, True)])
+def test_bf16_counts_only_native_support(
+    monkeypatch: pytest.MonkeyPatch, major: int, expected: bool
+) -> None:
+    import types
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(major=major)
+    )
+    assert CUDAAccelerator().is_bf16_supported() is expected

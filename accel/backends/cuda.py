@@ -111,8 +111,13 @@ class CUDAAccelerator(TorchStreamMixin, TorchGraphMixin, NVTXProfilerMixin, Torc
 
     @override
     def is_bf16_supported(self) -> bool:
-        """torch's own answer (native bf16 on compute capability 8.0+)."""
-        return bool(torch.cuda.is_bf16_supported())
+        """Native bf16: compute capability 8.0+ (or ROCm).
+
+        ``torch.cuda.is_bf16_supported()`` also counts emulated bf16 on older GPUs by
+        default, which runs far slower than fp16 there; frameworks ask this question to
+        pick a training dtype, so only native support counts.
+        """
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
     @override
     def is_triton_supported(self) -> bool:
