@@ -12,11 +12,13 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from accel.backends.base import Availability, BackendClass
 from accel.protocols import Accelerator
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 logger = logging.getLogger("accel")
 
@@ -110,8 +112,17 @@ def _malformed(name: str, loaded: object) -> str | None:
     return None
 
 
+def entry_points(group: str) -> list[EntryPoint]:
+    """Installed entry points of ``group`` (imported here: only selection needs metadata)."""
+    from importlib.metadata import entry_points as installed
+
+    return list(installed(group=group))
+
+
 def _entry_points() -> list[EntryPoint]:
-    found = list(entry_points(group=GROUP))
+    from importlib.metadata import EntryPoint
+
+    found = entry_points(group=GROUP)
     if not any(entry.value.startswith("accel.backends.") for entry in found):
         logger.info("accel is not installed (no entry points); using its built-in backends")
         found += [EntryPoint(name, target, GROUP) for name, target in _SOURCE_TREE_BUILTINS.items()]
