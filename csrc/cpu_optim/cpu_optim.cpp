@@ -1,0 +1,405 @@
+// CPU optimizer steps (Adam/AdamW, Adagrad, Lion) over many tensors in one call.
+//
+// Built by `pip install` (setup.py) without libtorch: tensors arrive as raw addresses,
+// element counts and dtype codes, already validated by accel/ops/cpu_optim.py; the checks
+// here repeat the ones that would otherwise corrupt memory. The GIL is released while the
+// kernels run. The math kernels are plain fp32 loops compiled three times (x86-64-v4,
+// x86-64-v3, baseline) and chosen at load time by the CPU (GCC target_clones), so one
+// binary is portable and still uses AVX-512 where it exists. bf16/fp16 parameters and
+// gradients are converted through small L1-resident buffers, so every optimizer has one
+// fp32 kernel and the states are always fp32.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <omp.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ACCEL_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ACCEL_SIMD_CLONES
+#endif
+
+namespace {
+
+enum DType : int { kNone = -1, kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+
+// ---------------------------------------------------------------- conversions
+// bf16 rounding is done by hand (round to nearest even, NaN kept quiet): the hardware
+// instruction flushes subnormals to zero, torch does not.
+
+ACCEL_SIMD_CLONES void bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+    std::memcpy(&out[i], &bits, sizeof bits);
+  }
+}
+
+ACCEL_SIMD_CLONES void f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &in[i], sizeof bits);
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    out[i] = static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
+  }
+}
+
+// IEEE half <-> float with integer and float ops only (after F. Giesen's "half to float
+// done quick"), exact for normals, subnormals, infinities and NaN, rounding to nearest
+// even. gcc 12 keeps _Float16 conversions as scalar library calls; these vectorise.
+
+ACCEL_SIMD_CLONES void f16_to_f32(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t h = in[i];
+    const uint32_t sign = (h & 0x8000u) << 16;
+    const uint32_t magnitude = (h & 0x7fffu) << 13;
+    float value;
+    std::memcpy(&value, &magnitude, sizeof value);
+    value *= 0x1p112f;  // rebias the exponent; subnormal halves become normal floats
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits = magnitude >= (0x7c00u << 13) ? (magnitude | 0x7f800000u) : bits;  // inf, NaN
+    bits |= sign;
+    std::memcpy(&out[i], &bits, sizeof bits);
+  }
+}
+
+ACCEL_SIMD_CLONES void f32_to_f16(const float* in, uint16_t* out, int64_t n) {
+  const uint32_t denorm_magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  float denorm_magic;
+  std::memcpy(&denorm_magic, &denorm_magic_bits, sizeof denorm_magic);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &in[i], sizeof bits);
+    const uint32_t sign = bits & 0x80000000u;
+    bits ^= sign;
+    // Overflow to inf (and NaN to a quiet NaN).
+    const uint32_t huge = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    // Results below the smallest normal half: let the FPU round into the subnormal range.
+    float shifted;
+    std::memcpy(&shifted, &bits, sizeof shifted);
+    shifted += denorm_magic;
+    uint32_t tiny;
+    std::memcpy(&tiny, &shifted, sizeof tiny);
+    tiny -= denorm_magic_bits;
+    // Normal results: rebias and round to nearest even by hand.
+    const uint32_t odd = (bits >> 13) & 1u;
+    const uint32_t normal = (bits + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
+    const uint32_t half = bits >= (143u << 23) ? huge : (bits < (113u << 23) ? tiny : normal);
+    out[i] = static_cast<uint16_t>(half | (sign >> 16));
+  }
+}
+
+void to_f32(const void* in, int dtype, float* out, int64_t n) {
+  if (dtype == kBFloat16) bf16_to_f32(static_cast<const uint16_t*>(in), out, n);
+  else f16_to_f32(static_cast<const uint16_t*>(in), out, n);
+}
+
+void from_f32(const float* in, void* out, int dtype, int64_t n) {
+  if (dtype == kBFloat16) f32_to_bf16(in, static_cast<uint16_t*>(out), n);
+  else f32_to_f16(in, static_cast<uint16_t*>(out), n);
+}
+
+int element_size(int dtype) { return dtype == kFloat32 ? 4 : 2; }
+
+// ---------------------------------------------------------------- math kernels
+// Each mirrors torch's single-tensor implementation op for op (same formulas, same
+// order), so results agree with torch.optim to fp32 rounding.
+
+struct AdamScalars {
+  float lerp_weight;  // 1 - beta1 (torch updates exp_avg with lerp_)
+  float beta2, one_minus_beta2;
+  float step_size;    // lr / bias_correction1
+  float bias_correction2_sqrt;
+  float eps;
+  float weight_decay;  // L2 (Adam) when !decoupled
+  float decay;         // 1 - lr * weight_decay (AdamW) when decoupled
+  bool decoupled;
+};
+
+ACCEL_SIMD_CLONES void adam_kernel(float* __restrict p, const float* __restrict g,
+                                   float* __restrict m, float* __restrict v, int64_t n,
+                                   const AdamScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    float param = s.decoupled ? p[i] * s.decay : p[i];
+    const float grad = s.decoupled ? g[i] : g[i] + s.weight_decay * param;
+    const float exp_avg = m[i] + s.lerp_weight * (grad - m[i]);
+    const float exp_avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    const float denom = std::sqrt(exp_avg_sq) / s.bias_correction2_sqrt + s.eps;
+    m[i] = exp_avg;
+    v[i] = exp_avg_sq;
+    p[i] = param - s.step_size * (exp_avg / denom);
+  }
+}
+
+struct AdagradScalars {
+  float clr;  // lr / (1 + (step - 1) * lr_decay)
+  float eps;
+  float weight_decay;
+};
+
+ACCEL_SIMD_CLONES void adagrad_kernel(float* __restrict p, const float* __restrict g,
+                                      float* __restrict sum, int64_t n, const AdagradScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float grad = g[i] + s.weight_decay * p[i];
+    const float state = sum[i] + grad * grad;
+    sum[i] = state;
+    p[i] = p[i] - s.clr * (grad / (std::sqrt(state) + s.eps));
+  }
+}
+
+struct LionScalars {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, lr, decay;
+};
+
+ACCEL_SIMD_CLONES void lion_kernel(float* __restrict p, const float* __restrict g,
+                                   float* __restrict m, int64_t n, const LionScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float update = m[i] * s.beta1 + s.one_minus_beta1 * g[i];
+    // sign() that keeps NaN (as torch.sign does) and maps +-0 to +-0.
+    const float sign = update > 0.0f ? 1.0f : (update < 0.0f ? -1.0f : update);
+    p[i] = p[i] * s.decay - s.lr * sign;
+    m[i] = m[i] * s.beta2 + s.one_minus_beta2 * g[i];
+  }
+}
+
+// ---------------------------------------------------------------- batches
+
+struct Batch {
+  std::vector<uintptr_t> params, grads, state1, state2, copies;
+  std::vector<int64_t> numels;
+  std::vector<int> param_dtypes, grad_dtypes, copy_dtypes;
+};
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+void check_dtype(int dtype, bool allow_none, const char* what, size_t i) {
+  const bool known = dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16;
+  require(known || (allow_none && dtype == kNone),
+          std::string(what) + "[" + std::to_string(i) + "] has unknown dtype code " +
+              std::to_string(dtype));
+}
+
+// The Python wrapper validated everything; these checks keep a caller that bypasses it
+// from writing through null pointers or reading past mismatched lists.
+void validate(const Batch& b, bool two_states) {
+  const size_t n = b.params.size();
+  require(b.grads.size() == n && b.state1.size() == n && b.numels.size() == n &&
+              b.param_dtypes.size() == n && b.grad_dtypes.size() == n &&
+              b.copies.size() == n && b.copy_dtypes.size() == n &&
+              (!two_states || b.state2.size() == n),
+          "every per-tensor list must have one entry per parameter");
+  for (size_t i = 0; i < n; ++i) {
+    require(b.numels[i] >= 0, "numels[" + std::to_string(i) + "] is negative");
+    check_dtype(b.param_dtypes[i], false, "params", i);
+    check_dtype(b.grad_dtypes[i], false, "grads", i);
+    check_dtype(b.copy_dtypes[i], true, "param_copies", i);
+    require(b.copy_dtypes[i] != kFloat32, "param_copies must be bfloat16 or float16");
+    if (b.numels[i] == 0) continue;
+    require(b.params[i] && b.grads[i] && b.state1[i] && (!two_states || b.state2[i]),
+            "null buffer for parameter " + std::to_string(i));
+    require(b.copy_dtypes[i] == kNone || b.copies[i],
+            "null param_copies buffer for parameter " + std::to_string(i));
+  }
+}
+
+struct Chunk {
+  size_t tensor;
+  int64_t begin, end;
+};
+
+constexpr int64_t kChunk = 1 << 16;  // elements a thread takes at a time
+constexpr int64_t kBlock = 1024;     // elements converted at once (fits L1 with two buffers)
+
+// Runs `kernel(p, g, tensor, begin, length)` over every element of every tensor, split
+// into chunks shared by the OpenMP threads. p and g are fp32 views: the tensors themselves
+// when they are fp32, else L1 buffers converted on the way in (and p on the way out).
+template <class Kernel>
+void run(const Batch& b, Kernel kernel) {
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < b.params.size(); ++t)
+    for (int64_t begin = 0; begin < b.numels[t]; begin += kChunk)
+      chunks.push_back({t, begin, std::min(b.numels[t], begin + kChunk)});
+  const int64_t count = static_cast<int64_t>(chunks.size());
+  py::gil_scoped_release released;
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+  for (int64_t c = 0; c < count; ++c) {
+    alignas(64) float param_buffer[kBlock];
+    alignas(64) float grad_buffer[kBlock];
+    const Chunk chunk = chunks[c];
+    const size_t t = chunk.tensor;
+    const int pdt = b.param_dtypes[t], gdt = b.grad_dtypes[t], cdt = b.copy_dtypes[t];
+    char* param_base = reinterpret_cast<char*>(b.params[t]);
+    const char* grad_base = reinterpret_cast<const char*>(b.grads[t]);
+    const int64_t step = (pdt == kFloat32 && gdt == kFloat32 && cdt == kNone)
+                             ? chunk.end - chunk.begin
+                             : kBlock;
+    for (int64_t begin = chunk.begin; begin < chunk.end; begin += step) {
+      const int64_t length = std::min(step, chunk.end - begin);
+      void* param_at = param_base + begin * element_size(pdt);
+      const void* grad_at = grad_base + begin * element_size(gdt);
+      float* p = static_cast<float*>(param_at);
+      const float* g = static_cast<const float*>(grad_at);
+      if (pdt != kFloat32) {
+        to_f32(param_at, pdt, param_buffer, length);
+        p = param_buffer;
+      }
+      if (gdt != kFloat32) {
+        to_f32(grad_at, gdt, grad_buffer, length);
+        g = grad_buffer;
+      }
+      kernel(p, g, t, begin, length);
+      if (pdt != kFloat32) from_f32(p, param_at, pdt, length);
+      if (cdt != kNone)
+        from_f32(p, reinterpret_cast<char*>(b.copies[t]) + begin * element_size(cdt), cdt, length);
+    }
+  }
+}
+
+Batch make_batch(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
+                 std::vector<uintptr_t> state1, std::vector<uintptr_t> state2,
+                 std::vector<uintptr_t> copies, std::vector<int64_t> numels,
+                 std::vector<int> param_dtypes, std::vector<int> grad_dtypes,
+                 std::vector<int> copy_dtypes) {
+  return Batch{std::move(params),  std::move(grads),       std::move(state1),
+               std::move(state2),  std::move(copies),      std::move(numels),
+               std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes)};
+}
+
+float* at(uintptr_t base, int64_t offset) { return reinterpret_cast<float*>(base) + offset; }
+
+void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
+               std::vector<uintptr_t> exp_avgs, std::vector<uintptr_t> exp_avg_sqs,
+               std::vector<uintptr_t> copies, std::vector<int64_t> numels,
+               std::vector<int> param_dtypes, std::vector<int> grad_dtypes,
+               std::vector<int> copy_dtypes, std::vector<int64_t> steps, double lr,
+               double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+               bool bias_correction) {
+  Batch b = make_batch(std::move(params), std::move(grads), std::move(exp_avgs),
+                       std::move(exp_avg_sqs), std::move(copies), std::move(numels),
+                       std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes));
+  validate(b, true);
+  require(steps.size() == b.params.size(), "steps must have one entry per parameter");
+  std::vector<AdamScalars> scalars(steps.size());
+  for (size_t t = 0; t < steps.size(); ++t) {
+    require(steps[t] >= 1, "steps[" + std::to_string(t) + "] must be >= 1");
+    const double step = static_cast<double>(steps[t]);
+    const double bc1 = bias_correction ? 1.0 - std::pow(beta1, step) : 1.0;
+    const double bc2 = bias_correction ? 1.0 - std::pow(beta2, step) : 1.0;
+    scalars[t] = AdamScalars{static_cast<float>(1.0 - beta1),
+                             static_cast<float>(beta2),
+                             static_cast<float>(1.0 - beta2),
+                             static_cast<float>(lr / bc1),
+                             static_cast<float>(std::sqrt(bc2)),
+                             static_cast<float>(eps),
+                             static_cast<float>(weight_decay),
+                             static_cast<float>(1.0 - lr * weight_decay),
+                             decoupled};
+  }
+  run(b, [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
+    adam_kernel(p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
+  });
+}
+
+void adagrad_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
+                  std::vector<uintptr_t> sums, std::vector<uintptr_t> copies,
+                  std::vector<int64_t> numels, std::vector<int> param_dtypes,
+                  std::vector<int> grad_dtypes, std::vector<int> copy_dtypes,
+                  std::vector<int64_t> steps, double lr, double lr_decay, double eps,
+                  double weight_decay) {
+  Batch b = make_batch(std::move(params), std::move(grads), std::move(sums), {},
+                       std::move(copies), std::move(numels), std::move(param_dtypes),
+                       std::move(grad_dtypes), std::move(copy_dtypes));
+  validate(b, false);
+  require(steps.size() == b.params.size(), "steps must have one entry per parameter");
+  std::vector<AdagradScalars> scalars(steps.size());
+  for (size_t t = 0; t < steps.size(); ++t) {
+    require(steps[t] >= 1, "steps[" + std::to_string(t) + "] must be >= 1");
+    const double clr = lr / (1.0 + static_cast<double>(steps[t] - 1) * lr_decay);
+    scalars[t] = AdagradScalars{static_cast<float>(clr), static_cast<float>(eps),
+                                static_cast<float>(weight_decay)};
+  }
+  run(b, [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
+    adagrad_kernel(p, g, at(b.state1[t], begin), n, scalars[t]);
+  });
+}
+
+void lion_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
+               std::vector<uintptr_t> exp_avgs, std::vector<uintptr_t> copies,
+               std::vector<int64_t> numels, std::vector<int> param_dtypes,
+               std::vector<int> grad_dtypes, std::vector<int> copy_dtypes, double lr,
+               double beta1, double beta2, double weight_decay) {
+  Batch b = make_batch(std::move(params), std::move(grads), std::move(exp_avgs), {},
+                       std::move(copies), std::move(numels), std::move(param_dtypes),
+                       std::move(grad_dtypes), std::move(copy_dtypes));
+  validate(b, false);
+  const LionScalars s{static_cast<float>(beta1),        static_cast<float>(1.0 - beta1),
+                      static_cast<float>(beta2),        static_cast<float>(1.0 - beta2),
+                      static_cast<float>(lr),           static_cast<float>(1.0 - lr * weight_decay)};
+  run(b, [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
+    lion_kernel(p, g, at(b.state1[t], begin), n, s);
+  });
+}
+
+// Memory-bandwidth probe for benchmarks: x = x * a in place, threaded like the steps. Its
+// time per byte is the roofline an optimizer step (pure streaming) can approach.
+ACCEL_SIMD_CLONES void scale_kernel(float* __restrict x, int64_t n, float a) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+
+void scale_in_place(uintptr_t data, int64_t numel, float factor) {
+  require(numel >= 0, "numel must be >= 0");
+  require(numel == 0 || data != 0, "null buffer");
+  float* x = reinterpret_cast<float*>(data);
+  const int64_t chunks = (numel + kChunk - 1) / kChunk;
+  py::gil_scoped_release released;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk;
+    scale_kernel(x + begin, std::min(kChunk, numel - begin), factor);
+  }
+}
+
+std::string simd_level() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2+FMA)";
+  return "x86-64 baseline (SSE2)";
+#else
+  return "baseline (compiler auto-vectorisation)";
+#endif
+}
+
+// After fork() the child has no OpenMP worker threads, and libgomp can hang the first
+// parallel region that expects them; a single thread is always safe.
+void single_thread_after_fork() { omp_set_num_threads(1); }
+
+}  // namespace
+
+PYBIND11_MODULE(_cpu_optim, m) {
+  m.doc() = "accel's prebuilt CPU optimizer kernels (no libtorch; see accel/ops/cpu_optim.py)";
+  pthread_atfork(nullptr, nullptr, single_thread_after_fork);
+  m.def("adam_step", &adam_step, "Adam/AdamW step over many tensors (fp32 states).");
+  m.def("adagrad_step", &adagrad_step, "Adagrad step over many tensors (fp32 state).");
+  m.def("lion_step", &lion_step, "Lion step over many tensors (fp32 state).");
+  m.def("scale_in_place", &scale_in_place,
+        "x *= factor over a float32 buffer: the read-modify-write bandwidth probe.");
+  m.def("simd_level", &simd_level, "The instruction set the kernels run with on this CPU.");
+  m.def("max_threads", []() { return omp_get_max_threads(); },
+        "OpenMP threads a step may use.");
+}
