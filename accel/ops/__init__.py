@@ -1,0 +1,1 @@
+"""Native ops that ship prebuilt with accel, and their op builders."""

@@ -1,0 +1,87 @@
+"""Op builders for the native modules compiled at install time.
+
+DeepSpeed's builders compile C++ on first use (48-141 s cold on a 2-core machine); these
+only import the module ``pip install`` already built, so ``load()`` takes milliseconds.
+An incompatible builder says why (``incompatibility_reason()``) instead of failing late.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from types import ModuleType
+from typing import ClassVar
+
+logger = logging.getLogger(__name__)
+
+
+class PrebuiltOpBuilder:
+    """A builder whose module was compiled by ``pip install``; subclasses name both."""
+
+    op_name: ClassVar[str]
+    module_name: ClassVar[str]
+
+    def name(self) -> str:
+        """The op's name, e.g. ``"cpu_adam"``."""
+        return self.op_name
+
+    def incompatibility_reason(self) -> str | None:
+        """Why the module cannot load here, or ``None`` when it can."""
+        try:
+            importlib.import_module(self.module_name)
+        except ImportError as error:
+            return (
+                f"{self.module_name} was not built for this platform or failed to load "
+                f"({error}); reinstall accel with a C++17 compiler on Linux"
+            )
+        return None
+
+    def is_compatible(self, verbose: bool = False) -> bool:
+        """Whether :meth:`load` will succeed (logs the reason when ``verbose``)."""
+        reason = self.incompatibility_reason()
+        if reason is not None and verbose:
+            logger.warning("%s is not compatible: %s", self.op_name, reason)
+        return reason is None
+
+    def load(self, verbose: bool = False) -> ModuleType:
+        """The prebuilt module; ``RuntimeError`` with the reason when incompatible."""
+        reason = self.incompatibility_reason()
+        if reason is not None:
+            raise RuntimeError(f"cannot load {self.op_name}: {reason}")
+        module = importlib.import_module(self.module_name)
+        if verbose:
+            logger.info("loaded %s from %s", self.op_name, module.__file__)
+        return module
+
+
+class CPUAdamBuilder(PrebuiltOpBuilder):
+    """Adam and AdamW steps on the CPU (ZeRO-Offload)."""
+
+    op_name: ClassVar[str] = "cpu_adam"
+    module_name: ClassVar[str] = "accel.ops._cpu_optim"
+
+
+class FusedAdamBuilder(CPUAdamBuilder):
+    """DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel."""
+
+    op_name: ClassVar[str] = "fused_adam"
+
+
+class CPUAdagradBuilder(PrebuiltOpBuilder):
+    """Adagrad steps on the CPU."""
+
+    op_name: ClassVar[str] = "cpu_adagrad"
+    module_name: ClassVar[str] = "accel.ops._cpu_optim"
+
+
+class CPULionBuilder(PrebuiltOpBuilder):
+    """Lion steps on the CPU."""
+
+    op_name: ClassVar[str] = "cpu_lion"
+    module_name: ClassVar[str] = "accel.ops._cpu_optim"
+
+
+CPU_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
+    builder.__name__: builder
+    for builder in (CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder)
+}
