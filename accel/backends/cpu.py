@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import torch
@@ -23,10 +23,13 @@ from accel.mixins import (
     HostStagingMixin,
     NoGraphMixin,
     NoStreamMixin,
+    OpBuilderTableMixin,
     RecordFunctionProfilerMixin,
     RuntimeEnvMixin,
     TensorPlacementMixin,
 )
+from accel.ops.builders import CPU_OP_BUILDERS
+from accel.protocols.op_builder import OpBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +82,7 @@ class CPUAccelerator(
     RuntimeEnvMixin,
     CompileBackendMixin,
     RecordFunctionProfilerMixin,
+    OpBuilderTableMixin,
 ):
     """The host CPU. Devices are the NUMA nodes that have usable CPUs.
 
@@ -93,6 +97,7 @@ class CPUAccelerator(
     device_type: ClassVar[str] = "cpu"
     indexed_device_names: ClassVar[bool] = False
     visible_devices_env_names: ClassVar[tuple[str, ...]] = (VISIBLE_NODES_ENV,)
+    op_builders: ClassVar[Mapping[str, type[OpBuilder]]] = CPU_OP_BUILDERS
     exported_env_prefixes: ClassVar[tuple[str, ...]] = (
         "MASTER",
         "OMP",

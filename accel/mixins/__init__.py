@@ -12,6 +12,7 @@ from accel.mixins.host_memory import HostMemoryMixin
 from accel.mixins.host_rng import HostRNGMixin
 from accel.mixins.host_staging import HostStagingMixin
 from accel.mixins.nvtx_profiler import NVTXProfilerMixin
+from accel.mixins.op_builder_table import OpBuilderTableMixin
 from accel.mixins.pinned_host import PinnedHostMemoryMixin
 from accel.mixins.record_function_profiler import RecordFunctionProfilerMixin
 from accel.mixins.runtime_env import RuntimeEnvMixin
@@ -36,6 +37,7 @@ __all__ = [
     "NVTXProfilerMixin",
     "NoGraphMixin",
     "NoStreamMixin",
+    "OpBuilderTableMixin",
     "PinnedHostMemoryMixin",
     "RecordFunctionProfilerMixin",
     "RuntimeEnvMixin",

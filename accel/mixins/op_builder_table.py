@@ -1,0 +1,28 @@
+"""OpBuilderAPI over a table of builder classes keyed by their DeepSpeed class names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from accel._checks import check_str
+from accel.protocols.op_builder import OpBuilder
+
+
+class OpBuilderTableMixin:
+    """``create_op_builder``/``get_op_builder``/``op_builder_names`` from ``op_builders``."""
+
+    op_builders: ClassVar[Mapping[str, type[OpBuilder]]]
+
+    def get_op_builder(self, class_name: str) -> type[OpBuilder] | None:
+        """The builder class named ``class_name``, or ``None`` if this backend has none."""
+        return self.op_builders.get(check_str(class_name, "class_name"))
+
+    def create_op_builder(self, class_name: str) -> OpBuilder | None:
+        """A new builder named ``class_name``, or ``None`` if this backend has none."""
+        builder = self.get_op_builder(class_name)
+        return builder() if builder is not None else None
+
+    def op_builder_names(self) -> list[str]:
+        """Every builder class name this backend knows, sorted."""
+        return sorted(self.op_builders)
