@@ -1,0 +1,94 @@
+"""What the CPU optimizers share: collecting a group's tensors and states for one native call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.optim.optimizer import ParamsT
+
+Closure = Callable[[], float] | None
+
+
+@dataclass
+class GroupTensors:
+    """The tensors of one param group that have gradients, in the kernel's layout."""
+
+    params: list[torch.Tensor] = field(default_factory=list[torch.Tensor])
+    grads: list[torch.Tensor | None] = field(default_factory=list[torch.Tensor | None])
+    states: dict[str, list[torch.Tensor]] = field(default_factory=dict[str, list[torch.Tensor]])
+    steps: list[int] = field(default_factory=list[int])
+
+
+class CPUOptimizer(torch.optim.Optimizer):
+    """A ``torch.optim.Optimizer`` whose step is one native call per param group.
+
+    Subclasses name their fp32 state tensors (``state_names``), how a new state starts
+    (``initial_state``) and the call (``_apply``). States use torch's key names and a
+    ``step`` tensor, so ``state_dict()`` moves between this optimizer and torch's.
+    """
+
+    state_names: tuple[str, ...] = ()
+    unsupported_flags: tuple[str, ...] = ("maximize",)
+
+    def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
+        super().__init__(params, defaults)
+
+    def initial_state(self, group: dict[str, Any], param: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Fresh fp32 state tensors for ``param`` (zeros unless overridden)."""
+        return {name: torch.zeros(param.shape, dtype=torch.float32) for name in self.state_names}
+
+    def _tensors(self, group_index: int, group: dict[str, Any]) -> GroupTensors:
+        for flag in self.unsupported_flags:
+            if group.get(flag):
+                raise ValueError(
+                    f"param_groups[{group_index}] sets {flag}=True, which "
+                    f"{type(self).__name__} does not implement"
+                )
+        tensors = GroupTensors(states={name: [] for name in self.state_names})
+        for param in group["params"]:
+            if param.grad is None:
+                continue  # as torch.optim does: frozen or unused parameters are skipped
+            state = self.state[param]
+            if not state:
+                state["step"] = torch.tensor(0.0)
+                state.update(self.initial_state(group, param))
+            for name in self.state_names:
+                # torch.optim's load_state_dict casts states to the parameter's dtype; the
+                # kernels keep states in fp32, and widening loses nothing.
+                if state[name].dtype != torch.float32 or not state[name].is_contiguous():
+                    state[name] = state[name].to(torch.float32).contiguous()
+                tensors.states[name].append(state[name])
+            state["step"] += 1
+            tensors.params.append(param)
+            tensors.grads.append(param.grad)
+            tensors.steps.append(int(state["step"]))
+        return tensors
+
+    def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
+        """Run the native step for one group (each concrete optimizer defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _apply")
+
+    @torch.no_grad()
+    def step(self, closure: Closure = None) -> float | None:  # type: ignore[override]
+        """Take one optimization step; ``closure`` re-evaluates the loss first, as in torch."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for index, group in enumerate(self.param_groups):
+            tensors = self._tensors(index, group)
+            if not tensors.params:
+                continue
+            try:
+                self._apply(group, tensors)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"param_groups[{index}]: {error}") from error
+        return loss
+
+
+def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
+    """``group[key]``, or the optimizer's default for a group loaded without it."""
+    return group.get(key, defaults[key])

@@ -1,0 +1,59 @@
+"""CPUAdagrad: Adagrad on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.optim.optimizer import ParamsT
+
+from accel.ops import cpu_optim
+from accel.optim._base import CPUOptimizer, GroupTensors
+
+
+class CPUAdagrad(CPUOptimizer):
+    """Adagrad matching ``torch.optim.Adagrad`` to fp32 rounding; state key ``sum``."""
+
+    state_names = ("sum",)
+    unsupported_flags = ("maximize", "differentiable")
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "lr": cpu_optim.check_non_negative(lr, "lr"),
+            "lr_decay": cpu_optim.check_non_negative(lr_decay, "lr_decay"),
+            "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
+            "initial_accumulator_value": cpu_optim.check_non_negative(
+                initial_accumulator_value, "initial_accumulator_value"
+            ),
+            "eps": cpu_optim.check_eps(eps),
+            "foreach": None,
+            "maximize": False,
+            "differentiable": False,
+            "fused": None,
+        }
+        super().__init__(params, defaults)
+
+    def initial_state(self, group: dict[str, Any], param: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``sum`` starts at ``initial_accumulator_value``."""
+        start = float(group.get("initial_accumulator_value", 0.0))
+        return {"sum": torch.full(param.shape, start, dtype=torch.float32)}
+
+    def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
+        cpu_optim.adagrad_step(
+            tensors.params,
+            tensors.grads,
+            tensors.states["sum"],
+            tensors.steps,
+            lr=group["lr"],
+            lr_decay=group["lr_decay"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+        )

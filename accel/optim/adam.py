@@ -1,0 +1,68 @@
+"""CPUAdam: Adam and AdamW on the CPU (the DeepSpeed CPUAdam / ZeRO-Offload job)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.optim.optimizer import ParamsT
+
+from accel.ops import cpu_optim
+from accel.optim._base import CPUOptimizer, GroupTensors, hyper
+
+
+class CPUAdam(CPUOptimizer):
+    """Adam (``adamw_mode=False``, L2 weight decay) or AdamW (decoupled weight decay).
+
+    Matches ``torch.optim.Adam``/``AdamW`` to fp32 rounding. Parameters and gradients may
+    be float32, bfloat16 or float16; ``exp_avg`` and ``exp_avg_sq`` are always float32.
+    Param groups carry torch's keys (``decoupled_weight_decay``, ``amsgrad`` ...), so a
+    ``state_dict()`` loads into ``torch.optim.AdamW`` and back.
+    """
+
+    state_names = ("exp_avg", "exp_avg_sq")
+    unsupported_flags = ("amsgrad", "maximize", "differentiable")
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        adamw_mode: bool = True,
+        bias_correction: bool = True,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "lr": cpu_optim.check_non_negative(lr, "lr"),
+            "betas": (
+                cpu_optim.check_beta(betas[0], "betas[0]"),
+                cpu_optim.check_beta(betas[1], "betas[1]"),
+            ),
+            "eps": cpu_optim.check_eps(eps),
+            "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
+            "decoupled_weight_decay": bool(adamw_mode),
+            "bias_correction": bool(bias_correction),
+            # torch's own keys, so that torch.optim.Adam(W) can load this state_dict.
+            "amsgrad": False,
+            "maximize": False,
+            "foreach": None,
+            "capturable": False,
+            "differentiable": False,
+            "fused": None,
+        }
+        super().__init__(params, defaults)
+
+    def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
+        cpu_optim.adam_step(
+            tensors.params,
+            tensors.grads,
+            tensors.states["exp_avg"],
+            tensors.states["exp_avg_sq"],
+            tensors.steps,
+            lr=group["lr"],
+            betas=group["betas"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            adamw=hyper(group, self.defaults, "decoupled_weight_decay"),
+            bias_correction=hyper(group, self.defaults, "bias_correction"),
+        )

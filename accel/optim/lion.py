@@ -1,0 +1,48 @@
+"""CPULion: the Lion optimizer (Chen et al., 2023) on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.optim.optimizer import ParamsT
+
+from accel.ops import cpu_optim
+from accel.optim._base import CPUOptimizer, GroupTensors
+
+
+class CPULion(CPUOptimizer):
+    """Lion: ``p -= lr * sign(beta1*m + (1-beta1)*g)``, then ``m = beta2*m + (1-beta2)*g``.
+
+    Weight decay is decoupled (``p *= 1 - lr*wd`` first), as in the paper. State key
+    ``exp_avg`` (fp32).
+    """
+
+    state_names = ("exp_avg",)
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "lr": cpu_optim.check_non_negative(lr, "lr"),
+            "betas": (
+                cpu_optim.check_beta(betas[0], "betas[0]"),
+                cpu_optim.check_beta(betas[1], "betas[1]"),
+            ),
+            "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
+            "maximize": False,
+        }
+        super().__init__(params, defaults)
+
+    def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
+        cpu_optim.lion_step(
+            tensors.params,
+            tensors.grads,
+            tensors.states["exp_avg"],
+            lr=group["lr"],
+            betas=group["betas"],
+            weight_decay=group["weight_decay"],
+        )
