@@ -38,6 +38,8 @@ def test_report_shows_selection_backends_and_capabilities() -> None:
     cpu = columns.index("cpu")
     assert matrix["DeviceAPI"][cpu] == "yes"
     assert matrix["GraphAPI"][cpu] == "no"
+    assert matrix["OpBuilderAPI"][cpu] == "yes"
+    assert "CPUAdamBuilder" in out
     assert matrix["StreamAPI"][columns.index("cuda")] == "yes"
     assert matrix["StreamAPI"][columns.index("xpu")] == "?"
     assert "no accelerator is available" in result.stderr  # the CPU fallback is announced
@@ -56,7 +58,18 @@ def test_report_json_is_machine_readable() -> None:
     assert backends["cuda"]["available"] is False
     assert backends["cuda"]["capabilities"]["GraphAPI"] is True
     assert backends["xpu"]["capabilities"]["GraphAPI"] is None
-    assert report["op_builders"] == []
+    builders = {row["name"]: row for row in report["op_builders"]}
+    assert set(builders) == {
+        "CPUAdamBuilder",
+        "CPUAdagradBuilder",
+        "CPULionBuilder",
+        "FusedAdamBuilder",
+    }
+    assert builders["CPUAdamBuilder"] == {
+        "name": "CPUAdamBuilder",
+        "compatible": True,
+        "reason": "ready",
+    }
 
 
 def test_report_says_how_an_env_choice_was_made() -> None:

@@ -177,3 +177,24 @@ def test_total_memory_honours_a_cgroup_limit(
     monkeypatch.setattr(_host, "cgroup_memory", lambda: (1 << 30, 1 << 29))
     assert acc.total_memory() == 1 << 30
     assert acc.available_memory() <= 1 << 29
+
+
+def test_cpu_ships_the_deepspeed_cpu_op_builders(acc: CPUAccelerator) -> None:
+    assert acc.op_builder_names() == [
+        "CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder", "FusedAdamBuilder",
+    ]  # fmt: skip
+    module = acc.create_op_builder("CPUAdamBuilder")
+    assert module is not None
+    assert module.name() == "cpu_adam"
+    assert hasattr(module.load(), "adam_step")
+
+
+def test_a_missing_native_module_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accel.ops.builders import CPUAdamBuilder
+
+    monkeypatch.setattr(CPUAdamBuilder, "module_name", "accel.ops._not_built")
+    builder = CPUAdamBuilder()
+    assert builder.is_compatible() is False
+    assert "accel.ops._not_built was not built" in (builder.incompatibility_reason() or "")
+    with pytest.raises(RuntimeError, match="cannot load cpu_adam"):
+        builder.load()

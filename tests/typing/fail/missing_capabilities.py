@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accel import Accelerator, get_accelerator
 from accel.backends.cpu import CPUAccelerator
-from accel.protocols import GraphAPI, OpBuilderAPI, StreamAPI
+from accel.protocols import GraphAPI, StreamAPI
 
 acc = get_accelerator()
 acc.create_graph()  # expect-error: graphs are optional; narrow with isinstance first
@@ -12,7 +12,6 @@ acc.Stream()  # expect-error: streams are optional too
 
 graphs: GraphAPI = CPUAccelerator()  # expect-error: the CPU has no graphs (None markers)
 streams: StreamAPI = CPUAccelerator()  # expect-error: nor streams
-builders: OpBuilderAPI = CPUAccelerator()  # expect-error: nor op builders yet
 
 cpu = CPUAccelerator()
 cpu.create_graph()  # expect-error: the marker is None, not a method

@@ -8,6 +8,7 @@ from accel import Accelerator, get_accelerator
 from accel.backends.cpu import CPUAccelerator
 from accel.protocols import (
     GraphAPI,
+    OpBuilderAPI,
     ProfilerAPI,
     StreamAPI,
     supports_graphs,
@@ -50,4 +51,5 @@ def captured_on_core(acc: Accelerator) -> int:
 
 core: Accelerator = CPUAccelerator()
 profiler: ProfilerAPI = CPUAccelerator()
+builders: OpBuilderAPI = CPUAccelerator()
 maybe_streams: Accelerator | StreamAPI = CPUAccelerator()

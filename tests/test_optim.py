@@ -1,0 +1,414 @@
+"""CPU optimizers against torch's reference implementations.
+
+Error bound: with fp32 parameters our kernels perform torch's single-tensor operations in
+the same order; only FMA contraction differs, which moves a result by a few ulp per step.
+After up to 4 steps of random hyper-parameters we assert |ours - torch| <= 1e-5 + 1e-5*|x|
+(observed: ~1e-7). With bf16/fp16 parameters both sides compute in fp32 and round to the
+parameter's dtype once per step. Two fp32 results a few ulp apart can fall on either side
+of a rounding boundary, so the parameters can part by one unit in the last place of their
+dtype per step, and the next step starts from there. A unit is measured at the largest
+magnitude the parameter reached (an error made while |p| was large stays when p shrinks),
+so after k steps we assert |ours - ref| <= k * u * max|p| with u = 2**-8 (bf16) or
+2**-11 (fp16), the dtype's unit roundoff times two. Observed: up to 4 fp16 units at the
+final magnitude, within this bound.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accel.ops import cpu_optim
+from accel.optim import CPUAdagrad, CPUAdam, CPULion
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# 0, 1, sizes that are not a multiple of any SIMD width, and one that spans two chunks.
+sizes = st.sampled_from([0, 1, 3, 17, 1000, 65537])
+settings_kwargs: dict[str, Any] = {}
+
+
+UNIT = {torch.bfloat16: 2**-7, torch.float16: 2**-10}  # one ulp relative to the binade
+
+
+def _tolerance(dtype: torch.dtype, steps: int, largest: float) -> dict[str, float]:
+    if dtype in UNIT:
+        return {"rtol": 0.0, "atol": steps * UNIT[dtype] * max(largest, 2**-14)}
+    return {"rtol": 1e-5, "atol": 1e-5}
+
+
+class ReferenceLion(torch.optim.Optimizer):
+    """Lion in plain torch (fp32), for comparison."""
+
+    def __init__(
+        self, params: Any, lr: float, betas: tuple[float, float], weight_decay: float
+    ) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                m = state["exp_avg"]
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                update = m * beta1 + (1 - beta1) * p.grad
+                p.add_(torch.sign(update), alpha=-group["lr"])
+                m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+
+
+def _run_against_reference(
+    make_ours: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    make_ref: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    size: int,
+    param_dtype: torch.dtype,
+    grad_dtype: torch.dtype,
+    steps: int,
+    seed: int,
+) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    start = torch.randn(size, generator=generator).to(param_dtype)
+    ours_param = start.clone().requires_grad_()
+    ref_param = start.to(torch.float32, copy=True).requires_grad_()  # reference: fp32
+    if grad_dtype != param_dtype and hasattr(ours_param, "grad_dtype"):
+        ours_param.grad_dtype = None  # torch >= 2.10 checks .grad's dtype unless told not to
+    ours, ref = make_ours([ours_param]), make_ref([ref_param])
+    largest = float(start.float().abs().max()) if size else 0.0
+    for _ in range(steps):
+        grad = torch.randn(size, generator=generator).to(grad_dtype)
+        ours_param.grad = grad.clone()
+        ref_param.grad = grad.float()
+        ours.step()
+        ref.step()
+        with torch.no_grad():  # the reference rounds to the parameter's dtype too
+            ref_param.copy_(ref_param.to(param_dtype).float())
+        largest = max(largest, float(ref_param.detach().abs().max()) if size else 0.0)
+    torch.testing.assert_close(
+        ours_param.detach().float(), ref_param.detach(), **_tolerance(param_dtype, steps, largest)
+    )
+
+
+hyper = {
+    "lr": st.floats(1e-4, 0.5),
+    "beta1": st.floats(0.0, 0.99),
+    "beta2": st.floats(0.5, 0.9999),
+    "eps": st.floats(1e-8, 1e-2),
+    "weight_decay": st.sampled_from([0.0, 1e-4, 0.1]),
+}
+
+
+@given(
+    size=sizes, param_dtype=st.sampled_from(DTYPES), grad_dtype=st.sampled_from(DTYPES),
+    adamw=st.booleans(), bias_correction=st.booleans(), steps=st.integers(1, 4),
+    seed=st.integers(0, 2**31), **hyper,
+)  # fmt: skip
+def test_adam_matches_torch(
+    size: int, param_dtype: torch.dtype, grad_dtype: torch.dtype, adamw: bool,
+    bias_correction: bool, steps: int, seed: int, lr: float, beta1: float, beta2: float,
+    eps: float, weight_decay: float,
+) -> None:  # fmt: skip
+    def ref(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        cls = torch.optim.AdamW if adamw else torch.optim.Adam
+        optimizer = cls(
+            params, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay, foreach=False
+        )
+        if not bias_correction:  # torch has no switch: emulate with huge step counts
+            optimizer.step = _without_bias_correction(optimizer)  # type: ignore[method-assign]
+        return optimizer
+
+    _run_against_reference(
+        lambda p: CPUAdam(p, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay,
+                          adamw_mode=adamw, bias_correction=bias_correction),
+        ref, size, param_dtype, grad_dtype, steps, seed,
+    )  # fmt: skip
+
+
+def _without_bias_correction(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    # beta**step underflows to 0 for step = 10**6, which makes both corrections exactly 1.
+    original = optimizer.step
+
+    def step() -> None:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                state = optimizer.state[p]
+                if state and float(state["step"]) < 10**6:
+                    state["step"] = torch.tensor(float(10**6))
+                elif not state:
+                    state["step"] = torch.tensor(float(10**6) - 1)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        original()
+
+    return step
+
+
+@given(
+    size=sizes, param_dtype=st.sampled_from(DTYPES), grad_dtype=st.sampled_from(DTYPES),
+    steps=st.integers(1, 4), seed=st.integers(0, 2**31), lr=hyper["lr"],
+    lr_decay=st.sampled_from([0.0, 0.01]), eps=hyper["eps"], weight_decay=hyper["weight_decay"],
+    initial=st.sampled_from([0.0, 0.1]),
+)  # fmt: skip
+def test_adagrad_matches_torch(
+    size: int, param_dtype: torch.dtype, grad_dtype: torch.dtype, steps: int, seed: int,
+    lr: float, lr_decay: float, eps: float, weight_decay: float, initial: float,
+) -> None:  # fmt: skip
+    options = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
+               "initial_accumulator_value": initial}  # fmt: skip
+    _run_against_reference(
+        lambda p: CPUAdagrad(p, **options),
+        lambda p: torch.optim.Adagrad(p, foreach=False, **options),
+        size, param_dtype, grad_dtype, steps, seed,
+    )  # fmt: skip
+
+
+@given(
+    size=sizes, param_dtype=st.sampled_from(DTYPES), grad_dtype=st.sampled_from(DTYPES),
+    steps=st.integers(1, 4), seed=st.integers(0, 2**31), lr=hyper["lr"], beta1=hyper["beta1"],
+    beta2=hyper["beta2"], weight_decay=hyper["weight_decay"],
+)  # fmt: skip
+def test_lion_matches_reference(
+    size: int, param_dtype: torch.dtype, grad_dtype: torch.dtype, steps: int, seed: int,
+    lr: float, beta1: float, beta2: float, weight_decay: float,
+) -> None:  # fmt: skip
+    options: dict[str, Any] = {"lr": lr, "betas": (beta1, beta2), "weight_decay": weight_decay}
+    _run_against_reference(
+        lambda p: CPULion(p, **options), lambda p: ReferenceLion(p, **options),
+        size, param_dtype, grad_dtype, steps, seed,
+    )  # fmt: skip
+
+
+@given(
+    size=sizes,
+    copy_dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+    seed=st.integers(0, 2**31),
+)
+def test_fused_copy_is_the_rounded_update(size: int, copy_dtype: torch.dtype, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    param, grad = torch.randn(size, generator=generator), torch.randn(size, generator=generator)
+    m, v, copy = torch.zeros(size), torch.zeros(size), torch.empty(size, dtype=copy_dtype)
+    cpu_optim.adam_step([param], [grad], [m], [v], [1], lr=0.01, betas=(0.9, 0.999), eps=1e-8,
+                        weight_decay=0.0, adamw=True, param_copies=[copy])  # fmt: skip
+    assert torch.equal(copy, param.to(copy_dtype))  # bit-exact: same rounding as torch
+
+
+def test_nan_and_inf_gradients_propagate_like_torch() -> None:
+    grad = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])
+    ours_p, ref_p = torch.ones(4, requires_grad=True), torch.ones(4, requires_grad=True)
+    ours_p.grad, ref_p.grad = grad.clone(), grad.clone()
+    CPUAdam([ours_p], lr=0.1).step()
+    torch.optim.AdamW([ref_p], lr=0.1, weight_decay=0.0, foreach=False).step()
+    assert torch.equal(ours_p.isnan(), ref_p.isnan())
+    torch.testing.assert_close(ours_p[~ours_p.isnan()], ref_p[~ref_p.isnan()])
+
+
+def test_parameters_without_gradients_are_skipped_like_torch() -> None:
+    used, unused = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    used.grad = torch.ones(3)
+    optimizer = CPUAdam([used, unused], lr=0.1)
+    optimizer.step()
+    assert torch.equal(unused.detach(), torch.ones(3))
+    assert unused not in optimizer.state
+    assert not torch.equal(used.detach(), torch.ones(3))
+
+
+def test_param_groups_and_closure() -> None:
+    a, b = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    optimizer = CPUAdam([{"params": [a]}, {"params": [b], "lr": 0.0}], lr=0.1)
+
+    def closure() -> float:
+        optimizer.zero_grad()
+        loss = (a * 2).sum() + (b * 3).sum()
+        loss.backward()
+        return float(loss.detach())
+
+    assert optimizer.step(closure) == 10.0
+    assert torch.equal(b.detach(), torch.ones(2))  # lr 0 group
+    assert (a.detach() < 1).all()
+
+
+@pytest.mark.parametrize(
+    ("ours_cls", "torch_cls", "options"),
+    [
+        (CPUAdam, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.01}),
+        (CPUAdagrad, torch.optim.Adagrad, {"lr": 0.05}),
+    ],
+)
+def test_checkpoints_move_between_torch_and_accel(
+    ours_cls: type[torch.optim.Optimizer],
+    torch_cls: type[torch.optim.Optimizer],
+    options: dict[str, Any],
+) -> None:
+    torch.manual_seed(0)
+    grads = [torch.randn(64) for _ in range(6)]
+    start = torch.randn(64)
+
+    def run(
+        first: type[torch.optim.Optimizer], second: type[torch.optim.Optimizer]
+    ) -> torch.Tensor:
+        p = start.clone().requires_grad_()
+        optimizer = first([p], **options)
+        for g in grads[:3]:
+            p.grad = g.clone()
+            optimizer.step()
+        resumed = second([p], **options)
+        resumed.load_state_dict(optimizer.state_dict())
+        for g in grads[3:]:
+            p.grad = g.clone()
+            resumed.step()
+        return p.detach()
+
+    reference = run(torch_cls, torch_cls)
+    torch.testing.assert_close(run(torch_cls, ours_cls), reference, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(run(ours_cls, torch_cls), reference, rtol=1e-5, atol=1e-6)
+
+
+def test_state_uses_torch_key_names() -> None:
+    p = torch.ones(4, requires_grad=True)
+    p.grad = torch.ones(4)
+    optimizer = CPUAdam([p])
+    optimizer.step()
+    state = optimizer.state_dict()["state"][0]
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
+    assert float(state["step"]) == 1.0
+
+
+def _step_in_child(queue: Any) -> None:
+    p = torch.ones(1 << 18, requires_grad=True)
+    p.grad = torch.ones(1 << 18)
+    CPUAdam([p], lr=0.1).step()
+    queue.put(float(p.detach()[0]))
+
+
+def test_steps_work_in_a_forked_child_after_the_parent_used_openmp() -> None:
+    p = torch.ones(1 << 20, requires_grad=True)
+    p.grad = torch.ones(1 << 20)
+    CPUAdam([p], lr=0.1).step()  # the parent's OpenMP pool is now running
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_step_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung in its first optimizer step")
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) == pytest.approx(0.9)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _adam(**overrides: Any) -> None:
+    arguments: dict[str, Any] = {
+        "params": [torch.zeros(4)], "grads": [torch.zeros(4)], "exp_avgs": [torch.zeros(4)],
+        "exp_avg_sqs": [torch.zeros(4)], "steps": [1], "lr": 0.1, "betas": (0.9, 0.99),
+        "eps": 1e-8, "weight_decay": 0.0, "adamw": True,
+    }  # fmt: skip
+    arguments.update(overrides)
+    cpu_optim.adam_step(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "message"),
+    [
+        ({"grads": [None]}, ValueError, r"grads\[0\] is None"),
+        ({"grads": [torch.zeros(4).to_sparse()]}, ValueError, r"grads\[0\] must be a dense tensor"),
+        ({"params": [torch.zeros(4, dtype=torch.float64)]}, TypeError, r"params\[0\] must be float32, bfloat16 or float16, got torch.float64"),
+        ({"grads": [torch.zeros(5)]}, ValueError, r"grads\[0\] has shape \(5,\)"),
+        ({"params": [torch.zeros(4, 2).t()], "grads": [torch.zeros(2, 4)], "exp_avgs": [torch.zeros(8)], "exp_avg_sqs": [torch.zeros(8)]}, ValueError, r"params\[0\] must be contiguous"),
+        ({"params": [torch.zeros(4, device="meta")]}, ValueError, r"params\[0\] must be on the CPU, got meta"),
+        ({"exp_avgs": [torch.zeros(4, dtype=torch.bfloat16)]}, TypeError, r"exp_avgs\[0\] must be float32"),
+        ({"exp_avg_sqs": [torch.zeros(3)]}, ValueError, r"exp_avg_sqs\[0\] has 3 elements, params\[0\] 4"),
+        ({"steps": [0]}, ValueError, "steps must all be >= 1"),
+        ({"grads": []}, ValueError, "grads has 0 entries, expected one per parameter"),
+        ({"lr": -0.1}, ValueError, "lr must be a finite number >= 0, got -0.1"),
+        ({"lr": float("nan")}, ValueError, "lr must be a finite number >= 0"),
+        ({"betas": (1.0, 0.9)}, ValueError, r"betas\[0\] must be in \[0, 1\), got 1.0"),
+        ({"betas": (0.9, -0.1)}, ValueError, r"betas\[1\] must be in \[0, 1\), got -0.1"),
+        ({"eps": 0.0}, ValueError, "eps must be a finite number > 0, got 0.0"),
+        ({"weight_decay": -1.0}, ValueError, "weight_decay must be a finite number >= 0"),
+        ({"param_copies": [torch.zeros(4)]}, TypeError, r"param_copies\[0\] must be bfloat16 or float16"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_rejected_with_a_clear_message(
+    overrides: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        _adam(**overrides)
+
+
+def test_aliased_tensors_are_rejected() -> None:
+    shared = torch.zeros(8)
+    with pytest.raises(ValueError, match="tensors of parameter 0 overlap"):
+        _adam(params=[shared[:4]], exp_avgs=[shared[2:6]])
+
+
+@pytest.mark.parametrize(
+    ("cls", "options", "message"),
+    [
+        (CPUAdam, {"lr": -1.0}, "lr must be"),
+        (CPUAdam, {"betas": (0.9, 1.0)}, r"betas\[1\]"),
+        (CPUAdam, {"eps": -1e-8}, "eps must be"),
+        (CPUAdagrad, {"lr_decay": -0.1}, "lr_decay must be"),
+        (CPUAdagrad, {"initial_accumulator_value": -1.0}, "initial_accumulator_value must be"),
+        (CPULion, {"betas": (1.5, 0.99)}, r"betas\[0\]"),
+        (CPULion, {"weight_decay": -0.5}, "weight_decay must be"),
+    ],
+)
+def test_invalid_hyper_parameters_are_rejected_at_construction(
+    cls: type[torch.optim.Optimizer], options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        cls([torch.zeros(2, requires_grad=True)], **options)
+
+
+def test_optimizer_errors_name_the_group() -> None:
+    p = torch.zeros(4, requires_grad=True)
+    p.grad = torch.zeros(4).to_sparse()
+    with pytest.raises(ValueError, match=r"param_groups\[0\]: grads\[0\] must be a dense tensor"):
+        CPUAdam([p]).step()
+
+
+def test_flags_it_does_not_implement_are_refused_not_ignored() -> None:
+    p = torch.zeros(4, requires_grad=True)
+    p.grad = torch.zeros(4)
+    optimizer = CPUAdam([p])
+    optimizer.param_groups[0]["amsgrad"] = True  # e.g. loaded from an amsgrad checkpoint
+    with pytest.raises(ValueError, match="amsgrad=True, which CPUAdam does not implement"):
+        optimizer.step()
+
+
+def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
+    native = cpu_optim.native()
+    p = torch.zeros(4)
+    with pytest.raises(ValueError, match="one entry per parameter"):
+        native.lion_step(
+            [p.data_ptr()], [], [p.data_ptr()], [0], [4], [0], [0], [-1], 0.1, 0.9, 0.99, 0.0
+        )
+    with pytest.raises(ValueError, match="unknown dtype code 7"):
+        native.lion_step(
+            [p.data_ptr()],
+            [p.data_ptr()],
+            [p.data_ptr()],
+            [0],
+            [4],
+            [7],
+            [0],
+            [-1],
+            0.1,
+            0.9,
+            0.99,
+            0.0,
+        )
+    with pytest.raises(ValueError, match="null buffer"):
+        native.lion_step(
+            [0], [p.data_ptr()], [p.data_ptr()], [0], [4], [0], [0], [-1], 0.1, 0.9, 0.99, 0.0
+        )
