@@ -1,2 +1,1 @@
-"""Per-protocol conformance suites. Every test takes the ``accelerator`` fixture, so each
-available backend (CPU here, CUDA and plugins once registered) runs the same checks."""
+"""Every available backend against every check of the conformance kit (accel.testing)."""

@@ -1,0 +1,129 @@
+"""Conformance kit: prove a backend honest with one call.
+
+    from accel.testing import check_backend
+    report = check_backend(MyAccelerator)
+    assert report.ok, report
+
+It runs the hypothesis property checks of the core protocols and of every optional
+capability the backend claims (decided by ``isinstance``, not by a list you write), and
+reports each violation with the protocol, the method and a minimal counter-example.
+Needs the test extra (``pip install accel[test]``: hypothesis).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from accel.backends.base import BackendClass
+from accel.protocols import (
+    RNGAPI,
+    Accelerator,
+    DeviceAPI,
+    DTypeAPI,
+    GraphAPI,
+    MemoryAPI,
+    OpBuilderAPI,
+    ProfilerAPI,
+    RuntimeAPI,
+    StreamAPI,
+    TensorAPI,
+)
+
+# Importing the check modules registers their checks in CHECKS.
+from accel.testing import core_checks, optional_checks
+from accel.testing._framework import CHECKS, Check, KitConfig, Report, Violation
+from accel.testing.optional_checks import members_are_real, no_partial_capabilities
+
+CORE: tuple[type, ...] = (DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI)
+OPTIONAL: tuple[type, ...] = (StreamAPI, GraphAPI, ProfilerAPI, OpBuilderAPI)
+
+__all__ = [
+    "CHECKS",
+    "CORE",
+    "OPTIONAL",
+    "Check",
+    "Report",
+    "Violation",
+    "check_backend",
+    "core_checks",
+    "optional_checks",
+    "run_check",
+]
+
+
+def _counterexample(error: BaseException) -> str | None:
+    notes: list[str] = getattr(error, "__notes__", [])
+    # Hypothesis notes the minimal input as "Falsifying example: ..." (older releases) or
+    # "Failing test case: ..." (newer ones).
+    falsifying = [
+        note for note in notes if note.startswith(("Falsifying example", "Failing test case"))
+    ]
+    if not falsifying:
+        return None
+    lines = falsifying[0].split(":", 1)[1].splitlines()
+    # Keep the arguments, drop hypothesis's commentary ("# or any other generated value").
+    arguments = [line.split("#", 1)[0].strip().rstrip(",") for line in lines[1:]]
+    return ", ".join(argument for argument in arguments if argument and argument != ")")
+
+
+def _violation(protocol: type, method: str, name: str, error: BaseException) -> Violation:
+    if isinstance(error, AssertionError):
+        message = str(error).splitlines()[0] if str(error) else "assertion failed"
+    else:
+        message = f"raised {type(error).__name__}: {error}"
+    return Violation(protocol.__name__, method, name, message, _counterexample(error))
+
+
+def run_check(accelerator: Accelerator, check: Check) -> Violation | None:
+    """Run one check; its violation, or ``None`` when the property holds."""
+    try:
+        check.function(accelerator)
+    except Exception as error:  # a check reports any failure of the backend as a violation
+        return _violation(check.protocol, check.method, check.name, error)
+    return None
+
+
+def _instance(backend: type | Accelerator) -> object:
+    if not isinstance(backend, type):
+        return backend
+    if callable(getattr(backend, "probe", None)):
+        availability = cast(BackendClass, backend).probe()
+        if not availability.available:
+            raise ValueError(f"{backend.__qualname__} is not available here: {availability.reason}")
+    instance: object = backend()
+    return instance
+
+
+def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Report:
+    """Check ``backend`` (a class or an instance) against every protocol it claims.
+
+    A class is probed first (``ValueError`` with the reason when it is not available
+    here) and instantiated. ``max_examples`` is the hypothesis budget of each property.
+    """
+    accelerator = _instance(backend)
+    report = Report(type(accelerator).__qualname__)
+    if not isinstance(accelerator, Accelerator):
+        missing = [p.__name__ for p in CORE if not isinstance(accelerator, p)]
+        message = f"does not satisfy {', '.join(missing)}; no check can run"
+        report.violations.append(Violation("Accelerator", "*", "core_protocols", message))
+        return report
+    previous, KitConfig.max_examples = KitConfig.max_examples, max_examples
+    try:
+        claimed = [p for p in (*CORE, *OPTIONAL) if isinstance(accelerator, p)]
+        report.protocols = [p.__name__ for p in claimed]
+        for protocol in (*CORE, *OPTIONAL):
+            generic = members_are_real if protocol in claimed else no_partial_capabilities
+            report.checks_run += 1
+            try:
+                generic(accelerator, protocol)
+            except Exception as error:
+                report.violations.append(_violation(protocol, "*", generic.__name__, error))
+        for registered in CHECKS:
+            if registered.protocol in claimed:
+                report.checks_run += 1
+                violation = run_check(accelerator, registered)
+                if violation is not None:
+                    report.violations.append(violation)
+    finally:
+        KitConfig.max_examples = previous
+    return report

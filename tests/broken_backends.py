@@ -1,0 +1,175 @@
+"""Sample backends, each broken in one way the conformance kit must catch.
+
+All start from the (honest) CPU backend and break one promise, so each report should
+contain the violation of that promise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from accel.backends.cpu import CPUAccelerator
+
+
+class LeakyRNGState(CPUAccelerator):
+    """set_rng_state() validates its argument, then forgets to restore it."""
+
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
+        torch.zeros(0).add_(0)  # does some work, but not the restore
+
+
+class DriftingSeed(CPUAccelerator):
+    """manual_seed() mixes in a call counter: the same seed never repeats."""
+
+    _calls = itertools.count()
+
+    def manual_seed(self, seed: int) -> None:
+        super().manual_seed((seed + next(self._calls)) % 2**64)
+
+
+class LowPeak(CPUAccelerator):
+    """max_memory_allocated() reports half the current usage."""
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        return self.memory_allocated(device_index) // 2
+
+
+class MisnamedDevice(CPUAccelerator):
+    """device() and device_name() name different devices."""
+
+    def device(self, device_index: int | None = None) -> torch.device:
+        return torch.device("meta")
+
+
+class OverclaimedDTypes(CPUAccelerator):
+    """supported_dtypes() lists float16 while is_fp16_supported() says no."""
+
+    def is_fp16_supported(self) -> bool:
+        return False
+
+    def supported_dtypes(self) -> list[torch.dtype]:
+        return [torch.float32, torch.bfloat16, torch.float16]
+
+
+class StubbedProfiler(CPUAccelerator):
+    """Claims ProfilerAPI, but range_push() is a stub."""
+
+    def range_push(self, msg: str) -> None:
+        raise NotImplementedError
+
+
+class NoneForMemory(CPUAccelerator):
+    """total_memory() returns None where an int is typed."""
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        return None  # type: ignore[return-value]
+
+
+class HalfAGraphAPI(CPUAccelerator):
+    """Offers create_graph() without the rest of GraphAPI: a capability that cannot be used."""
+
+    def create_graph(self) -> Any:  # type: ignore[override]
+        return object()
+
+
+class _FakeEvent(torch.Event):
+    elapsed = 1.0
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end_event: Any) -> float:
+        return self.elapsed
+
+
+class _FakeStream(torch.Stream):
+    def wait_event(self, event: Any) -> None:
+        return None  # CPU work is already done when it returns
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+
+class FakeStreams(CPUAccelerator):
+    """Streams and events that are honest for a synchronous device (ordering is trivial)."""
+
+    event_class: type[_FakeEvent] = _FakeEvent
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._default = _FakeStream()
+        self._current: list[torch.Stream] = [self._default]
+
+    def Stream(self, device_index: int | None = None, priority: int = 0) -> torch.Stream:  # type: ignore[override]
+        return _FakeStream()
+
+    def Event(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> torch.Event:  # type: ignore[override]
+        return self.event_class()
+
+    @contextlib.contextmanager
+    def _switch(self, stream: torch.Stream) -> Iterator[None]:
+        self._current.append(stream)
+        try:
+            yield
+        finally:
+            self._current.pop()
+
+    def stream(self, stream: torch.Stream | None) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        if stream is not None and not isinstance(stream, torch.Stream):
+            raise TypeError(f"stream must be a torch.Stream or None, got {type(stream).__name__}")
+        return self._switch(stream) if stream is not None else contextlib.nullcontext()
+
+    def current_stream(self, device_index: int | None = None) -> torch.Stream:  # type: ignore[override]
+        return self._current[-1]
+
+    def default_stream(self, device_index: int | None = None) -> torch.Stream:  # type: ignore[override]
+        return self._default
+
+    def is_synchronized_device(self) -> bool:
+        return False
+
+
+class _BackwardsEvent(_FakeEvent):
+    elapsed = -0.5
+
+
+class BackwardsClock(FakeStreams):
+    """Events whose elapsed time runs backwards."""
+
+    event_class = _BackwardsEvent
+
+
+class _FrozenGraph:
+    def replay(self) -> None:
+        return None  # replays nothing
+
+    def reset(self) -> None:
+        return None
+
+
+class FrozenGraph(CPUAccelerator):
+    """A graph API whose capture records nothing and whose replay does nothing."""
+
+    def create_graph(self) -> Any:  # type: ignore[override]
+        return _FrozenGraph()
+
+    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> Any:  # type: ignore[override]
+        return contextlib.nullcontext()
+
+    def replay_graph(self, graph: Any) -> None:  # type: ignore[override]
+        if not isinstance(graph, _FrozenGraph):
+            raise TypeError(f"graph must come from create_graph(), got {type(graph).__name__}")
+        graph.replay()

@@ -1,0 +1,70 @@
+"""The conformance kit rejects each deliberately broken backend with a useful message."""
+
+from __future__ import annotations
+
+import pytest
+
+from accel.backends.cpu import CPUAccelerator
+from accel.protocols import GraphAPI, StreamAPI
+from accel.testing import check_backend
+from tests import broken_backends as broken
+
+CASES = [
+    (broken.LeakyRNGState, "RNGAPI", "rng_state_round_trips", "did not reproduce", True),
+    (broken.DriftingSeed, "RNGAPI", "seeds_are_deterministic", "same seed gave different", True),
+    (broken.LowPeak, "MemoryAPI", "peaks_are_never_below_current", "max_memory_allocated()=", True),
+    (broken.MisnamedDevice, "DeviceAPI", "device_name_agrees_with_device", "but device(", True),
+    (broken.OverclaimedDTypes, "DTypeAPI", "dtype_answers_agree", "disagrees with is_fp16_supported", False),
+    (broken.StubbedProfiler, "ProfilerAPI", "profiler_ranges_nest", "raised NotImplementedError", False),
+    (broken.NoneForMemory, "MemoryAPI", "members_are_real", "total_memory() returned None", False),
+    (broken.HalfAGraphAPI, "GraphAPI", "no_partial_capabilities", "create_graph callable", False),
+    (broken.BackwardsClock, "StreamAPI", "event_timing_is_never_negative", "is -0.5", False),
+    (broken.FrozenGraph, "GraphAPI", "graph_replay_recomputes", "output is 1.0, not 7.0", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "protocol", "check", "message", "has_counterexample"),
+    CASES,
+    ids=lambda c: getattr(c, "__name__", None),
+)
+def test_each_broken_backend_is_rejected_with_its_violation(
+    backend: type, protocol: str, check: str, message: str, has_counterexample: bool
+) -> None:
+    report = check_backend(backend, max_examples=10)
+    assert not report.ok
+    found = [v for v in report.violations if v.protocol == protocol and v.check == check]
+    assert found, str(report)
+    assert message in found[0].message, str(found[0])
+    if has_counterexample:  # properties report hypothesis's minimal failing input
+        assert found[0].counterexample, str(found[0])
+    assert f"{protocol}." in str(report)
+
+
+def test_real_cpu_backend_passes() -> None:
+    report = check_backend(CPUAccelerator)
+    assert report.ok, str(report)
+    assert "OpBuilderAPI" in report.protocols
+    assert report.checks_run >= 25
+
+
+def test_an_honest_fake_stream_backend_passes_the_stream_checks() -> None:
+    # Proves the stream checks can pass, so BackwardsClock fails for its clock alone.
+    assert isinstance(broken.FakeStreams(), StreamAPI)
+    report = check_backend(broken.FakeStreams, max_examples=5)
+    assert report.ok, str(report)
+
+
+def test_capabilities_are_decided_by_isinstance() -> None:
+    assert isinstance(broken.FrozenGraph(), GraphAPI)
+    assert "GraphAPI" in check_backend(broken.FrozenGraph, max_examples=5).protocols
+    assert "GraphAPI" not in check_backend(CPUAccelerator, max_examples=5).protocols
+
+
+def test_unavailable_backend_class_is_an_error_with_the_reason() -> None:
+    from accel.backends.cuda import CUDAAccelerator
+
+    if CUDAAccelerator.probe().available:
+        pytest.skip("a GPU is present")
+    with pytest.raises(ValueError, match="CUDAAccelerator is not available here: "):
+        check_backend(CUDAAccelerator)
