@@ -12,6 +12,8 @@ import accel
 from accel._registry import registry
 from accel.protocols import Accelerator
 
+pytest_plugins = ["pytester"]
+
 # The machine is shared and noisy: no per-example deadline; a moderate example count keeps
 # the whole suite within minutes.
 settings.register_profile(

@@ -1,0 +1,68 @@
+"""The pytest plugin, run the way a backend author runs it: pytest in a subprocess."""
+
+from __future__ import annotations
+
+import pytest
+
+TESTS = """
+import pytest
+from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
+from accel.pytest_plugin import requires
+
+def test_fixture_is_the_selected_backend(accelerator):
+    assert type(accelerator).__name__ == "CPUAccelerator"
+
+@requires(GraphAPI)
+def test_needs_graphs(accelerator):
+    accelerator.create_graph()
+
+@pytest.mark.requires("StreamAPI")
+def test_needs_streams(accelerator):
+    accelerator.Stream()
+
+@requires(ProfilerAPI)
+def test_needs_ranges(accelerator):
+    accelerator.range_push("x")
+    accelerator.range_pop()
+"""
+
+
+def test_accel_option_fixture_and_requires_marker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    result = pytester.runpytest_subprocess("--accel=cpu", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(
+        ["*CPUAccelerator lacks GraphAPI*", "*CPUAccelerator lacks StreamAPI*"]
+    )
+
+
+def test_unknown_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    result = pytester.runpytest_subprocess("--accel=tpu", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--accel=tpu: unknown backend; expected one of:*cpu*"])
+
+
+def test_unavailable_backend_is_a_usage_error_with_the_reason(pytester: pytest.Pytester) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    pytester.makepyfile(TESTS)
+    result = pytester.runpytest_subprocess("--accel=cuda", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--accel=cuda: the backend is not available here:*"])
+
+
+def test_requires_rejects_non_protocols(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.requires("Graph")
+        def test_x(accelerator):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*requires takes capability protocols or their names*'Graph'*"])
+    assert result.ret != 0
