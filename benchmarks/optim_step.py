@@ -72,14 +72,20 @@ def _methods(case: Case) -> dict[str, Callable[[], None]]:
     methods["accel CPUAdam"] = ours.step  # type: ignore[assignment]
     if case.dtype != torch.float32:
         return methods  # torch's reference points are fp32 runs
-    fused = torch.optim.AdamW(_params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, fused=True)
+    fused = torch.optim.AdamW(
+        _params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, fused=True
+    )
     methods["torch fused"] = fused.step  # type: ignore[assignment]
-    foreach = torch.optim.AdamW(_params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=True)
+    foreach = torch.optim.AdamW(
+        _params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=True
+    )
     methods["torch foreach"] = foreach.step  # type: ignore[assignment]
     if importlib.util.find_spec("deepspeed") is not None:
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # type: ignore[import-not-found]
 
-        deepspeed = DeepSpeedCPUAdam(_params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, adamw_mode=True)
+        deepspeed = DeepSpeedCPUAdam(
+            _params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, adamw_mode=True
+        )
         methods["DeepSpeedCPUAdam"] = deepspeed.step
     return methods
 
