@@ -22,6 +22,12 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(args: argparse.Namespace) -> int:
+    from accel.port.cli import run
+
+    return run(args.paths, diff=args.diff, check=args.check)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -33,6 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--json", action="store_true", help="print the report as JSON")
     report.set_defaults(handler=_report)
+    port = commands.add_parser(
+        "port", help="rewrite torch.cuda-specific code to accelerator-agnostic code"
+    )
+    port.add_argument("paths", nargs="+", metavar="PATH", help="Python files or directories")
+    mode = port.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true", help="print a unified diff; change nothing")
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="print path:line:col findings and exit 1 if there are any (for CI)",
+    )
+    port.set_defaults(handler=_port)
     return parser
 
 
@@ -44,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
         return int(args.handler(args))
-    except (ValueError, TypeError, RuntimeError) as error:
+    except (ValueError, TypeError, RuntimeError, OSError) as error:
         # Configuration mistakes (a bad ACCEL_BACKEND, say) deserve one line, not a traceback.
         print(f"accel: error: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,1 @@
+"""`accel port`: rewrite torch.cuda-specific code into accelerator-agnostic code."""

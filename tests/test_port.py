@@ -1,0 +1,207 @@
+"""`accel port`: CUDA code rewritten by rule, then compiled and run on the CPU."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel.cli import main
+from accel.port.rewrite import port_source
+
+CUDA_CODE = textwrap.dedent(
+    """
+    import torch
+    import torch.distributed as dist
+
+
+    def seeded_noise(seed):
+        # Reproducible noise on the GPU.
+        torch.cuda.manual_seed(seed)
+        return torch.randn(4, device="cuda")
+
+
+    def place(t, rank):
+        moved = t.cuda()
+        other = torch.zeros(2, device=f"cuda:{rank}")
+        first = torch.ones(1).to('cuda:0')
+        return moved.is_cuda, other.device.type, first.device.type, torch.cuda.device_count()
+
+
+    def peak_after_alloc():
+        torch.cuda.reset_peak_memory_stats()
+        x = torch.ones(1 << 20, device=torch.cuda.current_device())
+        torch.cuda.synchronize()
+        index = torch.cuda.current_device()
+        return torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated(), x.sum().item(), index
+
+
+    def rng_round_trip():
+        state = torch.cuda.get_rng_state()
+        generator = torch.cuda.default_generators[0]
+        a = torch.rand(3, device="cuda", generator=generator)
+        torch.cuda.set_rng_state(state)
+        b = torch.rand(3, device="cuda")
+        return torch.equal(a, b)
+
+
+    def staged(t):
+        return t.pin_memory().sum().item()
+
+
+    def comm_backend():
+        options = dict(backend="nccl", timeout=30)
+        return options["backend"]
+
+
+    def log_line(rank):
+        # Strings that only mention CUDA are not device positions.
+        table = {"cuda": rank}
+        return "running on cuda:0", table
+    """
+)
+
+
+@pytest.fixture
+def ported() -> str:
+    return port_source(CUDA_CODE).source
+
+
+@pytest.mark.usefixtures("fresh_selection")
+def test_ported_code_runs_on_cpu_with_the_expected_results(
+    ported: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    namespace: dict[str, object] = {}
+    exec(compile(ported, "ported.py", "exec"), namespace)
+    functions = {name: value for name, value in namespace.items() if callable(value)}
+
+    torch.manual_seed(7)
+    expected_noise = torch.randn(4)
+    assert torch.equal(functions["seeded_noise"](7), expected_noise)
+    assert functions["place"](torch.ones(2), 0) == (True, "cpu", "cpu", 1)
+    fits, total, index = functions["peak_after_alloc"]()
+    assert fits is True
+    assert total == float(1 << 20)
+    assert index == 0
+    assert functions["rng_round_trip"]() is True
+    assert functions["staged"](torch.ones(3)) == 3.0
+    assert functions["comm_backend"]() == "gloo"
+    assert functions["log_line"](1) == ("running on cuda:0", {"cuda": 1})
+
+
+def test_every_rule_produces_the_agnostic_spelling(ported: str) -> None:
+    for expected in (
+        "get_accelerator().manual_seed(seed)",
+        "torch.randn(4, device=get_accelerator().device_name())",
+        "moved = t.to(get_accelerator().device_name())",
+        "device=get_accelerator().device_name(rank)",
+        ".to(get_accelerator().device_name(0))",
+        "get_accelerator().on_accelerator(moved)",
+        "device=get_accelerator().current_device_name()",
+        "index = get_accelerator().current_device()",
+        "get_accelerator().default_generator(0)",
+        "get_accelerator().pin_memory(t).sum()",
+        "backend=get_accelerator().communication_backend_name()",
+    ):
+        assert expected in ported, expected
+    assert "torch.cuda" not in ported
+
+
+def test_comments_formatting_and_unrelated_strings_survive(ported: str) -> None:
+    assert "# Reproducible noise on the GPU." in ported
+    assert "# Strings that only mention CUDA are not device positions." in ported
+    assert '{"cuda": rank}' in ported
+    assert '"running on cuda:0"' in ported
+    assert ported.count("\n\n\ndef ") == CUDA_CODE.count("\n\n\ndef ")
+
+
+def test_the_import_is_added_once_and_porting_is_idempotent(ported: str) -> None:
+    assert ported.count("from accel import get_accelerator") == 1
+    again = port_source(ported)
+    assert again.source == ported
+    assert not again.changed
+    already = "from accel import get_accelerator\nimport torch\ntorch.cuda.synchronize()\n"
+    assert port_source(already).source.count("get_accelerator\n") == 1
+
+
+def test_code_without_cuda_is_untouched() -> None:
+    source = "import torch\nx = torch.ones(2, device='cpu')\nprint('cuda')\n"
+    result = port_source(source)
+    assert result.source == source
+    assert result.findings == []
+
+
+def test_init_process_group_positional_backend() -> None:
+    source = "import torch.distributed as dist\ndist.init_process_group('nccl', rank=0)\n"
+    assert (
+        "dist.init_process_group(get_accelerator().communication_backend_name(), rank=0)"
+        in port_source(source).source
+    )
+
+
+def test_graph_code_is_left_alone_and_reported() -> None:
+    source = textwrap.dedent(
+        """
+        import torch
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = x * 2
+        scaler = torch.cuda.amp.GradScaler()
+        """
+    )
+    result = port_source(source)
+    assert result.source == source
+    manual = [(f.line, f.message) for f in result.findings if not f.rewritten]
+    assert manual[0][0] == 3
+    assert "torch.cuda.CUDAGraph: no safe automatic rewrite" in manual[0][1]
+    assert "isinstance(acc, GraphAPI)" in manual[0][1]
+    assert manual[1][0] == 4
+    assert any(line == 6 and "torch.cuda.amp has no accel equivalent" in m for line, m in manual)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_cli_rewrites_in_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "train.py", CUDA_CODE)
+    assert main(["port", str(tmp_path)]) == 0
+    assert path.read_text() == port_source(CUDA_CODE).source
+    assert f"{path}: " in capsys.readouterr().out
+
+
+def test_cli_diff_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "train.py", CUDA_CODE)
+    assert main(["port", "--diff", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"--- a/{path}" in out
+    assert "+    torch.cuda" not in out
+    assert "+    get_accelerator().manual_seed(seed)" in out
+    assert path.read_text() == CUDA_CODE
+
+
+def test_cli_check_reports_positions_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, "train.py", CUDA_CODE)
+    clean = _write(tmp_path, "clean.py", "x = 1\n")
+    assert main(["port", "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:8:5: torch.cuda.manual_seed() -> get_accelerator().manual_seed()" in out
+    assert path.read_text() == CUDA_CODE
+    assert main(["port", "--check", str(clean)]) == 0
+
+
+def test_cli_reports_unparsable_and_missing_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = _write(tmp_path, "broken.py", "def f(:\n")
+    assert main(["port", str(broken)]) == 2
+    assert f"{broken}: cannot be ported: ParserSyntaxError" in capsys.readouterr().err
+    assert main(["port", str(tmp_path / "absent.py")]) == 2
+    assert "absent.py: no such file or directory" in capsys.readouterr().err
