@@ -35,7 +35,8 @@ CUDA_CODE = textwrap.dedent(
         x = torch.ones(1 << 20, device=torch.cuda.current_device())
         torch.cuda.synchronize()
         index = torch.cuda.current_device()
-        return torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated(), x.sum().item(), index
+        fits = torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated()
+        return fits, x.sum().item(), index
 
 
     def rng_round_trip():
