@@ -11,24 +11,9 @@ from accel import _registry
 from accel._selection import current_selection
 from accel._version import __version__
 from accel.backends.torch_device import DiscoveredTorchDevice
-from accel.protocols import (
-    RNGAPI,
-    Accelerator,
-    DeviceAPI,
-    DTypeAPI,
-    GraphAPI,
-    MemoryAPI,
-    OpBuilderAPI,
-    ProfilerAPI,
-    RuntimeAPI,
-    StreamAPI,
-    TensorAPI,
-)
+from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, OpBuilderAPI
 
-CAPABILITIES: tuple[type, ...] = (
-    DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI,
-    StreamAPI, GraphAPI, ProfilerAPI, OpBuilderAPI,
-)  # fmt: skip
+CAPABILITIES: tuple[type, ...] = (*CORE_PROTOCOLS, *OPTIONAL_PROTOCOLS)
 
 
 @dataclass(frozen=True)

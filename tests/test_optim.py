@@ -412,3 +412,8 @@ def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
         native.lion_step(
             [0], [p.data_ptr()], [p.data_ptr()], [0], [4], [0], [0], [-1], 0.1, 0.9, 0.99, 0.0
         )
+
+
+def test_betas_must_be_a_pair() -> None:
+    with pytest.raises(ValueError, match=r"betas must be a pair \(beta1, beta2\), got \(0.9,\)"):
+        CPUAdam([torch.zeros(2, requires_grad=True)], betas=(0.9,))  # type: ignore[arg-type]

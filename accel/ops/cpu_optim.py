@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 
 import torch
 
@@ -32,6 +33,15 @@ def check_beta(value: object, name: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
     return float(value)
+
+
+def check_betas(betas: object) -> tuple[float, float]:
+    """A pair of betas, each in [0, 1)."""
+    if isinstance(betas, (tuple, list)):
+        pair = cast("Sequence[object]", betas)
+        if len(pair) == 2:
+            return check_beta(pair[0], "betas[0]"), check_beta(pair[1], "betas[1]")
+    raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
 
 
 def check_eps(eps: object) -> float:
@@ -183,7 +193,7 @@ def adam_step(
     bf16/fp16 in the same pass (the ZeRO-Offload pattern).
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, param_copies)
-    beta1, beta2 = check_beta(betas[0], "betas[0]"), check_beta(betas[1], "betas[1]")
+    beta1, beta2 = check_betas(betas)
     native().adam_step(
         batch.params, batch.grads, batch.states[0], batch.states[1], batch.copies, batch.numels,
         batch.param_dtypes, batch.grad_dtypes, batch.copy_dtypes, _steps(steps, len(params)),
@@ -229,6 +239,6 @@ def lion_step(
     native().lion_step(
         batch.params, batch.grads, batch.states[0], batch.copies, batch.numels,
         batch.param_dtypes, batch.grad_dtypes, batch.copy_dtypes, check_non_negative(lr, "lr"),
-        check_beta(betas[0], "betas[0]"), check_beta(betas[1], "betas[1]"),
+        *check_betas(betas),
         check_non_negative(weight_decay, "weight_decay"),
     )  # fmt: skip

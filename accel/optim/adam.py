@@ -34,10 +34,7 @@ class CPUAdam(CPUOptimizer):
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": cpu_optim.check_non_negative(lr, "lr"),
-            "betas": (
-                cpu_optim.check_beta(betas[0], "betas[0]"),
-                cpu_optim.check_beta(betas[1], "betas[1]"),
-            ),
+            "betas": cpu_optim.check_betas(betas),
             "eps": cpu_optim.check_eps(eps),
             "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
             "decoupled_weight_decay": bool(adamw_mode),

@@ -28,10 +28,7 @@ class CPULion(CPUOptimizer):
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": cpu_optim.check_non_negative(lr, "lr"),
-            "betas": (
-                cpu_optim.check_beta(betas[0], "betas[0]"),
-                cpu_optim.check_beta(betas[1], "betas[1]"),
-            ),
+            "betas": cpu_optim.check_betas(betas),
             "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
             "maximize": False,
         }

@@ -5,6 +5,8 @@
 """
 
 from accel.protocols.accelerator import (
+    CORE_PROTOCOLS,
+    OPTIONAL_PROTOCOLS,
     Accelerator,
     GraphAccelerator,
     OpBuilderAccelerator,
@@ -27,6 +29,8 @@ from accel.protocols.stream import StreamAPI
 from accel.protocols.tensor import TensorAPI
 
 __all__ = [
+    "CORE_PROTOCOLS",
+    "OPTIONAL_PROTOCOLS",
     "RNGAPI",
     "Accelerator",
     "DTypeAPI",

@@ -52,6 +52,13 @@ class OpBuilderAccelerator(Accelerator, OpBuilderAPI, Protocol):
     """An :class:`Accelerator` that ships native op builders."""
 
 
+CORE_PROTOCOLS: tuple[type, ...] = (DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI)
+"""The capabilities every backend has, composed into :class:`Accelerator`."""
+
+OPTIONAL_PROTOCOLS: tuple[type, ...] = (StreamAPI, GraphAPI, ProfilerAPI, OpBuilderAPI)
+"""The capabilities a backend may have; test with ``isinstance``."""
+
+
 def supports_streams(acc: Accelerator) -> TypeIs[StreamAccelerator]:
     """Whether ``acc`` has streams and events; narrows ``acc`` to :class:`StreamAccelerator`."""
     return isinstance(acc, StreamAPI)

@@ -15,27 +15,15 @@ from __future__ import annotations
 from typing import cast
 
 from accel.backends.base import BackendClass
-from accel.protocols import (
-    RNGAPI,
-    Accelerator,
-    DeviceAPI,
-    DTypeAPI,
-    GraphAPI,
-    MemoryAPI,
-    OpBuilderAPI,
-    ProfilerAPI,
-    RuntimeAPI,
-    StreamAPI,
-    TensorAPI,
-)
+from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator
 
 # Importing the check modules registers their checks in CHECKS.
 from accel.testing import core_checks, optional_checks
 from accel.testing._framework import CHECKS, Check, KitConfig, Report, Violation
 from accel.testing.optional_checks import members_are_real, no_partial_capabilities
 
-CORE: tuple[type, ...] = (DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI)
-OPTIONAL: tuple[type, ...] = (StreamAPI, GraphAPI, ProfilerAPI, OpBuilderAPI)
+CORE = CORE_PROTOCOLS
+OPTIONAL = OPTIONAL_PROTOCOLS
 
 __all__ = [
     "CHECKS",
