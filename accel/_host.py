@@ -43,8 +43,8 @@ def allowed_cpus() -> set[int]:
 
 
 @functools.cache
-def _node_cpus(root: Path) -> dict[int, frozenset[int]]:
-    # Topology is fixed for the life of the process, so sysfs is read once per root.
+def numa_topology(root: Path = NODE_ROOT) -> dict[int, frozenset[int]]:
+    """CPU ids of each NUMA node (read once per root: topology is fixed while we run)."""
     nodes: dict[int, frozenset[int]] = {}
     if not root.is_dir():
         return nodes
@@ -67,7 +67,7 @@ def numa_nodes_with_cpus(root: Path = NODE_ROOT, allowed: set[int] | None = None
     on every call: it can change) are left out. Without NUMA information (no sysfs) the
     host counts as one node, ``[0]``.
     """
-    topology = _node_cpus(root)
+    topology = numa_topology(root)
     if not topology:
         return [0]
     usable = allowed_cpus() if allowed is None else allowed

@@ -51,12 +51,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="print path:line:col findings and exit 1 if there are any (for CI)",
     )
     port.set_defaults(handler=_port)
+    run = commands.add_parser(
+        "run",
+        help="torchrun with NUMA-aware core binding (accel run --help for every option)",
+        add_help=False,
+    )
+    run.add_argument("torchrun_args", nargs=argparse.REMAINDER)  # parsed by accel.launch
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``accel`` command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["run"]:
+        # Everything after `run` belongs to torchrun's parser (argparse cannot hand a
+        # subcommand its raw options), so the launcher parses it itself.
+        from accel.launch.cli import main as run_main
+
+        return run_main(arguments[1:])
+    args = build_parser().parse_args(arguments)
     # torch warns on import when numpy is absent; accel never needs numpy, and the warning
     # would be the first thing a user reads in the report.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

@@ -1,0 +1,1 @@
+"""`accel run`: torchrun with NUMA-aware core binding and per-rank device visibility."""

@@ -1,0 +1,113 @@
+"""``accel run``: torchrun (elastic agent, rendezvous, restarts, multi-node) plus binding.
+
+Every torchrun option passes through unchanged; accel adds ``--bind-cores-to-rank`` and
+``--bind-core-list``, defaults ``--nproc-per-node`` to the selected backend's device count,
+and gives each rank its device-visibility variables through the backend's
+``set_visible_devices_envs``. Exit status and failure handling are torchrun's: when one
+rank fails, the agent stops the others and ``accel run`` exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from typing_extensions import Protocol, runtime_checkable
+
+from accel import _host
+from accel.launch.cores import parse_core_list, split_cores
+from accel.launch.worker import PLAN_ENV, Plan, RankPlan
+from accel.protocols import Accelerator
+
+
+@runtime_checkable
+class _NumaDevices(Protocol):
+    """A backend whose devices are NUMA nodes (the CPU)."""
+
+    def numa_nodes(self) -> list[int]: ...
+
+
+def _user_set(argv: Sequence[str], option: str) -> bool:
+    spellings = (option, option.replace("-", "_"))
+    return any(token == s or token.startswith(s + "=") for token in argv for s in spellings)
+
+
+def _visible_ids(
+    accelerator: Accelerator, rank: int, ranks: int, cores: list[int] | None
+) -> list[int]:
+    if isinstance(accelerator, _NumaDevices):  # CPU: a rank sees the NUMA nodes of its cores
+        nodes = accelerator.numa_nodes()
+        topology = _host.numa_topology()
+        if cores:
+            own = sorted({n for n in nodes if topology.get(n, frozenset()) & set(cores)})
+            return own or nodes[:1]
+        return [nodes[rank * len(nodes) // ranks]]
+    return [rank]  # one device per rank
+
+
+def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str | None) -> Plan:
+    """Cores and environment for each local rank."""
+    blocks: list[list[int] | None] = [None] * ranks
+    if bind or core_list is not None:
+        allowed = _host.allowed_cpus()
+        cores = parse_core_list(core_list, allowed) if core_list is not None else sorted(allowed)
+        blocks = list(split_cores(cores, ranks))
+    entries: list[RankPlan] = []
+    for rank, block in enumerate(blocks):
+        env: dict[str, str] = {}
+        if accelerator.visible_devices_envs():
+            accelerator.set_visible_devices_envs(env, _visible_ids(accelerator, rank, ranks, block))
+        entries.append({"cores": block, "env": env})
+    return {"ranks": entries}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``accel run``; returns the exit status."""
+    import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    import accel
+
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = torchrun.get_args_parser()
+    parser.prog = "accel run"
+    group = parser.add_argument_group("accel")
+    group.add_argument(
+        "--bind-cores-to-rank",
+        action="store_true",
+        help="pin each local rank to its share of the cores (NUMA-aware); OMP_NUM_THREADS to match",
+    )
+    group.add_argument(
+        "--bind-core-list",
+        metavar="LIST",
+        default=None,
+        help="use only these cores, e.g. 0-51,56-107 (implies --bind-cores-to-rank)",
+    )
+    args = parser.parse_args(arguments)
+    accelerator = accel.get_accelerator()
+    script_at = (
+        arguments.index(args.training_script)
+        if args.training_script in arguments
+        else len(arguments)
+    )
+    if not _user_set(arguments[:script_at], "--nproc-per-node"):
+        args.nproc_per_node = str(accelerator.device_count())
+    ranks = int(torchrun.determine_local_world_size(args.nproc_per_node))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
+    os.environ[PLAN_ENV] = json.dumps(plan)
+    if args.bind_cores_to_rank or args.bind_core_list is not None:
+        # Each rank sets its own value; this only stops torchrun announcing "1 for everyone".
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    user_program = args.training_script
+    mode = ["--exec"] if args.no_python else (["--module"] if args.module else [])
+    args.training_script_args = [*mode, args.training_script, *args.training_script_args]
+    args.training_script, args.module, args.no_python = "accel.launch.worker", True, False
+    try:
+        torchrun.run(args)  # type: ignore[no-untyped-call]  # pyright: ignore[reportUnknownMemberType]
+    except ChildFailedError as error:
+        error.name = user_program  # torchrun would name accel's worker module
+        print(f"accel run: {error.format_msg()}", file=sys.stderr)  # type: ignore[no-untyped-call]
+        return 1
+    return 0

@@ -1,0 +1,85 @@
+"""Which cores each local rank gets: parse core lists and split them NUMA-aware."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from accel import _host
+
+
+def parse_core_list(text: str, allowed: set[int]) -> list[int]:
+    """Parse ``"0-51,56-107"`` into sorted core ids, each of which must be in ``allowed``.
+
+    ``ValueError`` names the option and the problem: bad syntax, a repeated core, a core
+    this process may not use.
+    """
+    cores: list[int] = []
+    for item in text.split(","):
+        first, dash, last = item.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(
+                f"--bind-core-list: expected ids and ranges such as '0-51,56-107', got {text!r}"
+            )
+        start, end = int(first), int(last) if dash else int(first)
+        if end < start:
+            raise ValueError(f"--bind-core-list: range {item.strip()!r} ends before it starts")
+        cores.extend(range(start, end + 1))
+    repeated = sorted({core for core in cores if cores.count(core) > 1})
+    if repeated:
+        raise ValueError(
+            f"--bind-core-list: cores {repeated} are listed more than once in {text!r}"
+        )
+    outside = sorted(set(cores) - allowed)
+    if outside:
+        raise ValueError(
+            f"--bind-core-list: cores {outside} are not available to this process "
+            f"(allowed: {sorted(allowed)})"
+        )
+    return sorted(cores)
+
+
+def node_of_cores(cores: list[int], topology: Mapping[int, frozenset[int]]) -> dict[int, list[int]]:
+    """``cores`` grouped by NUMA node (one node 0 when the topology is unknown)."""
+    groups: dict[int, list[int]] = {}
+    for core in cores:
+        node = next((n for n, members in topology.items() if core in members), 0)
+        groups.setdefault(node, []).append(core)
+    return dict(sorted(groups.items()))
+
+
+def split_cores(
+    cores: list[int], ranks: int, topology: Mapping[int, frozenset[int]] | None = None
+) -> list[list[int]]:
+    """Split ``cores`` evenly among ``ranks``, never letting a rank straddle NUMA nodes
+    when the ranks divide among the nodes; each rank gets a disjoint, non-empty set.
+
+    Ranks are given to nodes in proportion to the node's cores; within a node, cores are
+    dealt out in contiguous blocks (neighbouring cores share caches).
+    """
+    if ranks < 1:
+        raise ValueError(f"--nproc-per-node must be >= 1, got {ranks}")
+    if len(cores) < ranks:
+        raise ValueError(
+            f"cannot bind {ranks} ranks to {len(cores)} cores ({cores}): "
+            "every rank needs at least one core"
+        )
+    groups = node_of_cores(cores, _host.numa_topology() if topology is None else topology)
+    if (
+        len(groups) > 1
+        and ranks % len(groups) == 0
+        and all(len(g) >= ranks // len(groups) for g in groups.values())
+    ):
+        per_node = ranks // len(groups)
+        return [block for group in groups.values() for block in _blocks(group, per_node)]
+    return _blocks(cores, ranks)
+
+
+def _blocks(cores: list[int], count: int) -> list[list[int]]:
+    size, extra = divmod(len(cores), count)
+    blocks: list[list[int]] = []
+    start = 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        blocks.append(cores[start:end])
+        start = end
+    return blocks

@@ -1,0 +1,68 @@
+"""What each rank runs first under ``accel run``: apply its plan, then run the user's code.
+
+torchrun starts ``python -m accel.launch.worker [--module|--exec] TARGET ARGS...``. The
+plan (JSON in ``ACCEL_RUN_PLAN``, made by the launcher) gives each local rank its cores
+and environment. Both are applied before the user's code (and so before torch and its
+OpenMP runtime) starts; the affinity is inherited by every thread the rank creates, and
+survives ``--exec`` of a non-Python program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from typing import TypedDict, cast
+
+PLAN_ENV = "ACCEL_RUN_PLAN"
+
+
+class RankPlan(TypedDict):
+    """What one local rank gets: its cores (None: unbound) and extra environment."""
+
+    cores: list[int] | None
+    env: dict[str, str]
+
+
+class Plan(TypedDict):
+    """Every local rank's plan, by local rank."""
+
+    ranks: list[RankPlan]
+
+
+def apply_plan(local_rank: int, plan: Plan) -> None:
+    """Pin this process to the rank's cores and set its environment."""
+    if local_rank >= len(plan["ranks"]):
+        raise RuntimeError(f"{PLAN_ENV} has no entry for LOCAL_RANK={local_rank}")
+    entry = plan["ranks"][local_rank]
+    cores = entry["cores"]
+    if cores:
+        os.sched_setaffinity(0, cores)
+        os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    os.environ.update(entry["env"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Apply the plan for ``LOCAL_RANK``, then run the target as ``__main__``."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    raw_plan = os.environ.get(PLAN_ENV)
+    if raw_plan is not None:
+        apply_plan(int(os.environ.get("LOCAL_RANK", "0")), cast(Plan, json.loads(raw_plan)))
+    mode = arguments.pop(0) if arguments and arguments[0] in ("--module", "--exec") else None
+    if not arguments:
+        raise SystemExit("accel.launch.worker: no program to run")
+    target, *rest = arguments
+    if mode == "--exec":
+        os.execvp(target, [target, *rest])
+    sys.argv = [target, *rest]
+    if mode == "--module":
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+        runpy.run_path(target, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""`accel run`: core plans, and real two-rank jobs on this machine through torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from accel.launch.cores import parse_core_list, split_cores
+
+TWO_NODES = {0: frozenset(range(4)), 1: frozenset(range(4, 8))}
+
+
+def test_split_is_even_disjoint_and_covering() -> None:
+    blocks = split_cores(list(range(10)), 3, {0: frozenset(range(10))})
+    assert blocks == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+
+
+def test_split_keeps_each_rank_inside_one_numa_node() -> None:
+    blocks = split_cores(list(range(8)), 4, TWO_NODES)
+    assert blocks == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    for block in blocks:
+        assert any(set(block) <= node for node in TWO_NODES.values())
+    # With cores reserved on one node (0-2 and 4-7), ranks still stay within their nodes.
+    assert split_cores([0, 1, 2, 4, 5, 6, 7], 2, TWO_NODES) == [[0, 1, 2], [4, 5, 6, 7]]
+
+
+def test_too_few_cores_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"cannot bind 3 ranks to 2 cores \(\[0, 1\]\)"):
+        split_cores([0, 1], 3, TWO_NODES)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0-3,9", r"cores \[9\] are not available"),
+        ("0-2,2", r"cores \[2\] are listed more than once"),
+        ("3-1", "range '3-1' ends before it starts"),
+        ("0-x", "expected ids and ranges"),
+        ("", "expected ids and ranges"),
+    ],
+)
+def test_bad_core_lists_name_the_option(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"--bind-core-list: {message}"):
+        parse_core_list(text, allowed=set(range(8)))
+
+
+REPORT = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from accel import get_accelerator
+
+    dist.init_process_group(get_accelerator().communication_backend_name())
+    total = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(total)
+    report = {"cores": sorted(os.sched_getaffinity(0)), "omp": os.environ.get("OMP_NUM_THREADS"),
+              "sum": total.item(), "world": dist.get_world_size()}
+    with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as out:
+        json.dump(report, out)
+    dist.destroy_process_group()
+    """
+)
+
+
+def _accel_run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCEL_BACKEND", "OMP_NUM_THREADS")}
+    return subprocess.run(
+        [sys.executable, "-m", "accel", "run", "--standalone", *args],
+        capture_output=True, text=True, timeout=timeout, env=env, check=False,
+    )  # fmt: skip
+
+
+def _reports(directory: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in sorted(directory.glob("rank*.json"))]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_two_bound_ranks_get_disjoint_cores_and_all_reduce(tmp_path: Path) -> None:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    result = _accel_run("--nproc-per-node", "2", "--bind-cores-to-rank", str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    reports = _reports(tmp_path)
+    assert len(reports) == 2
+    cores = [set(r["cores"]) for r in reports]  # type: ignore[arg-type]
+    assert not cores[0] & cores[1]
+    assert cores[0] | cores[1] == set(os.sched_getaffinity(0))
+    for report, own in zip(reports, cores, strict=True):
+        assert report["omp"] == str(len(own))
+        assert report["sum"] == 3.0
+        assert report["world"] == 2
+
+
+def test_bind_core_list_restricts_the_cores(tmp_path: Path) -> None:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    last = max(os.sched_getaffinity(0))
+    result = _accel_run(
+        "--nproc-per-node", "1", "--bind-core-list", str(last), str(script), str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    assert _reports(tmp_path)[0]["cores"] == [last]
+
+
+def test_nproc_defaults_to_the_backends_device_count(tmp_path: Path) -> None:
+    from accel.backends.cpu import CPUAccelerator
+
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    result = _accel_run(str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert len(_reports(tmp_path)) == CPUAccelerator().device_count()
+
+
+def test_bad_core_list_fails_before_starting_ranks(tmp_path: Path) -> None:
+    result = _accel_run("--nproc-per-node", "2", "--bind-core-list", "0-9999", "x.py")
+    assert result.returncode != 0
+    assert "--bind-core-list: cores" in result.stderr
+
+
+def test_a_failing_rank_stops_the_job_and_leaves_no_process(tmp_path: Path) -> None:
+    marker = f"accel-orphan-check-{os.getpid()}"
+    script = tmp_path / "fail.py"
+    script.write_text(textwrap.dedent(
+        f"""
+        import os, sys, time
+        MARKER = "{marker}"
+        if os.environ["LOCAL_RANK"] == "1":
+            time.sleep(1)
+            sys.exit(1)
+        time.sleep(120)  # rank 0 would outlive the job if nobody stopped it
+        """
+    ))  # fmt: skip
+    started = time.monotonic()
+    result = _accel_run("--nproc-per-node", "2", str(script), marker, timeout=100)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 90
+    assert "fail.py" in result.stderr
+    time.sleep(1)
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])
+    ]
+    assert leftovers == []
+
+
+def test_non_python_programs_keep_their_binding(tmp_path: Path) -> None:
+    out = tmp_path / "affinity"
+    result = _accel_run(
+        "--nproc-per-node", "1", "--bind-cores-to-rank", "--no-python",
+        "sh", "-c", f"grep Cpus_allowed_list /proc/self/status > {out}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Cpus_allowed_list" in out.read_text()
