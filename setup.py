@@ -20,6 +20,15 @@ ext_modules = []
 if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
     ext_modules.append(
         Pybind11Extension(
+            "accel.ops._shm_comm",
+            ["csrc/shm_comm/shm_comm.cpp"],
+            cxx_std=17,
+            extra_compile_args=[flag for flag in UNIX_FLAGS if flag != "-fopenmp"],
+            extra_link_args=["-lrt"],
+        )
+    )
+    ext_modules.append(
+        Pybind11Extension(
             "accel.ops._cpu_optim",
             ["csrc/cpu_optim/cpu_optim.cpp"],
             cxx_std=17,

@@ -81,7 +81,16 @@ class CPULionBuilder(PrebuiltOpBuilder):
     module_name: ClassVar[str] = "accel.ops._cpu_optim"
 
 
+class ShareMemCommBuilder(PrebuiltOpBuilder):
+    """Shared-memory all-reduce for the ranks of one node (use accel.comm.all_reduce_)."""
+
+    op_name: ClassVar[str] = "shm_comm"
+    module_name: ClassVar[str] = "accel.ops._shm_comm"
+
+
 CPU_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
     builder.__name__: builder
-    for builder in (CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder)
-}
+    for builder in (
+        CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder, ShareMemCommBuilder,
+    )
+}  # fmt: skip

@@ -1,0 +1,183 @@
+"""Collectives that are faster than torch.distributed's where the hardware allows.
+
+``all_reduce_(tensor)`` sums a CPU tensor across a process group. When every rank of the
+group runs on this node and the dtype is float32, bfloat16 or float16, it goes through
+POSIX shared memory (``accel.ops._shm_comm``); otherwise it is ``dist.all_reduce``. It is
+a ``torch.library`` custom op (``accel::shm_all_reduce_``), so it works under
+``torch.compile``.
+
+The shared segment is set up on the group's first call (one gloo round trip): rank 0
+creates it under a random name with mode 0600, every rank attaches, then rank 0 removes
+the name, so nothing is ever left in /dev/shm and no later job can open it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+
+SLOT_BYTES = 4 << 20  # per rank and buffer; messages larger than this go in chunks
+DEFAULT_TIMEOUT = 10.0  # seconds a rank waits for a live but silent peer
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@dataclass
+class _ShmGroup:
+    communicator: Any  # accel.ops._shm_comm.Communicator
+    key: int
+
+
+_lock = threading.Lock()
+_groups: dict[object, _ShmGroup | None] = {}  # None: the group is not node-local
+_by_key: dict[int, _ShmGroup] = {}
+
+
+def _node_identity() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        boot_id = ""
+    return f"{socket.gethostname()}/{boot_id}"
+
+
+def _as_bytes(tensor: torch.Tensor) -> bytes:
+    values = cast("list[int]", tensor.tolist())  # pyright: ignore[reportUnknownMemberType]
+    return bytes(values)
+
+
+def _gather_text(text: str, world: int, group: dist.ProcessGroup | None) -> list[str]:
+    # Plain tensor collectives: the *_object ones need numpy, which accel does not.
+    data = text.encode()
+    if len(data) > 256:
+        raise ValueError(f"identity too long to exchange: {text!r}")
+    mine = torch.zeros(256, dtype=torch.uint8)
+    mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=group)  # pyright: ignore[reportUnknownMemberType]
+    return [_as_bytes(t).rstrip(b"\0").decode() for t in gathered]
+
+
+def _open(
+    offer: torch.Tensor, create: bool, rank: int, world: int, pids: list[int]
+) -> tuple[Any, str]:
+    name = "/accel-" + _as_bytes(offer[:16]).hex()
+    try:
+        from accel.ops import _shm_comm
+
+        return _shm_comm.Communicator(
+            name, create, rank, world, SLOT_BYTES, int(offer[16]), pids
+        ), ""
+    except (ImportError, RuntimeError, OSError) as failure:
+        return None, f"{type(failure).__name__}: {failure}"
+
+
+def _setup(group: dist.ProcessGroup | None) -> _ShmGroup | None:
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    identities = _gather_text(f"{_node_identity()} {os.getpid()}", world, group)
+    if any(
+        identity.rsplit(" ", 1)[0] != identities[0].rsplit(" ", 1)[0] for identity in identities
+    ):
+        return None  # ranks on several nodes: shared memory cannot reach them all
+    pids = [int(identity.rsplit(" ", 1)[1]) for identity in identities]
+    offer = torch.zeros(17, dtype=torch.int64)  # 16 random name bytes, then the session id
+    communicator: Any = None
+    error = ""
+    if rank == 0:
+        # Create before announcing the name: the broadcast is what lets peers attach.
+        offer[:16] = torch.tensor(list(secrets.token_bytes(16)), dtype=torch.int64)
+        offer[16] = secrets.randbits(63)
+        communicator, error = _open(offer, True, rank, world, pids)
+        if communicator is None:
+            offer[16] = -1  # tells the peers not to attach
+    source = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast(offer, src=source, group=group)
+    if rank != 0 and int(offer[16]) >= 0:
+        communicator, error = _open(offer, False, rank, world, pids)
+    elif rank != 0:
+        error = "rank 0 could not create the segment"
+    # Everyone must agree: one rank without the segment means all fall back.
+    attached = torch.tensor([0 if error else 1], dtype=torch.int32)
+    dist.all_reduce(attached, op=dist.ReduceOp.MIN, group=group)  # pyright: ignore[reportUnknownMemberType]
+    if rank == 0 and communicator is not None:
+        communicator.unlink()  # every rank holds a mapping now; the name is no longer needed
+    if int(attached) == 0:
+        if error:
+            warnings.warn(
+                f"accel.comm: shared memory unavailable ({error}); using torch.distributed",
+                stacklevel=3,
+            )
+        return None
+    return _ShmGroup(communicator, key=len(_by_key) + 1)
+
+
+def _shm_group(group: dist.ProcessGroup | None) -> _ShmGroup | None:
+    key: object = group if group is not None else dist.group.WORLD
+    with _lock:
+        if key not in _groups:
+            shm = _setup(group)
+            _groups[key] = shm
+            if shm is not None:
+                _by_key[shm.key] = shm
+        return _groups[key]
+
+
+def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
+    """Whether ``all_reduce_`` on ``group`` goes through shared memory (sets it up if needed).
+
+    Collective: every rank of the group must call it the first time.
+    """
+    return _shm_group(group) is not None
+
+
+@torch.library.custom_op("accel::shm_all_reduce_", mutates_args=("tensor",))
+def _shm_all_reduce_op(tensor: torch.Tensor, group_key: int, timeout: float) -> None:
+    code = _DTYPE_CODES[tensor.dtype]
+    _by_key[group_key].communicator.all_reduce(tensor.data_ptr(), tensor.numel(), code, timeout)
+
+
+@_shm_all_reduce_op.register_fake  # pyright: ignore[reportUnknownMemberType]
+def _(tensor: torch.Tensor, group_key: int, timeout: float) -> None:
+    return None
+
+
+def all_reduce_(
+    tensor: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> torch.Tensor:
+    """Sum ``tensor`` across ``group`` in place and return it.
+
+    Shared memory when the whole group is on this node and the dtype is float32, bfloat16
+    or float16; ``torch.distributed.all_reduce`` otherwise. A peer that exits raises at
+    once, and one that stays silent for ``timeout`` seconds raises ``RuntimeError``
+    naming it; the group's shared-memory path is then unusable.
+    """
+    if not isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+    if not dist.is_initialized():
+        raise RuntimeError("all_reduce_() needs torch.distributed.init_process_group() first")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    shared = (
+        tensor.device.type == "cpu"
+        and tensor.dtype in _DTYPE_CODES
+        and tensor.is_contiguous()
+        and dist.get_world_size(group) > 1
+    )
+    shm = _shm_group(group) if shared else None
+    if shm is None:
+        dist.all_reduce(tensor, group=group)  # pyright: ignore[reportUnknownMemberType]
+        return tensor
+    torch.ops.accel.shm_all_reduce_(tensor, shm.key, float(timeout))
+    return tensor

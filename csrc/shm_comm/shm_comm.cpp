@@ -1,0 +1,338 @@
+// Shared-memory all-reduce (sum) for the ranks of one node. No libtorch: tensors arrive
+// as raw addresses, validated first by accel/comm.py.
+//
+// Safety by construction:
+// - the segment's name is random (chosen in Python with `secrets`), created O_EXCL with
+//   mode 0600, and unlinked by rank 0 as soon as every rank has attached: nothing stays in
+//   /dev/shm when ranks exit or die, and no later job can open an old segment;
+// - attaching checks a magic number, the session id and the world size;
+// - every wait checks the peers' pids (a dead peer is reported at once) and a deadline
+//   (a hung peer is reported after `timeout` seconds) instead of spinning forever;
+// - each rank sums every slot in rank order, in fp32: all ranks get identical results.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ACCEL_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ACCEL_SIMD_CLONES
+#endif
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6163636c73686d31ull;  // "acclshm1"
+enum DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+
+struct alignas(64) Control {
+  std::atomic<uint64_t> arrived;   // last call sequence whose chunk this rank published
+  std::atomic<uint64_t> consumed;  // last sequence this rank finished reading
+  // The call's element count and dtype, per buffer parity: a rank that runs ahead into
+  // its next call writes the other parity, never the one a slower peer is checking.
+  uint64_t numel[2];
+  int32_t dtype[2];
+};
+
+struct alignas(64) Header {
+  uint64_t magic;
+  uint64_t session;
+  uint32_t world;
+  uint64_t slot_bytes;
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
+
+// --------------------------------------------------------------- conversions and sums
+
+inline float load(const void* base, int dtype, int64_t i) {
+  if (dtype == kFloat32) return static_cast<const float*>(base)[i];
+  const uint16_t h = static_cast<const uint16_t*>(base)[i];
+  uint32_t bits;
+  if (dtype == kBFloat16) {
+    bits = static_cast<uint32_t>(h) << 16;
+  } else {  // IEEE half, exact for every value (see cpu_optim.cpp)
+    const uint32_t magnitude = (h & 0x7fffu) << 13;
+    float value;
+    std::memcpy(&value, &magnitude, sizeof value);
+    value *= 0x1p112f;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits = magnitude >= (0x7c00u << 13) ? (magnitude | 0x7f800000u) : bits;
+    bits |= (h & 0x8000u) << 16;
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+inline uint16_t to_half_bits(float f, int dtype) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if (dtype == kBFloat16) {
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+  const uint32_t denorm_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  float denorm;
+  std::memcpy(&denorm, &denorm_bits, sizeof denorm);
+  const uint32_t sign = bits & 0x80000000u;
+  bits ^= sign;
+  const uint32_t huge = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  float shifted;
+  std::memcpy(&shifted, &bits, sizeof shifted);
+  shifted += denorm;
+  uint32_t tiny;
+  std::memcpy(&tiny, &shifted, sizeof tiny);
+  tiny -= denorm_bits;
+  const uint32_t odd = (bits >> 13) & 1u;
+  const uint32_t normal = (bits + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
+  const uint32_t half = bits >= (143u << 23) ? huge : (bits < (113u << 23) ? tiny : normal);
+  return static_cast<uint16_t>(half | (sign >> 16));
+}
+
+// out[i] = sum over ranks (in rank order) of slot_r[i], in fp32, stored in `dtype`.
+ACCEL_SIMD_CLONES void sum_f32(float* __restrict out, const float* const* slots, int world, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = slots[0][i];
+    for (int r = 1; r < world; ++r) acc += slots[r][i];
+    out[i] = acc;
+  }
+}
+
+ACCEL_SIMD_CLONES void sum_half(uint16_t* __restrict out, const uint16_t* const* slots, int world,
+                                int64_t n, int dtype) {
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = load(slots[0], dtype, i);
+    for (int r = 1; r < world; ++r) acc += load(slots[r], dtype, i);
+    out[i] = to_half_bits(acc, dtype);
+  }
+}
+
+// Whether `pid` has exited. kill(pid, 0) still succeeds on a zombie (exited, not yet reaped
+// by its parent), so the state letter in /proc/<pid>/stat is checked as well.
+bool has_exited(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;  // no procfs: trust kill()
+  char buffer[512];
+  const ssize_t length = read(fd, buffer, sizeof buffer - 1);
+  close(fd);
+  if (length <= 0) return false;
+  buffer[length] = '\0';
+  const char* end_of_name = std::strrchr(buffer, ')');  // the name may contain spaces or ')'
+  return end_of_name != nullptr && end_of_name[1] == ' ' && (end_of_name[2] == 'Z' || end_of_name[2] == 'X');
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class Communicator {
+ public:
+  Communicator(const std::string& name, bool create, int rank, int world, uint64_t slot_bytes,
+               uint64_t session, std::vector<int64_t> pids)
+      : name_(name), rank_(rank), world_(world), pids_(std::move(pids)) {
+    if (world < 1 || rank < 0 || rank >= world) throw std::invalid_argument("rank must be in [0, world)");
+    if (static_cast<int>(pids_.size()) != world) throw std::invalid_argument("pids must have one entry per rank");
+    if (slot_bytes == 0 || slot_bytes % 64 != 0) throw std::invalid_argument("slot_bytes must be a positive multiple of 64");
+    if (name.empty() || name[0] != '/' || name.find('/', 1) != std::string::npos)
+      throw std::invalid_argument("segment name must look like /name");
+    size_ = sizeof(Header) + world * sizeof(Control) + static_cast<size_t>(world) * 2 * slot_bytes;
+    const int flags = create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR;
+    const int fd = shm_open(name.c_str(), flags, 0600);
+    if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + std::strerror(errno));
+    if (create && ftruncate(fd, static_cast<off_t>(size_)) != 0) {
+      const int error = errno;
+      close(fd);
+      shm_unlink(name.c_str());
+      throw std::runtime_error("ftruncate of the shared segment failed: " + std::string(std::strerror(error)));
+    }
+    struct stat info;
+    if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != size_) {
+      close(fd);
+      throw std::runtime_error("shared segment " + name + " has the wrong size: not this job's segment");
+    }
+    void* base = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) throw std::runtime_error("mmap of the shared segment failed: " + std::string(std::strerror(errno)));
+    base_ = static_cast<char*>(base);
+    Header* header = reinterpret_cast<Header*>(base_);
+    if (create) {  // ftruncate zero-fills: every flag starts at 0
+      header->session = session;
+      header->world = static_cast<uint32_t>(world);
+      header->slot_bytes = slot_bytes;
+      std::atomic_thread_fence(std::memory_order_release);
+      reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)->store(kMagic, std::memory_order_release);
+    } else {
+      const uint64_t magic = reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)->load(std::memory_order_acquire);
+      if (magic != kMagic || header->session != session || header->world != static_cast<uint32_t>(world) ||
+          header->slot_bytes != slot_bytes) {
+        munmap(base_, size_);
+        base_ = nullptr;
+        throw std::runtime_error("shared segment " + name + " does not belong to this job (magic, session or size differ)");
+      }
+    }
+    slot_bytes_ = slot_bytes;
+  }
+
+  ~Communicator() {
+    if (base_ != nullptr) munmap(base_, size_);
+  }
+
+  void unlink() {
+    if (shm_unlink(name_.c_str()) != 0 && errno != ENOENT)
+      throw std::runtime_error("shm_unlink(" + name_ + ") failed: " + std::strerror(errno));
+  }
+
+  void all_reduce(uintptr_t data, int64_t numel, int dtype, double timeout) {
+    if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
+    if (numel < 0) throw std::invalid_argument("numel must be >= 0");
+    if (dtype != kFloat32 && dtype != kBFloat16 && dtype != kFloat16) throw std::invalid_argument("unsupported dtype code");
+    if (numel > 0 && data == 0) throw std::invalid_argument("null tensor buffer");
+    const int64_t element = dtype == kFloat32 ? 4 : 2;
+    const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
+    py::gil_scoped_release released;
+    try {
+      Control& mine = control(rank_);
+      const int64_t chunks = numel == 0 ? 1 : (numel + per_chunk - 1) / per_chunk;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const uint64_t seq = ++sequence_;
+        const int64_t begin = c * per_chunk;
+        const int64_t count = std::min(per_chunk, numel - begin);
+        // The buffer we fill was last read in call seq - 2; wait until everyone is done with it.
+        if (seq > 2) wait_all(&Control::consumed, seq - 2, timeout, seq);
+        char* slot = buffer(rank_, seq);
+        char* tensor = reinterpret_cast<char*>(data) + begin * element;
+        if (count > 0) std::memcpy(slot, tensor, static_cast<size_t>(count * element));
+        mine.numel[seq % 2] = static_cast<uint64_t>(numel);
+        mine.dtype[seq % 2] = dtype;
+        mine.arrived.store(seq, std::memory_order_release);
+        wait_all(&Control::arrived, seq, timeout, seq);
+        check_peers(numel, dtype, seq);
+        if (count > 0) reduce(tensor, seq, count, dtype);
+        mine.consumed.store(seq, std::memory_order_release);
+      }
+    } catch (const std::exception& error) {
+      broken_ = error.what();
+      throw;
+    }
+  }
+
+ private:
+  Control& control(int rank) {
+    return reinterpret_cast<Control*>(base_ + sizeof(Header))[rank];
+  }
+
+  char* buffer(int rank, uint64_t seq) {
+    char* data = base_ + sizeof(Header) + world_ * sizeof(Control);
+    return data + (static_cast<size_t>(rank) * 2 + seq % 2) * slot_bytes_;
+  }
+
+  void check_peers(int64_t numel, int dtype, uint64_t seq) {
+    for (int r = 0; r < world_; ++r) {
+      const Control& peer = control(r);
+      const uint64_t peer_numel = peer.numel[seq % 2];
+      const int peer_dtype = peer.dtype[seq % 2];
+      if (peer_numel != static_cast<uint64_t>(numel) || peer_dtype != dtype)
+        throw std::invalid_argument("all_reduce mismatch: rank " + std::to_string(rank_) + " has " + std::to_string(numel) +
+                                    " elements of dtype code " + std::to_string(dtype) + ", rank " + std::to_string(r) +
+                                    " has " + std::to_string(peer_numel) + " of dtype code " + std::to_string(peer_dtype));
+    }
+  }
+
+  void reduce(char* out, uint64_t seq, int64_t count, int dtype) {
+    if (dtype == kFloat32) {
+      std::vector<const float*> slots(world_);
+      for (int r = 0; r < world_; ++r) slots[r] = reinterpret_cast<const float*>(buffer(r, seq));
+      sum_f32(reinterpret_cast<float*>(out), slots.data(), world_, count);
+    } else {
+      std::vector<const uint16_t*> slots(world_);
+      for (int r = 0; r < world_; ++r) slots[r] = reinterpret_cast<const uint16_t*>(buffer(r, seq));
+      sum_half(reinterpret_cast<uint16_t*>(out), slots.data(), world_, count, dtype);
+    }
+  }
+
+  // Wait until every rank's `field` reaches `target`: spin briefly (latency), then yield
+  // and sleep (CPU), checking peer liveness and the deadline every millisecond or so.
+  void wait_all(std::atomic<uint64_t> Control::*field, uint64_t target, double timeout, uint64_t seq) {
+    const double deadline = now_seconds() + timeout;
+    double next_check = 0.0;
+    for (uint64_t spins = 0;; ++spins) {
+      int waiting_for = -1;
+      for (int r = 0; r < world_; ++r) {
+        if ((control(r).*field).load(std::memory_order_acquire) < target) {
+          waiting_for = r;
+          break;
+        }
+      }
+      if (waiting_for < 0) return;
+      if (spins < 4096) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      const double now = now_seconds();
+      if (now >= next_check) {
+        next_check = now + 0.001;
+        const pid_t pid = static_cast<pid_t>(pids_[waiting_for]);
+        if (has_exited(pid))
+          throw std::runtime_error("rank " + std::to_string(waiting_for) + " (pid " + std::to_string(pid) +
+                                   ") exited while rank " + std::to_string(rank_) + " waited for it in all_reduce step " +
+                                   std::to_string(seq));
+        if (now >= deadline)
+          throw std::runtime_error("timed out after " + std::to_string(timeout) + " s: rank " + std::to_string(waiting_for) +
+                                   " did not reach all_reduce step " + std::to_string(seq) + " (rank " +
+                                   std::to_string(rank_) + " waited)");
+      }
+      if (spins < 16384) {
+        sched_yield();
+      } else {
+        const timespec pause{0, 50000};  // 50 us
+        nanosleep(&pause, nullptr);
+      }
+    }
+  }
+
+  std::string name_;
+  int rank_;
+  int world_;
+  std::vector<int64_t> pids_;
+  char* base_ = nullptr;
+  size_t size_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t sequence_ = 0;
+  std::string broken_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_shm_comm, m) {
+  m.doc() = "accel's shared-memory all-reduce for the ranks of one node (see accel/comm.py)";
+  py::class_<Communicator>(m, "Communicator")
+      .def(py::init<const std::string&, bool, int, int, uint64_t, uint64_t, std::vector<int64_t>>(),
+           py::arg("name"), py::arg("create"), py::arg("rank"), py::arg("world"), py::arg("slot_bytes"),
+           py::arg("session"), py::arg("pids"))
+      .def("unlink", &Communicator::unlink, "Remove the segment's name (the mappings stay).")
+      .def("all_reduce", &Communicator::all_reduce, py::arg("data"), py::arg("numel"), py::arg("dtype"),
+           py::arg("timeout"), "Sum a buffer across the ranks in place.");
+}
