@@ -182,6 +182,7 @@ def test_total_memory_honours_a_cgroup_limit(
 def test_cpu_ships_the_deepspeed_cpu_op_builders(acc: CPUAccelerator) -> None:
     assert acc.op_builder_names() == [
         "CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder", "FusedAdamBuilder",
+        "ShareMemCommBuilder",
     ]  # fmt: skip
     module = acc.create_op_builder("CPUAdamBuilder")
     assert module is not None
