@@ -1,0 +1,91 @@
+"""All-reduce latency: accel's shared-memory path vs gloo (and DeepSpeed's when installed).
+
+    accel run --standalone --nproc-per-node 2 benchmarks/allreduce.py [--iters 20]
+
+Run under a launcher; rank 0 prints a markdown table. For each message size the methods
+are timed in alternating rounds in the same job (the machine is noisy), and the median per
+call is reported. Bus bandwidth is 2 * (n - 1) / n * bytes / time, as nccl-tests define it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from accel.comm import all_reduce_, uses_shared_memory  # noqa: E402
+
+SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def _time(call: Callable[[], object], iters: int) -> float:
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return (time.perf_counter() - start) / iters
+
+
+def _deepspeed() -> Callable[[torch.Tensor], object] | None:
+    if importlib.util.find_spec("deepspeed") is None:
+        return None
+    from deepspeed.ops.op_builder import ShareMemCommBuilder  # type: ignore[import-not-found]
+
+    module = ShareMemCommBuilder().load()
+    module.initialize(dist.get_world_size(), dist.get_rank())
+    return lambda t: module.inference_all_reduce(t)
+
+
+def main() -> None:
+    """Time every size and print the table on rank 0."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=20, help="calls per timed round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    world = dist.get_world_size()
+    assert uses_shared_memory(), "the shared-memory path is not available in this job"
+    methods: dict[str, Callable[[torch.Tensor], object]] = {
+        "accel shm": all_reduce_,
+        "gloo": dist.all_reduce,
+    }
+    deepspeed = _deepspeed()
+    if deepspeed is not None:
+        methods["DeepSpeed shm"] = deepspeed
+    rows = []
+    for size in SIZES:
+        tensor = torch.ones(size // 4)
+        iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
+        samples: dict[str, list[float]] = {name: [] for name in methods}
+        for method in methods.values():
+            method(tensor)  # warm up
+        for _ in range(args.rounds):
+            for name, method in methods.items():
+                samples[name].append(_time(lambda m=method, t=tensor: m(t), iters))
+        medians = {name: statistics.median(times) for name, times in samples.items()}
+        rows.append((size, medians))
+    if dist.get_rank() == 0:
+        print(f"{world} ranks, torch {torch.__version__}, fp32, median of {args.rounds} rounds")
+        names = list(methods)
+        columns = " | ".join(f"{n} (us)" for n in names)
+        print(f"| size | {columns} | gloo / accel | accel bus GB/s |")
+        print("|---|" + "---|" * (len(names) + 2))
+        for size, medians in rows:
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            times = " | ".join(f"{medians[n] * 1e6:.0f}" for n in names)
+            speedup = medians["gloo"] / medians["accel shm"]
+            bus = 2 * (world - 1) / world * size / medians["accel shm"] / 1e9
+            print(f"| {label} | {times} | {speedup:.1f}x | {bus:.1f} |")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
