@@ -166,14 +166,15 @@ def all_reduce_(
     Shared memory when the whole group is on this node and the dtype is float32, bfloat16
     or float16; ``torch.distributed.all_reduce`` otherwise. A peer that exits raises at
     once, and one that stays silent for ``timeout`` seconds raises ``RuntimeError``
-    naming it; the group's shared-memory path is then unusable.
+    naming it; the group's shared-memory path is then unusable. As with torch.distributed,
+    every rank calls collectives on a group in the same order, one thread at a time.
     """
     if not isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     if not dist.is_initialized():
         raise RuntimeError("all_reduce_() needs torch.distributed.init_process_group() first")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     code = _DTYPE_CODES.get(tensor.dtype)
     shared = code is not None and tensor.device.type == "cpu" and tensor.is_contiguous()
     shm = _shm_group(group) if shared else None
