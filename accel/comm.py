@@ -171,7 +171,7 @@ def all_reduce_(
     """
     if not isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
+    if not isinstance(timeout, (int, float)) or not timeout > 0:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     if not dist.is_initialized():
         raise RuntimeError("all_reduce_() needs torch.distributed.init_process_group() first")
