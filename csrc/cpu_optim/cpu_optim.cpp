@@ -102,6 +102,64 @@ ACCEL_SIMD_CLONES void f32_to_f16(const float* in, uint16_t* out, int64_t n) {
   }
 }
 
+// Per-element forms of the conversions above, for kernels that convert in registers.
+template <int D>
+inline float load_as_f32(const void* base, int64_t i) {
+  if constexpr (D == kFloat32) {
+    return static_cast<const float*>(base)[i];
+  } else if constexpr (D == kBFloat16) {
+    const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+  } else {
+    const uint32_t h = static_cast<const uint16_t*>(base)[i];
+    const uint32_t magnitude = (h & 0x7fffu) << 13;
+    float value;
+    std::memcpy(&value, &magnitude, sizeof value);
+    value *= 0x1p112f;
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits = magnitude >= (0x7c00u << 13) ? (magnitude | 0x7f800000u) : bits;
+    bits |= (h & 0x8000u) << 16;
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+  }
+}
+
+template <int D>
+inline void store_from_f32(void* base, int64_t i, float value) {
+  if constexpr (D == kFloat32) {
+    static_cast<float*>(base)[i] = value;
+  } else {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    uint16_t half;
+    if constexpr (D == kBFloat16) {
+      const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+      half = static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    } else {
+      const uint32_t denorm_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+      float denorm;
+      std::memcpy(&denorm, &denorm_bits, sizeof denorm);
+      const uint32_t sign = bits & 0x80000000u;
+      bits ^= sign;
+      const uint32_t huge = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
+      float shifted;
+      std::memcpy(&shifted, &bits, sizeof shifted);
+      shifted += denorm;
+      uint32_t tiny;
+      std::memcpy(&tiny, &shifted, sizeof tiny);
+      tiny -= denorm_bits;
+      const uint32_t odd = (bits >> 13) & 1u;
+      const uint32_t normal = (bits + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
+      half = static_cast<uint16_t>((bits >= (143u << 23) ? huge : (bits < (113u << 23) ? tiny : normal)) | (sign >> 16));
+    }
+    static_cast<uint16_t*>(base)[i] = half;
+  }
+}
+
 void to_f32(const void* in, int dtype, float* out, int64_t n) {
   if (dtype == kBFloat16) bf16_to_f32(static_cast<const uint16_t*>(in), out, n);
   else f16_to_f32(static_cast<const uint16_t*>(in), out, n);
@@ -143,6 +201,47 @@ ACCEL_SIMD_CLONES void adam_kernel(float* __restrict p, const float* __restrict 
     p[i] = param - s.step_size * (exp_avg / denom);
   }
 }
+
+// The same step with the parameter and gradient converted in registers, for 16-bit
+// parameters or gradients (one pass over memory, no staging buffers).
+template <int P, int G>
+inline void adam_typed(void* __restrict p, const void* __restrict g, float* __restrict m,
+                       float* __restrict v, int64_t n, const AdamScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float stored = load_as_f32<P>(p, i);
+    const float param = s.decoupled ? stored * s.decay : stored;
+    const float raw = load_as_f32<G>(g, i);
+    const float grad = s.decoupled ? raw : raw + s.weight_decay * param;
+    const float exp_avg = m[i] + s.lerp_weight * (grad - m[i]);
+    const float exp_avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    const float denom = std::sqrt(exp_avg_sq) / s.bias_correction2_sqrt + s.eps;
+    m[i] = exp_avg;
+    v[i] = exp_avg_sq;
+    store_from_f32<P>(p, i, param - s.step_size * (exp_avg / denom));
+  }
+}
+
+using AdamTyped = void (*)(void*, const void*, float*, float*, int64_t, const AdamScalars);
+
+#define ACCEL_ADAM_TYPED(NAME, P, G)                                                          \
+  ACCEL_SIMD_CLONES void NAME(void* p, const void* g, float* m, float* v, int64_t n,         \
+                              const AdamScalars s) {                                          \
+    adam_typed<P, G>(p, g, m, v, n, s);                                                       \
+  }
+ACCEL_ADAM_TYPED(adam_bf16_bf16, kBFloat16, kBFloat16)
+ACCEL_ADAM_TYPED(adam_bf16_f32, kBFloat16, kFloat32)
+ACCEL_ADAM_TYPED(adam_f32_bf16, kFloat32, kBFloat16)
+ACCEL_ADAM_TYPED(adam_f16_f16, kFloat16, kFloat16)
+ACCEL_ADAM_TYPED(adam_f16_f32, kFloat16, kFloat32)
+ACCEL_ADAM_TYPED(adam_f32_f16, kFloat32, kFloat16)
+#undef ACCEL_ADAM_TYPED
+
+// [param dtype][grad dtype]; fp32/fp32 uses adam_kernel directly.
+constexpr AdamTyped kAdamTyped[3][3] = {
+    {nullptr, adam_f32_bf16, adam_f32_f16},
+    {adam_bf16_f32, adam_bf16_bf16, nullptr},
+    {adam_f16_f32, nullptr, adam_f16_f16},
+};
 
 struct AdagradScalars {
   float clr;  // lr / (1 + (step - 1) * lr_decay)
@@ -228,8 +327,14 @@ constexpr int64_t kBlock = 1024;     // elements converted at once (fits L1 with
 // Runs `kernel(p, g, tensor, begin, length)` over every element of every tensor, split
 // into chunks shared by the OpenMP threads. p and g are fp32 views: the tensors themselves
 // when they are fp32, else L1 buffers converted on the way in (and p on the way out).
-template <class Kernel>
-void run(const Batch& b, Kernel kernel) {
+// `typed(p, g, t, begin, n)` may handle a whole chunk on the tensors' own dtypes and
+// return true; otherwise p and g go through fp32 buffers for `kernel`.
+struct NoTyped {
+  bool operator()(void*, const void*, size_t, int64_t, int64_t) const { return false; }
+};
+
+template <class Kernel, class Typed = NoTyped>
+void run(const Batch& b, Kernel kernel, Typed typed = Typed{}) {
   std::vector<Chunk> chunks;
   for (size_t t = 0; t < b.params.size(); ++t)
     for (int64_t begin = 0; begin < b.numels[t]; begin += kChunk)
@@ -245,6 +350,10 @@ void run(const Batch& b, Kernel kernel) {
     const int pdt = b.param_dtypes[t], gdt = b.grad_dtypes[t], cdt = b.copy_dtypes[t];
     char* param_base = reinterpret_cast<char*>(b.params[t]);
     const char* grad_base = reinterpret_cast<const char*>(b.grads[t]);
+    if (cdt == kNone && (pdt != kFloat32 || gdt != kFloat32) &&
+        typed(param_base + chunk.begin * element_size(pdt), grad_base + chunk.begin * element_size(gdt), t,
+              chunk.begin, chunk.end - chunk.begin))
+      continue;
     const int64_t step = (pdt == kFloat32 && gdt == kFloat32 && cdt == kNone)
                              ? chunk.end - chunk.begin
                              : kBlock;
@@ -310,9 +419,17 @@ void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                              static_cast<float>(1.0 - lr * weight_decay),
                              decoupled};
   }
-  run(b, [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
-    adam_kernel(p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
-  });
+  run(
+      b,
+      [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
+        adam_kernel(p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
+      },
+      [&](void* p, const void* g, size_t t, int64_t begin, int64_t n) {
+        const AdamTyped kernel = kAdamTyped[b.param_dtypes[t]][b.grad_dtypes[t]];
+        if (kernel == nullptr) return false;
+        kernel(p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
+        return true;
+      });
 }
 
 void adagrad_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
