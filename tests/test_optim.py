@@ -417,3 +417,70 @@ def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
 def test_betas_must_be_a_pair() -> None:
     with pytest.raises(ValueError, match=r"betas must be a pair \(beta1, beta2\), got \(0.9,\)"):
         CPUAdam([torch.zeros(2, requires_grad=True)], betas=(0.9,))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_conversions_are_exact_for_every_bit_pattern(dtype: torch.dtype) -> None:
+    # Lion with lr=0 and zero gradients leaves each parameter at its own value, so every
+    # 16-bit pattern goes through half -> float -> half (csrc/common/half.h).
+    every = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype)
+    params = every.clone()
+    cpu_optim.lion_step(
+        [params],
+        [torch.zeros_like(params)],
+        [torch.zeros(65536)],
+        lr=0.0,
+        betas=(0.9, 0.99),
+        weight_decay=0.0,
+    )
+    kept = (params.view(torch.int16) == every.view(torch.int16)) | (params.isnan() & every.isnan())
+    assert bool(kept.all())
+    # float -> half rounding matches torch's .to(dtype), subnormals, overflow and NaN included.
+    values = torch.randn(200_000, generator=torch.Generator().manual_seed(0)) * torch.logspace(
+        -10, 5, 200_000
+    )
+    values[:8] = torch.tensor(
+        [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 65504.0, 65520.0, 3e-8]
+    )
+    copies = torch.empty(200_000, dtype=dtype)
+    cpu_optim.lion_step(
+        [values.clone()],
+        [torch.zeros_like(values)],
+        [torch.zeros_like(values)],
+        lr=0.0,
+        betas=(0.9, 0.99),
+        weight_decay=0.0,
+        param_copies=[copies],
+    )
+    expected = values.to(dtype)
+    same = (copies.view(torch.int16) == expected.view(torch.int16)) | (
+        copies.isnan() & expected.isnan()
+    )
+    assert bool(same.all())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(1)
+    params, grads = (
+        torch.randn(70_001, generator=generator).to(dtype),
+        torch.randn(70_001, generator=generator).to(dtype),
+    )
+    reference, reference_grads = params.float(), grads.float()
+    states = [torch.zeros(70_001) for _ in range(4)]
+    for step in (1, 2, 3):
+        options: dict[str, Any] = {
+            "lr": 0.01,
+            "betas": (0.9, 0.999),
+            "eps": 1e-8,
+            "weight_decay": 0.01,
+            "adamw": True,
+        }
+        cpu_optim.adam_step([params], [grads], [states[0]], [states[1]], [step], **options)
+        cpu_optim.adam_step(
+            [reference], [reference_grads], [states[2]], [states[3]], [step], **options
+        )
+        reference = reference.to(dtype).float()
+    assert torch.equal(params, reference.to(dtype))
+    assert torch.equal(states[0], states[2])
+    assert torch.equal(states[1], states[3])

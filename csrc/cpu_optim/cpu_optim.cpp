@@ -5,12 +5,14 @@
 // here repeat the ones that would otherwise corrupt memory. The GIL is released while the
 // kernels run. The math kernels are plain fp32 loops compiled three times (x86-64-v4,
 // x86-64-v3, baseline) and chosen at load time by the CPU (GCC target_clones), so one
-// binary is portable and still uses AVX-512 where it exists. bf16/fp16 parameters and
-// gradients are converted through small L1-resident buffers, so every optimizer has one
-// fp32 kernel and the states are always fp32.
+// binary is portable and still uses AVX-512 where it exists. States are always fp32. Adam
+// converts bf16/fp16 parameters and gradients in registers (adam_typed); the other
+// optimizers convert them through small L1-resident buffers around one fp32 kernel.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include "../common/half.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -33,131 +35,28 @@ namespace py = pybind11;
 
 namespace {
 
-enum DType : int { kNone = -1, kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+using accel::kBFloat16;
+using accel::kFloat16;
+using accel::kFloat32;
+constexpr int kNone = -1;
 
 // ---------------------------------------------------------------- conversions
-// bf16 rounding is done by hand (round to nearest even, NaN kept quiet): the hardware
-// instruction flushes subnormals to zero, torch does not.
+// Array forms of csrc/common/half.h, cloned per instruction set.
 
 ACCEL_SIMD_CLONES void bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
-    std::memcpy(&out[i], &bits, sizeof bits);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = accel::bf16_to_float(in[i]);
 }
 
 ACCEL_SIMD_CLONES void f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &in[i], sizeof bits);
-    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    out[i] = static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_bf16(in[i]);
 }
 
-// IEEE half <-> float with integer and float ops only (after F. Giesen's "half to float
-// done quick"), exact for normals, subnormals, infinities and NaN, rounding to nearest
-// even. gcc 12 keeps _Float16 conversions as scalar library calls; these vectorise.
-
 ACCEL_SIMD_CLONES void f16_to_f32(const uint16_t* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t h = in[i];
-    const uint32_t sign = (h & 0x8000u) << 16;
-    const uint32_t magnitude = (h & 0x7fffu) << 13;
-    float value;
-    std::memcpy(&value, &magnitude, sizeof value);
-    value *= 0x1p112f;  // rebias the exponent; subnormal halves become normal floats
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    bits = magnitude >= (0x7c00u << 13) ? (magnitude | 0x7f800000u) : bits;  // inf, NaN
-    bits |= sign;
-    std::memcpy(&out[i], &bits, sizeof bits);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = accel::half_to_float(in[i]);
 }
 
 ACCEL_SIMD_CLONES void f32_to_f16(const float* in, uint16_t* out, int64_t n) {
-  const uint32_t denorm_magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-  float denorm_magic;
-  std::memcpy(&denorm_magic, &denorm_magic_bits, sizeof denorm_magic);
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &in[i], sizeof bits);
-    const uint32_t sign = bits & 0x80000000u;
-    bits ^= sign;
-    // Overflow to inf (and NaN to a quiet NaN).
-    const uint32_t huge = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
-    // Results below the smallest normal half: let the FPU round into the subnormal range.
-    float shifted;
-    std::memcpy(&shifted, &bits, sizeof shifted);
-    shifted += denorm_magic;
-    uint32_t tiny;
-    std::memcpy(&tiny, &shifted, sizeof tiny);
-    tiny -= denorm_magic_bits;
-    // Normal results: rebias and round to nearest even by hand.
-    const uint32_t odd = (bits >> 13) & 1u;
-    const uint32_t normal = (bits + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
-    const uint32_t half = bits >= (143u << 23) ? huge : (bits < (113u << 23) ? tiny : normal);
-    out[i] = static_cast<uint16_t>(half | (sign >> 16));
-  }
-}
-
-// Per-element forms of the conversions above, for kernels that convert in registers.
-template <int D>
-inline float load_as_f32(const void* base, int64_t i) {
-  if constexpr (D == kFloat32) {
-    return static_cast<const float*>(base)[i];
-  } else if constexpr (D == kBFloat16) {
-    const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
-    float out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
-  } else {
-    const uint32_t h = static_cast<const uint16_t*>(base)[i];
-    const uint32_t magnitude = (h & 0x7fffu) << 13;
-    float value;
-    std::memcpy(&value, &magnitude, sizeof value);
-    value *= 0x1p112f;
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    bits = magnitude >= (0x7c00u << 13) ? (magnitude | 0x7f800000u) : bits;
-    bits |= (h & 0x8000u) << 16;
-    float out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
-  }
-}
-
-template <int D>
-inline void store_from_f32(void* base, int64_t i, float value) {
-  if constexpr (D == kFloat32) {
-    static_cast<float*>(base)[i] = value;
-  } else {
-    uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    uint16_t half;
-    if constexpr (D == kBFloat16) {
-      const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-      half = static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    } else {
-      const uint32_t denorm_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-      float denorm;
-      std::memcpy(&denorm, &denorm_bits, sizeof denorm);
-      const uint32_t sign = bits & 0x80000000u;
-      bits ^= sign;
-      const uint32_t huge = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
-      float shifted;
-      std::memcpy(&shifted, &bits, sizeof shifted);
-      shifted += denorm;
-      uint32_t tiny;
-      std::memcpy(&tiny, &shifted, sizeof tiny);
-      tiny -= denorm_bits;
-      const uint32_t odd = (bits >> 13) & 1u;
-      const uint32_t normal = (bits + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
-      half = static_cast<uint16_t>((bits >= (143u << 23) ? huge : (bits < (113u << 23) ? tiny : normal)) | (sign >> 16));
-    }
-    static_cast<uint16_t*>(base)[i] = half;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_half(in[i]);
 }
 
 void to_f32(const void* in, int dtype, float* out, int64_t n) {
@@ -208,16 +107,16 @@ template <int P, int G>
 inline void adam_typed(void* __restrict p, const void* __restrict g, float* __restrict m,
                        float* __restrict v, int64_t n, const AdamScalars s) {
   for (int64_t i = 0; i < n; ++i) {
-    const float stored = load_as_f32<P>(p, i);
+    const float stored = accel::load_as_float<P>(p, i);
     const float param = s.decoupled ? stored * s.decay : stored;
-    const float raw = load_as_f32<G>(g, i);
+    const float raw = accel::load_as_float<G>(g, i);
     const float grad = s.decoupled ? raw : raw + s.weight_decay * param;
     const float exp_avg = m[i] + s.lerp_weight * (grad - m[i]);
     const float exp_avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
     const float denom = std::sqrt(exp_avg_sq) / s.bias_correction2_sqrt + s.eps;
     m[i] = exp_avg;
     v[i] = exp_avg_sq;
-    store_from_f32<P>(p, i, param - s.step_size * (exp_avg / denom));
+    accel::store_from_float<P>(p, i, param - s.step_size * (exp_avg / denom));
   }
 }
 

@@ -13,6 +13,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "../common/half.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -41,7 +43,9 @@ namespace py = pybind11;
 namespace {
 
 constexpr uint64_t kMagic = 0x6163636c73686d31ull;  // "acclshm1"
-enum DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+using accel::kBFloat16;
+using accel::kFloat16;
+using accel::kFloat32;
 
 struct alignas(64) Control {
   std::atomic<uint64_t> arrived;   // last call sequence whose chunk this rank published
@@ -61,67 +65,22 @@ struct alignas(64) Header {
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 
-// --------------------------------------------------------------- conversions and sums
-
-inline float load(const void* base, int dtype, int64_t i) {
-  if (dtype == kFloat32) return static_cast<const float*>(base)[i];
-  const uint16_t h = static_cast<const uint16_t*>(base)[i];
-  uint32_t bits;
-  if (dtype == kBFloat16) {
-    bits = static_cast<uint32_t>(h) << 16;
-  } else {  // IEEE half, exact for every value (see cpu_optim.cpp)
-    const uint32_t magnitude = (h & 0x7fffu) << 13;
-    float value;
-    std::memcpy(&value, &magnitude, sizeof value);
-    value *= 0x1p112f;
-    std::memcpy(&bits, &value, sizeof bits);
-    bits = magnitude >= (0x7c00u << 13) ? (magnitude | 0x7f800000u) : bits;
-    bits |= (h & 0x8000u) << 16;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
-
-inline uint16_t to_half_bits(float f, int dtype) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if (dtype == kBFloat16) {
-    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-  }
-  const uint32_t denorm_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-  float denorm;
-  std::memcpy(&denorm, &denorm_bits, sizeof denorm);
-  const uint32_t sign = bits & 0x80000000u;
-  bits ^= sign;
-  const uint32_t huge = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  float shifted;
-  std::memcpy(&shifted, &bits, sizeof shifted);
-  shifted += denorm;
-  uint32_t tiny;
-  std::memcpy(&tiny, &shifted, sizeof tiny);
-  tiny -= denorm_bits;
-  const uint32_t odd = (bits >> 13) & 1u;
-  const uint32_t normal = (bits + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd) >> 13;
-  const uint32_t half = bits >= (143u << 23) ? huge : (bits < (113u << 23) ? tiny : normal);
-  return static_cast<uint16_t>(half | (sign >> 16));
-}
+// --------------------------------------------------------------- sums
 
 // Array forms of the conversions, with the dtype decided outside the loop so it vectorises.
 ACCEL_SIMD_CLONES void half_to_f32(const uint16_t* __restrict in, float* __restrict out, int64_t n, int dtype) {
   if (dtype == kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = load(in, kBFloat16, i);
+    for (int64_t i = 0; i < n; ++i) out[i] = accel::bf16_to_float(in[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = load(in, kFloat16, i);
+    for (int64_t i = 0; i < n; ++i) out[i] = accel::half_to_float(in[i]);
   }
 }
 
 ACCEL_SIMD_CLONES void f32_to_half(const float* __restrict in, uint16_t* __restrict out, int64_t n, int dtype) {
   if (dtype == kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = to_half_bits(in[i], kBFloat16);
+    for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_bf16(in[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = to_half_bits(in[i], kFloat16);
+    for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_half(in[i]);
   }
 }
 
