@@ -22,7 +22,7 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
         Pybind11Extension(
             "accel.ops._shm_comm",
             ["csrc/shm_comm/shm_comm.cpp"],
-            depends=["csrc/common/half.h"],
+            depends=["csrc/common/half.h", "csrc/common/simd.h"],
             cxx_std=17,
             extra_compile_args=[flag for flag in UNIX_FLAGS if flag != "-fopenmp"],
             extra_link_args=["-lrt"],
@@ -32,7 +32,7 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
         Pybind11Extension(
             "accel.ops._cpu_optim",
             ["csrc/cpu_optim/cpu_optim.cpp"],
-            depends=["csrc/common/half.h"],
+            depends=["csrc/common/half.h", "csrc/common/simd.h"],
             cxx_std=17,
             extra_compile_args=UNIX_FLAGS,
             extra_link_args=["-fopenmp"],

@@ -42,11 +42,6 @@ _selection: Selection | None = None
 _current: Accelerator | None = None
 
 
-def backend_names() -> list[str]:
-    """Names accepted by ``ACCEL_BACKEND``, in auto-detection priority order."""
-    return list(_registry.registry())
-
-
 def load_backend(name: str) -> type[Accelerator]:
     """The backend class registered as ``name``.
 

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include "../common/half.h"
+#include "../common/simd.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -33,12 +34,6 @@
 #include <vector>
 
 namespace py = pybind11;
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ACCEL_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ACCEL_SIMD_CLONES
-#endif
 
 namespace {
 
