@@ -32,6 +32,11 @@ def test_split_keeps_each_rank_inside_one_numa_node() -> None:
     assert split_cores([0, 1, 2, 4, 5, 6, 7], 2, TWO_NODES) == [[0, 1, 2], [4, 5, 6, 7]]
 
 
+def test_no_ranks_is_an_error() -> None:
+    with pytest.raises(ValueError, match="--nproc-per-node must be >= 1, got 0"):
+        split_cores([0, 1], 0, TWO_NODES)
+
+
 def test_too_few_cores_is_an_error() -> None:
     with pytest.raises(ValueError, match=r"cannot bind 3 ranks to 2 cores \(\[0, 1\]\)"):
         split_cores([0, 1], 3, TWO_NODES)

@@ -279,6 +279,7 @@ def tensor_placement_and_staging(acc: Accelerator) -> None:
     holds(body, shape=st.lists(st.integers(min_value=0, max_value=5), max_size=3))
     assert not acc.on_accelerator(torch.empty(3, device="meta")), "a meta tensor is on_accelerator"
     raises(TypeError, "tensor", lambda: acc.on_accelerator([1.0]))  # type: ignore[arg-type]
+    raises(ValueError, "align_bytes", lambda: acc.pin_memory(torch.zeros(2), align_bytes=0))
 
 
 # ---------------------------------------------------------------- RuntimeAPI
@@ -304,6 +305,8 @@ def visible_devices_env_round_trips(acc: Accelerator) -> None:
 
     holds(body, ids=st.lists(st.integers(min_value=0, max_value=4096), unique=True, max_size=8))
     raises(ValueError, "local_accelerator_ids", lambda: acc.set_visible_devices_envs({}, [0, 0]))
+    raises(TypeError, "local_accelerator_ids", lambda: acc.set_visible_devices_envs({}, "0,1"))  # type: ignore[arg-type]
+    raises(TypeError, "current_env", lambda: acc.set_visible_devices_envs([], [0]))  # type: ignore[arg-type]
 
 
 @check(RuntimeAPI, "communication_backend_name/is_synchronized_device/export_envs")
@@ -329,6 +332,8 @@ def compile_backend_round_trips(acc: Accelerator) -> None:
         acc.set_compile_backend("eager")
         assert acc.get_compile_backend() == "eager", "set_compile_backend('eager') did not stick"
         raises(ValueError, "no-such-backend", lambda: acc.set_compile_backend("no-such-backend"))
+        raises(TypeError, "backend", lambda: acc.set_compile_backend(None))  # type: ignore[arg-type]
+        assert acc.get_compile_backend() == "eager", "a rejected backend name changed the choice"
     finally:
         acc.set_compile_backend(before)
 
@@ -339,3 +344,4 @@ def lazy_call_runs_the_callback(acc: Accelerator) -> None:
     acc.lazy_call(lambda: calls.append(1))
     acc.synchronize()
     assert calls == [1], f"lazy_call() ran the callback {len(calls)} times"
+    raises(TypeError, "callback", lambda: acc.lazy_call(42))  # type: ignore[arg-type]
