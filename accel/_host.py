@@ -14,25 +14,11 @@ from pathlib import Path
 
 import psutil
 
+from accel._validate import parse_id_list
+
 NODE_ROOT = Path("/sys/devices/system/node")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF = Path("/proc/self")
-
-
-def parse_cpulist(text: str, source: str = "cpulist") -> set[int]:
-    """Parse the kernel's list format, e.g. ``"0-3,8,10-11"``; ``source`` names the origin."""
-    cpus: set[int] = set()
-    for item in text.strip().split(","):
-        if not item:
-            continue
-        first, _, last = item.partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
-            raise ValueError(f"{source}: expected ranges such as '0-3,8', got {text.strip()!r}")
-        start, end = int(first), int(last or first)
-        if end < start:
-            raise ValueError(f"{source}: range {item!r} ends before it starts")
-        cpus.update(range(start, end + 1))
-    return cpus
 
 
 def allowed_cpus() -> set[int]:
@@ -54,7 +40,7 @@ def numa_topology(root: Path = NODE_ROOT) -> dict[int, frozenset[int]]:
             continue
         cpulist = entry / "cpulist"
         try:
-            nodes[int(name[4:])] = frozenset(parse_cpulist(cpulist.read_text(), str(cpulist)))
+            nodes[int(name[4:])] = frozenset(parse_id_list(cpulist.read_text(), str(cpulist)))
         except OSError:
             continue
     return nodes

@@ -9,9 +9,11 @@ being used. Two distributions registering one name is an error naming both.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from accel.backends.base import Availability, BackendClass
@@ -43,6 +45,26 @@ class DuplicateBackendError(RuntimeError):
     """Two distributions register a backend under one name."""
 
 
+PROBE_TIMEOUT_ENV = "ACCEL_PROBE_TIMEOUT"
+DEFAULT_PROBE_TIMEOUT = 10.0
+
+
+def probe_timeout() -> float:
+    """Seconds a backend's probe may take (``ACCEL_PROBE_TIMEOUT``, default 10)."""
+    raw = os.environ.get(PROBE_TIMEOUT_ENV)
+    if raw is None:
+        return DEFAULT_PROBE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"environment variable {PROBE_TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Registered:
     """One entry of the registry: where it came from, its class or why it has none."""
@@ -52,6 +74,10 @@ class Registered:
     target: str
     backend: type[Accelerator] | None
     error: str | None
+    # The probe's answer, computed once: probes may be slow, and selection and
+    # `accel report` both ask.
+    _answer: list[Availability] = field(default_factory=list, compare=False, repr=False)
+    _probe_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
     def priority(self) -> int:
@@ -59,16 +85,60 @@ class Registered:
         return cast(BackendClass, self.backend).priority if self.backend is not None else -1
 
     def availability(self) -> Availability:
-        """The probe's answer; a load failure or a raising probe is 'not available'."""
+        """The probe's answer, asked once; a failure of any kind is 'not available'.
+
+        A probe that raises, returns something other than an :class:`Availability`, or
+        takes longer than :func:`probe_timeout` makes the backend unavailable with that
+        reason, logged as a warning naming the backend and its distribution.
+        """
+        with self._probe_lock:
+            if not self._answer:
+                self._answer.append(self._probe())
+            return self._answer[0]
+
+    def _probe(self) -> Availability:
         if self.backend is None:
             return Availability(False, f"failed to load: {self.error}")
-        try:
-            return cast(BackendClass, self.backend).probe()
-        except Exception as error:
+        backend = cast(BackendClass, self.backend)
+        outcome: list[object] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                outcome.append(backend.probe())
+            except Exception as error:
+                failure.append(error)
+
+        # A daemon thread bounds the wait: a probe stuck in a driver call cannot be
+        # interrupted, but it no longer holds up selection or `accel report`.
+        timeout = probe_timeout()
+        worker = threading.Thread(target=run, name=f"accel-probe-{self.name}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if failure:
+            error = failure[0]
             logger.warning(
-                "accel backend %r: probe() raised; skipping it", self.name, exc_info=True
-            )
+                "accel backend %r from %s: probe() raised; skipping it",
+                self.name, self.distribution, exc_info=error,
+            )  # fmt: skip
             return Availability(False, f"probe() raised {type(error).__name__}: {error}")
+        if not outcome:
+            reason = f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV})"
+            logger.warning(
+                "accel backend %r from %s: %s; skipping it", self.name, self.distribution, reason
+            )
+            return Availability(False, reason)
+        answer = outcome[0]
+        if not isinstance(answer, Availability):
+            reason = (
+                f"probe() returned {type(answer).__name__} {answer!r}, "
+                "expected accel.backends.base.Availability"
+            )
+            logger.warning(
+                "accel backend %r from %s: %s; skipping it", self.name, self.distribution, reason
+            )
+            return Availability(False, reason)
+        return answer
 
 
 def _distribution(entry: EntryPoint) -> str:
@@ -158,6 +228,38 @@ def registry() -> dict[str, Registered]:
         if _registry is None:
             _registry = discover()
         return _registry
+
+
+def available(name: str, source: str) -> type[Accelerator]:
+    """The backend class registered as ``name``, checked to be available here.
+
+    The one lookup behind ``ACCEL_BACKEND``, ``pytest --accel`` and the test suite.
+    ``source`` says where the name came from and starts every error: ``ValueError``
+    listing the known names for an unknown one, ``RuntimeError`` with the reason for one
+    that failed to load or is not available.
+    """
+    entries = registry()
+    entry = entries.get(name)
+    if entry is None:
+        raise ValueError(f"{source} names no backend; expected one of: {', '.join(entries)}")
+    if entry.backend is None:
+        raise RuntimeError(
+            f"{source}: accelerator backend {name!r} from {entry.distribution} failed to "
+            f"load: {entry.error}"
+        )
+    answer = entry.availability()
+    if not answer.available:
+        raise RuntimeError(f"{source} selects a backend that is not available: {answer.reason}")
+    return entry.backend
+
+
+def available_backends() -> list[type[Accelerator]]:
+    """Every registered backend class that loads and is available here, by priority."""
+    return [
+        entry.backend
+        for entry in registry().values()
+        if entry.backend is not None and entry.availability().available
+    ]
 
 
 def reset_registry() -> None:

@@ -42,25 +42,6 @@ _selection: Selection | None = None
 _current: Accelerator | None = None
 
 
-def load_backend(name: str) -> type[Accelerator]:
-    """The backend class registered as ``name``.
-
-    ``ValueError`` listing the known names for an unknown one; ``RuntimeError`` with the
-    cause for a plugin that failed to load.
-    """
-    entries = _registry.registry()
-    entry = entries.get(name)
-    if entry is None:
-        raise ValueError(
-            f"unknown accelerator backend {name!r}; expected one of: {', '.join(entries)}"
-        )
-    if entry.backend is None:
-        raise RuntimeError(
-            f"accelerator backend {name!r} from {entry.distribution} failed to load: {entry.error}"
-        )
-    return entry.backend
-
-
 def get_accelerator() -> Accelerator:
     """The accelerator of this process, chosen on the first call (see module docstring)."""
     accelerator = _current
@@ -124,28 +105,19 @@ def _select() -> Selection:
 
 def _choose() -> Selection:
     requested = os.environ.get(BACKEND_ENV)
-    entries = _registry.registry()
     if requested is not None:
-        name = requested.strip()
-        if name not in entries:
-            raise ValueError(
-                f"environment variable {BACKEND_ENV}={requested!r} names no backend; "
-                f"expected one of: {', '.join(entries)}"
-            )
-        backend = load_backend(name)
-        availability = entries[name].availability()
-        if not availability.available:
-            raise RuntimeError(
-                f"environment variable {BACKEND_ENV}={requested!r} selects a backend that is "
-                f"not available: {availability.reason}"
-            )
+        source = f"environment variable {BACKEND_ENV}={requested!r}"
+        backend = _registry.available(requested.strip(), source)
         return Selection(backend(), "env", f"{BACKEND_ENV}={requested}")
+    entries = _registry.registry()
     skipped: list[str] = []
     for name, entry in entries.items():
         availability = entry.availability()
         if availability.available and entry.backend is not None:
             if name == "cpu" and skipped:
-                logger.warning(
+                # The expected state of a CPU-only machine, not a problem: INFO, so every
+                # process of a CPU job does not print it (`accel report` says the same).
+                logger.info(
                     "no accelerator is available (%s; `accel report` says why); using the CPU",
                     ", ".join(skipped),
                 )

@@ -59,20 +59,13 @@ def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("accel")
     if name is None:
         return
-    from accel._registry import registry
+    from accel._registry import available
 
-    entries = registry()
-    entry = entries.get(name)
-    if entry is None:
-        raise pytest.UsageError(
-            f"--accel={name}: unknown backend; expected one of: {', '.join(entries)}"
-        )
-    availability = entry.availability()
-    if entry.backend is None or not availability.available:
-        raise pytest.UsageError(
-            f"--accel={name}: the backend is not available here: {availability.reason}"
-        )
-    accel.set_accelerator(entry.backend())
+    try:
+        backend = available(name, f"--accel={name}")
+    except (ValueError, RuntimeError) as error:
+        raise pytest.UsageError(str(error)) from None
+    accel.set_accelerator(backend())
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import accel
-from accel._registry import registry
+from accel._registry import available_backends
 from accel.protocols import Accelerator
 
 pytest_plugins = ["pytester"]
@@ -25,15 +25,7 @@ settings.register_profile(
 settings.load_profile("accel")
 
 
-def _available_backends() -> list[Accelerator]:
-    return [
-        entry.backend()
-        for entry in registry().values()
-        if entry.backend is not None and entry.availability().available
-    ]
-
-
-AVAILABLE_BACKENDS = _available_backends()
+AVAILABLE_BACKENDS: list[Accelerator] = [backend() for backend in available_backends()]
 
 
 @pytest.fixture(

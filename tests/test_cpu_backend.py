@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from accel import _host
+from accel._validate import format_id_list, parse_id_list
 from accel.backends import cpu
 from accel.backends.cpu import CPUAccelerator
 from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
@@ -40,13 +42,14 @@ def test_numa_nodes_without_cpus_or_outside_affinity_are_not_devices(tmp_path: P
     assert _host.numa_nodes_with_cpus(tmp_path / "missing", allowed={0}) == [0]
 
 
-def test_cpulist_parsing() -> None:
-    assert _host.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert _host.parse_cpulist("") == set()
-    with pytest.raises(ValueError, match=r"cpulist.*'3-1'"):
-        _host.parse_cpulist("3-1")
-    with pytest.raises(ValueError, match="cpulist"):
-        _host.parse_cpulist("a-b")
+def test_one_id_list_parser_reads_kernel_lists_and_names_the_source() -> None:
+    assert parse_id_list("0-3,8,10-11\n", "cpulist") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_id_list("\n", "cpulist") == []
+    with pytest.raises(ValueError, match=r"cpulist: range '3-1'"):
+        parse_id_list("3-1", "cpulist")
+    with pytest.raises(ValueError, match=r"cpulist must be .*bad item 'a-b'"):
+        parse_id_list("a-b", "cpulist")
+    assert format_id_list([5, 0, 2, 1]) == "0-2,5"
 
 
 def test_device_count_is_numa_nodes_unless_local_size_is_set(
@@ -61,12 +64,14 @@ def test_device_count_is_numa_nodes_unless_local_size_is_set(
     assert acc.device_count() == 6
 
 
-@pytest.mark.parametrize("value", ["two", "-1", "0", "1.5", ""])
+@pytest.mark.parametrize(
+    "value", ["two", "-1", "0", "1.5", "", "3_000", "+3", "\uff13", "\u00b2", "1" + "0" * 23]
+)
 def test_bad_local_size_names_the_variable(
     acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("LOCAL_SIZE", value)
-    with pytest.raises(ValueError, match=f"LOCAL_SIZE.*{value!r}"):
+    with pytest.raises(ValueError, match=f"LOCAL_SIZE.*{re.escape(repr(value))}"):
         acc.device_count()
 
 
@@ -82,7 +87,7 @@ def test_current_device_follows_local_rank_then_set_device(
     assert acc.current_device() == 1
 
 
-@pytest.mark.parametrize("value", ["rank0", "-2", " "])
+@pytest.mark.parametrize("value", ["rank0", "-2", " ", "1_0", "\u0663"])
 def test_bad_local_rank_names_the_variable(
     acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
@@ -102,7 +107,7 @@ def test_visible_numa_nodes_restrict_the_devices(
     monkeypatch.setenv(cpu.VISIBLE_NODES_ENV, env[cpu.VISIBLE_NODES_ENV])
     assert acc.numa_nodes() == [2, 0]
     assert acc.device_count() == 2
-    for bad in ("5", "", "0,x", "1,1"):
+    for bad in ("5", "", "0,x", "1,1", "\u00b2", "0-1_0"):
         monkeypatch.setenv(cpu.VISIBLE_NODES_ENV, bad)
         with pytest.raises(ValueError, match=cpu.VISIBLE_NODES_ENV):
             acc.numa_nodes()

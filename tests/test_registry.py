@@ -6,6 +6,7 @@ import importlib
 import logging
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -110,14 +111,16 @@ def test_unavailable_backend_requested_by_env_says_why(monkeypatch: pytest.Monke
         accel.get_accelerator()
 
 
-def test_cpu_fallback_is_logged(
+def test_cpu_fallback_is_logged_at_info_not_as_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # The expected state of a CPU-only machine: every process of a job would print it.
     monkeypatch.delenv("ACCEL_BACKEND", raising=False)
-    with caplog.at_level(logging.WARNING, logger="accel"):
+    with caplog.at_level(logging.INFO, logger="accel"):
         assert isinstance(accel.get_accelerator(), CPUAccelerator)
-    assert "no accelerator is available" in caplog.text
-    assert "cuda" in caplog.text
+    fallback = [r for r in caplog.records if "no accelerator is available" in r.getMessage()]
+    assert [r.levelno for r in fallback] == [logging.INFO]
+    assert "cuda" in fallback[0].getMessage()
 
 
 def test_plugin_that_fails_to_import_is_skipped_and_reported(
@@ -179,3 +182,51 @@ def test_builtins_are_used_from_an_uninstalled_source_tree(monkeypatch: pytest.M
     entries = _registry.registry()
     assert entries["cpu"].backend is CPUAccelerator
     assert entries["cpu"].distribution == "<unknown distribution>"
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"), [("None", "NoneType None"), ("True", "bool True"), ("'yes'", "str 'yes'")]
+)
+def test_a_probe_answer_that_is_no_availability_names_the_plugin(
+    monkeypatch: pytest.MonkeyPatch,
+    install: Installer,
+    caplog: pytest.LogCaptureFixture,
+    answer: str,
+    shown: str,
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    source = GOOD_PLUGIN.replace('return Availability(True, "always")', f"return {answer}")
+    install("oddprobe", {"fast": "odd_probe:Fast"}, {"odd_probe": source})
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    reason = _registry.registry()["fast"].availability().reason
+    assert reason == f"probe() returned {shown}, expected accel.backends.base.Availability"
+    assert "'fast' from oddprobe" in caplog.text
+
+
+def test_a_slow_probe_is_bounded_and_asked_once(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    monkeypatch.setenv(_registry.PROBE_TIMEOUT_ENV, "0.2")
+    source = GOOD_PLUGIN.replace(
+        'return Availability(True, "always")',
+        "import time; CALLS.append(1); time.sleep(3); return Availability(True, 'late')",
+    ).replace("class Fast", "CALLS = []\n\n\nclass Fast")
+    install("slowdist", {"fast": "slow_probe:Fast"}, {"slow_probe": source})
+    started = time.perf_counter()
+    assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    entry = _registry.registry()["fast"]
+    reason = entry.availability().reason
+    assert reason == "probe() did not answer within 0.2 s (ACCEL_PROBE_TIMEOUT)"
+    assert time.perf_counter() - started < 2  # selection and the second question together
+    assert sys.modules["slow_probe"].CALLS == [1]  # probed once
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_a_bad_probe_timeout_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(_registry.PROBE_TIMEOUT_ENV, value)
+    with pytest.raises(ValueError, match=f"ACCEL_PROBE_TIMEOUT must be .* got '{value}'"):
+        _registry.probe_timeout()

@@ -152,7 +152,7 @@ def test_privateuse1_device_is_found_through_torch_registration() -> None:
 def test_communication_backend_lookup_order(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.distributed as dist
 
-    from accel.mixins.torch_runtime import default_communication_backend
+    from accel.mixins.runtime import default_communication_backend
 
     monkeypatch.setattr(dist, "get_default_backend_for_device", lambda device: "vendorccl")
     assert default_communication_backend("hpu") == "hccl"  # the vendor table wins

@@ -9,10 +9,9 @@ from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import torch
-from typing_extensions import override
 
 from accel import _host
-from accel._checks import check_index, check_optional_index, env_index, parse_id_list
+from accel._validate import check_index, check_optional_index, env_index, parse_id_list
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
@@ -28,6 +27,7 @@ from accel.mixins import (
     RuntimeEnvMixin,
     TensorPlacementMixin,
 )
+from accel.mixins.dtype import matmul_runs
 from accel.ops.builders import CPU_OP_BUILDERS
 from accel.protocols.op_builder import OpBuilder
 
@@ -57,15 +57,6 @@ def _onednn_has_native_fp16() -> bool:
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported", None)
     try:
         return bool(probe()) if probe is not None else False
-    except RuntimeError:
-        return False
-
-
-@functools.cache
-def _bf16_matmul_runs() -> bool:
-    try:
-        ones = torch.ones(2, 2, dtype=torch.bfloat16)
-        return bool(torch.equal(ones @ ones, torch.full((2, 2), 2.0, dtype=torch.bfloat16)))
     except RuntimeError:
         return False
 
@@ -125,7 +116,9 @@ class CPUAccelerator(
         raw = os.environ.get(VISIBLE_NODES_ENV)
         if raw is None:
             return nodes
-        visible = parse_id_list(raw, f"environment variable {VISIBLE_NODES_ENV}")
+        visible = parse_id_list(
+            raw, f"environment variable {VISIBLE_NODES_ENV}", below=max(nodes) + 1
+        )
         unknown = [node for node in visible if node not in nodes]
         if not visible or unknown:
             raise ValueError(
@@ -168,7 +161,7 @@ class CPUAccelerator(
 
     def is_bf16_supported(self) -> bool:
         """Whether a bfloat16 matmul runs correctly (it does on every torch CPU build)."""
-        return _bf16_matmul_runs()
+        return matmul_runs("cpu", torch.bfloat16)
 
     def is_fp16_supported(self) -> bool:
         """Whether oneDNN has native float16 kernels on this CPU (AVX512-FP16 / AMX-FP16)."""
@@ -177,8 +170,3 @@ class CPUAccelerator(
     def is_triton_supported(self) -> bool:
         """False: torch's CPU code generation does not use Triton."""
         return False
-
-    @override
-    def is_synchronized_device(self) -> bool:
-        """True: every CPU op has finished when its call returns."""
-        return True

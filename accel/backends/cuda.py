@@ -18,14 +18,12 @@ from typing import ClassVar
 import torch
 from typing_extensions import override
 
-from accel._checks import check_optional_index
+from accel._validate import check_optional_index
 from accel.backends import _cuda_visible
 from accel.backends.base import Availability
 from accel.backends.torch_device import TorchDeviceBackend
-from accel.mixins.nvtx_profiler import NVTXProfilerMixin
-from accel.mixins.torch_dtype import triton_runs_on
-from accel.mixins.torch_graphs import TorchGraphMixin
-from accel.mixins.torch_streams import TorchStreamMixin
+from accel.mixins import NVTXProfilerMixin, TorchGraphMixin, TorchStreamMixin
+from accel.mixins.dtype import triton_runs_on
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from accel._device_module import device_module
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
@@ -22,18 +23,19 @@ from accel.mixins import (
     DTypeListMixin,
     NoGraphMixin,
     NoStreamMixin,
+    PinnedHostMemoryMixin,
     RecordFunctionProfilerMixin,
     RuntimeEnvMixin,
     TensorPlacementMixin,
+    TorchDeviceMixin,
+    TorchDTypeMixin,
+    TorchGraphMixin,
+    TorchMemoryMixin,
+    TorchRNGMixin,
+    TorchRuntimeMixin,
+    TorchStreamMixin,
 )
-from accel.mixins.pinned_host import PinnedHostMemoryMixin
-from accel.mixins.torch_device import TorchDeviceMixin, device_module
-from accel.mixins.torch_dtype import TorchDTypeMixin
-from accel.mixins.torch_graphs import TorchGraphMixin, graph_class
-from accel.mixins.torch_memory import TorchMemoryMixin
-from accel.mixins.torch_rng import TorchRNGMixin
-from accel.mixins.torch_runtime import TorchRuntimeMixin
-from accel.mixins.torch_streams import TorchStreamMixin
+from accel.mixins.graph import graph_class
 
 # Module functions the core protocols are built on; a device module lacking any of them
 # cannot back an Accelerator, and the probe says which are missing.

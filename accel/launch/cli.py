@@ -95,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not _user_set(arguments[:script_at], "--nproc-per-node"):
         args.nproc_per_node = str(accelerator.device_count())
     ranks = int(torchrun.determine_local_world_size(args.nproc_per_node))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-    plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
+    try:
+        plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
+    except ValueError as error:  # a usage error: one line and status 2, not a traceback
+        parser.error(str(error))
     os.environ[PLAN_ENV] = json.dumps(plan)
     if args.bind_cores_to_rank or args.bind_core_list is not None:
         # Each rank sets its own value; this only stops torchrun announcing "1 for everyone".

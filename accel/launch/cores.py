@@ -5,35 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from accel import _host
+from accel._validate import format_id_list, parse_id_list
 
 
 def parse_core_list(text: str, allowed: set[int]) -> list[int]:
     """Parse ``"0-51,56-107"`` into sorted core ids, each of which must be in ``allowed``.
 
     ``ValueError`` names the option and the problem: bad syntax, a repeated core, a core
-    this process may not use.
+    this process may not use. Linear in the number of cores, and a range past the highest
+    allowed core fails before it is expanded.
     """
-    cores: list[int] = []
-    for item in text.split(","):
-        first, dash, last = item.strip().partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise ValueError(
-                f"--bind-core-list: expected ids and ranges such as '0-51,56-107', got {text!r}"
-            )
-        start, end = int(first), int(last) if dash else int(first)
-        if end < start:
-            raise ValueError(f"--bind-core-list: range {item.strip()!r} ends before it starts")
-        cores.extend(range(start, end + 1))
-    repeated = sorted({core for core in cores if cores.count(core) > 1})
-    if repeated:
-        raise ValueError(
-            f"--bind-core-list: cores {repeated} are listed more than once in {text!r}"
-        )
-    outside = sorted(set(cores) - allowed)
+    option = "--bind-core-list"
+    cores = parse_id_list(text, option, below=max(allowed, default=-1) + 1)
+    if not cores:
+        raise ValueError(f"{option} must name at least one core, got {text!r}")
+    outside = [core for core in cores if core not in allowed]
     if outside:
         raise ValueError(
-            f"--bind-core-list: cores {outside} are not available to this process "
-            f"(allowed: {sorted(allowed)})"
+            f"{option}: cores {format_id_list(outside)} are not available to this process "
+            f"(allowed: {format_id_list(allowed)})"
         )
     return sorted(cores)
 

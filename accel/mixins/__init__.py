@@ -1,30 +1,22 @@
 """Reusable implementations that backends compose; each mixin serves one capability.
 
-Mixins are parametrised by data (``device_type``, environment variable names), never by a
-backend's name, so any backend can reuse them.
+One module per protocol module, with the same name: ``accel.mixins.rng`` holds every
+implementation of ``accel.protocols.rng.RNGAPI`` (and ``accel.mixins.stream`` /
+``accel.mixins.graph`` the No-markers that switch a capability off). Mixins are
+parametrised by data (``device_type``, environment variable names), never by a backend's
+name, so any backend can reuse them. Import them from here.
 """
 
-from accel.mixins.compile_backend import CompileBackendMixin
-from accel.mixins.device_naming import DeviceNamingMixin
-from accel.mixins.dtype_list import DTypeListMixin
-from accel.mixins.generator_rng import GeneratorRNGMixin
-from accel.mixins.host_memory import HostMemoryMixin
-from accel.mixins.host_rng import HostRNGMixin
-from accel.mixins.host_staging import HostStagingMixin
-from accel.mixins.nvtx_profiler import NVTXProfilerMixin
-from accel.mixins.op_builder_table import OpBuilderTableMixin
-from accel.mixins.pinned_host import PinnedHostMemoryMixin
-from accel.mixins.record_function_profiler import RecordFunctionProfilerMixin
-from accel.mixins.runtime_env import RuntimeEnvMixin
-from accel.mixins.synchronous import NoGraphMixin, NoStreamMixin
-from accel.mixins.tensor_placement import TensorPlacementMixin
-from accel.mixins.torch_device import TorchDeviceMixin
-from accel.mixins.torch_dtype import TorchDTypeMixin
-from accel.mixins.torch_graphs import TorchGraphMixin
-from accel.mixins.torch_memory import TorchMemoryMixin
-from accel.mixins.torch_rng import TorchRNGMixin
-from accel.mixins.torch_runtime import TorchRuntimeMixin
-from accel.mixins.torch_streams import TorchStreamMixin
+from accel.mixins.device import DeviceNamingMixin, TorchDeviceMixin
+from accel.mixins.dtype import DTypeListMixin, TorchDTypeMixin
+from accel.mixins.graph import NoGraphMixin, TorchGraphMixin
+from accel.mixins.memory import HostMemoryMixin, TorchMemoryMixin
+from accel.mixins.op_builder import OpBuilderTableMixin
+from accel.mixins.profiler import NVTXProfilerMixin, RecordFunctionProfilerMixin
+from accel.mixins.rng import GeneratorRNGMixin, HostRNGMixin, TorchRNGMixin
+from accel.mixins.runtime import CompileBackendMixin, RuntimeEnvMixin, TorchRuntimeMixin
+from accel.mixins.stream import NoStreamMixin, TorchStreamMixin
+from accel.mixins.tensor import HostStagingMixin, PinnedHostMemoryMixin, TensorPlacementMixin
 
 __all__ = [
     "CompileBackendMixin",

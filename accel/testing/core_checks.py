@@ -11,7 +11,7 @@ import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accel._checks import parse_id_list
+from accel._validate import parse_id_list
 from accel.protocols import (
     RNGAPI,
     Accelerator,

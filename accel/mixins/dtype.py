@@ -1,4 +1,4 @@
-"""DTypeAPI for a torch device type: native answers where torch has them, else a probe."""
+"""DTypeAPI implementations: the dtype list derived from the answers, and torch probes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,27 @@ import functools
 from typing import ClassVar
 
 import torch
+from typing_extensions import Protocol
 
-from accel.mixins.torch_device import device_module
+from accel._device_module import device_module
+
+
+class _DTypeAnswers(Protocol):
+    def is_bf16_supported(self) -> bool: ...
+    def is_fp16_supported(self) -> bool: ...
+
+
+class DTypeListMixin:
+    """Keeps ``supported_dtypes()`` consistent with ``is_bf16/fp16_supported()`` by construction."""
+
+    def supported_dtypes(self: _DTypeAnswers) -> list[torch.dtype]:
+        """``float32``, then ``bfloat16`` and ``float16`` where supported."""
+        dtypes = [torch.float32]
+        if self.is_bf16_supported():
+            dtypes.append(torch.bfloat16)
+        if self.is_fp16_supported():
+            dtypes.append(torch.float16)
+        return dtypes
 
 
 @functools.cache

@@ -1,4 +1,10 @@
-"""StreamAPI through the device module's Stream, Event and stream context."""
+"""StreamAPI: the No-marker for synchronous devices, and torch device-module streams.
+
+A class-level ``None`` marker makes ``isinstance(acc, StreamAPI)`` False at run time and
+makes assigning the class to ``StreamAPI`` a static error in mypy and pyright. The marker
+must stay at class level, and the No-mixin must come before any mixin that implements the
+capability in the bases, or the implementation would win.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,21 @@ from typing import ClassVar
 
 import torch
 
-from accel._checks import check_optional_index
-from accel.mixins.torch_device import device_module
+from accel._device_module import device_module
+from accel._validate import check_optional_index
+
+
+class NoStreamMixin:
+    """The device runs every op to completion before returning: no streams, no events.
+
+    ``is_synchronized_device()`` follows from this (see ``RuntimeEnvMixin``).
+    """
+
+    Stream: None = None
+    Event: None = None
+    stream: None = None
+    current_stream: None = None
+    default_stream: None = None
 
 
 class TorchStreamMixin:

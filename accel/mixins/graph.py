@@ -1,4 +1,6 @@
-"""GraphAPI through the device module's graph class and ``graph`` capture context.
+"""GraphAPI: the No-marker for devices without graphs, and device-module graphs.
+
+The markers work as ``NoStreamMixin``'s do (see ``accel.mixins.stream``). For graphs,
 
 CUDA names them ``torch.cuda.CUDAGraph`` / ``torch.cuda.graph`` and XPU
 ``torch.xpu.XPUGraph`` / ``torch.xpu.graph``: the class is ``<TYPE>Graph``.
@@ -11,8 +13,16 @@ from typing import ClassVar
 
 import torch
 
-from accel.mixins.torch_device import device_module
+from accel._device_module import device_module
 from accel.protocols.graph import Graph
+
+
+class NoGraphMixin:
+    """The device cannot capture and replay graphs (class-level ``None`` markers)."""
+
+    create_graph: None = None
+    capture_to_graph: None = None
+    replay_graph: None = None
 
 
 def graph_class(device_type: str) -> type | None:

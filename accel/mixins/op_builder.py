@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from accel._checks import check_str
+from accel._validate import check_str
 from accel.protocols.op_builder import OpBuilder
 
 

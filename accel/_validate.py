@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -89,38 +89,83 @@ def check_index_list(values: object, argument: str) -> list[int]:
     return ids
 
 
+# Environment integers and id lists are written by people and launchers: accept plain ASCII
+# decimal digits only. int() alone would also take "3_000", "+3", a full-width "3" (U+FF13) or "²"
+# (which isdigit() calls a digit but int() rejects), and any magnitude.
+ENV_INT_MAX = 2**31 - 1
+
+
+def _is_decimal(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def env_index(name: str) -> int | None:
     """Environment variable ``name`` as a non-negative ``int``, or ``None`` when unset."""
     raw = os.environ.get(name)
     if raw is None:
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
+    text = raw.strip()
+    if not _is_decimal(text) or int(text) > ENV_INT_MAX:
         raise ValueError(
-            f"environment variable {name} must be a non-negative integer, got {raw!r}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"environment variable {name} must be a non-negative integer, got {raw!r}")
-    return value
+            f"environment variable {name} must be a non-negative decimal integer "
+            f"up to {ENV_INT_MAX}, got {raw!r}"
+        )
+    return int(text)
 
 
-def parse_id_list(raw: str, source: str) -> list[int]:
-    """Parse ``"0,2, 3"`` into ``[0, 2, 3]``; ``source`` names where the text came from."""
-    items = [item.strip() for item in raw.split(",")]
-    if items == [""]:
+def parse_id_list(raw: str, source: str, *, below: int | None = None) -> list[int]:
+    """Ids from ``"0,2-3, 8"`` in the order written: ``[0, 2, 3, 8]``.
+
+    The one parser for every id list (visible NUMA nodes, the kernel's cpulist files,
+    ``--bind-core-list``): ASCII decimal ids and inclusive ranges, no repeats. ``source``
+    names where the text came from in every error. ``below``, when given, bounds the ids
+    and is checked on a range's ends before it is expanded, so ``"0-10000000000"`` fails
+    at once. Linear in the number of ids.
+    """
+    text = raw.strip()
+    if not text:
         return []
     ids: list[int] = []
-    for item in items:
-        if not item.isdigit():
+    seen: set[int] = set()
+    repeated: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        first, dash, last = item.partition("-")
+        if not _is_decimal(first) or (dash and not _is_decimal(last)):
             raise ValueError(
-                f"{source} must be a comma-separated list of non-negative integers, "
+                f"{source} must be comma-separated ids and ranges such as '0-3,8', "
                 f"got {raw!r} (bad item {item!r})"
             )
-        ids.append(int(item))
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{source} must not repeat an id, got {raw!r}")
+        start, end = int(first), int(last) if dash else int(first)
+        if end < start:
+            raise ValueError(f"{source}: range {item!r} in {raw!r} ends before it starts")
+        if below is not None and end >= below:
+            raise ValueError(
+                f"{source}: {item!r} in {raw!r} goes past {below - 1}, the highest id allowed here"
+            )
+        for value in range(start, end + 1):
+            if value in seen:
+                repeated.append(value)
+            else:
+                seen.add(value)
+                ids.append(value)
+    if repeated:
+        raise ValueError(
+            f"{source} must not repeat an id; {format_id_list(repeated)} repeat in {raw!r}"
+        )
     return ids
+
+
+def format_id_list(ids: Iterable[int]) -> str:
+    """The inverse of :func:`parse_id_list` for sorted ids: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    parts: list[str] = []
+    ordered = sorted(set(ids))
+    start = 0
+    for index, value in enumerate(ordered):
+        if index + 1 == len(ordered) or ordered[index + 1] != value + 1:
+            first = ordered[start]
+            parts.append(str(first) if first == value else f"{first}-{value}")
+            start = index + 1
+    return ",".join(parts)
 
 
 def check_rng_state(value: object) -> torch.Tensor:

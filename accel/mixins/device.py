@@ -1,0 +1,82 @@
+"""DeviceAPI implementations: device naming from a type name, and torch device modules.
+
+Every torch device type (cuda, xpu, mtia, and out-of-tree PrivateUse1 types such as npu,
+hpu and mlu) exposes the same module functions, so one implementation serves them all.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from typing_extensions import Protocol
+
+from accel._device_module import device_module
+from accel._validate import check_index, check_optional_index
+
+
+class _NamedDevices(Protocol):
+    def device_name(self, device_index: int | None = None) -> str: ...
+    def current_device(self) -> int: ...
+
+
+class DeviceNamingMixin:
+    """``device_name``/``device``/``current_device_name`` for a torch device type.
+
+    Set ``device_type`` (``"cuda"``, ``"xpu"``, ...). Devices whose indices torch ignores
+    (the CPU) set ``indexed_device_names = False``, so every index names ``"cpu"``.
+    """
+
+    device_type: ClassVar[str]
+    indexed_device_names: ClassVar[bool] = True
+
+    def device_name(self, device_index: int | None = None) -> str:
+        """``"<type>:<index>"``, or ``"<type>"`` without an index or for unindexed devices."""
+        index = check_optional_index(device_index)
+        if index is None or not self.indexed_device_names:
+            return self.device_type
+        return f"{self.device_type}:{index}"
+
+    def device(self, device_index: int | None = None) -> torch.device:
+        """``torch.device(self.device_name(device_index))``."""
+        return torch.device(self.device_name(device_index))
+
+    def current_device_name(self: _NamedDevices) -> str:
+        """The device string of the current device."""
+        if not getattr(self, "indexed_device_names", True):
+            # Hot path (every `device=` argument): the name cannot depend on the index.
+            return self.device_name()
+        return self.device_name(self.current_device())
+
+
+class TorchDeviceMixin:
+    """DeviceAPI's selection members (count, current, set, synchronize, availability)."""
+
+    device_type: ClassVar[str]
+
+    def device_count(self) -> int:
+        """Devices visible to this process."""
+        return int(device_module(self.device_type).device_count())
+
+    def current_device(self) -> int:
+        """Index of the current device."""
+        return int(device_module(self.device_type).current_device())
+
+    def set_device(self, device_index: int) -> None:
+        """Make ``device_index`` current; ``ValueError`` beyond ``device_count()``."""
+        index = check_index(device_index)
+        count = self.device_count()
+        if index >= count:
+            raise ValueError(
+                f"device_index must be below device_count() = {count} for "
+                f"{self.device_type}, got {index}"
+            )
+        device_module(self.device_type).set_device(index)
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Wait for all queued work on the device (default: current)."""
+        device_module(self.device_type).synchronize(check_optional_index(device_index))
+
+    def is_available(self) -> bool:
+        """Whether torch sees at least one device of this type."""
+        return bool(device_module(self.device_type).is_available())

@@ -1,0 +1,67 @@
+"""ProfilerAPI implementations: ``record_function`` ranges (host) and NVTX ranges (CUDA).
+
+``record_function`` ranges appear in ``torch.profiler`` traces (and Kineto's Chrome
+traces), which is where a host-side device's timeline lives; NVTX ranges appear in Nsight
+Systems.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch.autograd.profiler import record_function
+
+from accel._validate import check_str
+
+
+class _RangeStack(threading.local):
+    def __init__(self) -> None:
+        self.open: list[record_function] = []
+
+
+_ranges = _RangeStack()
+
+
+class RecordFunctionProfilerMixin:
+    """``range_push``/``range_pop`` as nested ``record_function`` ranges, per thread."""
+
+    def range_push(self, msg: str) -> None:
+        """Open a range named ``msg`` on this thread."""
+        scope = record_function(check_str(msg, "msg"))
+        scope.__enter__()  # type: ignore[no-untyped-call]
+        _ranges.open.append(scope)
+
+    def range_pop(self) -> None:
+        """Close this thread's innermost open range; ``RuntimeError`` if none is open."""
+        if not _ranges.open:
+            raise RuntimeError("range_pop() called with no open range on this thread")
+        _ranges.open.pop().__exit__(None, None, None)
+
+
+class _Depth(threading.local):
+    def __init__(self) -> None:
+        self.open = 0
+
+
+_depth = _Depth()
+
+
+class NVTXProfilerMixin:
+    """``range_push``/``range_pop`` through ``torch.cuda.nvtx``.
+
+    NVTX itself cannot report an unbalanced pop unless a profiler is attached (it then
+    returns a "not tracking" code), so the depth is counted here, per thread.
+    """
+
+    def range_push(self, msg: str) -> None:
+        """Open an NVTX range named ``msg``."""
+        torch.cuda.nvtx.range_push(check_str(msg, "msg"))  # type: ignore[no-untyped-call]  # pyright: ignore[reportUnknownMemberType]
+        _depth.open += 1
+
+    def range_pop(self) -> None:
+        """Close the innermost NVTX range; ``RuntimeError`` when none is open."""
+        if _depth.open == 0:
+            raise RuntimeError("range_pop() called with no open range on this thread")
+        torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+        _depth.open -= 1

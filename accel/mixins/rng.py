@@ -1,0 +1,133 @@
+"""RNGAPI implementations: through a ``torch.Generator`` per device, or a device module.
+
+``GeneratorRNGMixin`` serves any backend that can name each device's default generator
+(``HostRNGMixin`` is it for the host's single generator); ``TorchRNGMixin`` goes through
+``torch.<type>`` seeding functions, which stay lazy before the device runtime starts.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from typing_extensions import Protocol
+
+from accel._device_module import device_module
+from accel._validate import check_index, check_optional_index, check_rng_state, check_seed
+
+
+class _GeneratorDevices(Protocol):
+    def default_generator(self, device_index: int) -> torch.Generator: ...
+    def current_device(self) -> int: ...
+    def device_count(self) -> int: ...
+
+
+def _generator(devices: _GeneratorDevices, device_index: int | None) -> torch.Generator:
+    index = check_optional_index(device_index)
+    return devices.default_generator(devices.current_device() if index is None else index)
+
+
+class GeneratorRNGMixin:
+    """Seeding and state through ``default_generator(i)``, which the backend provides.
+
+    One implementation serves every device type: a ``torch.Generator`` has the same methods
+    whatever device it draws for.
+    """
+
+    def manual_seed(self: _GeneratorDevices, seed: int) -> None:
+        """Seed the current device's default generator."""
+        _generator(self, None).manual_seed(check_seed(seed))
+
+    def manual_seed_all(self: _GeneratorDevices, seed: int) -> None:
+        """Seed the default generator of every device (each generator once)."""
+        value = check_seed(seed)
+        generators = {id(g): g for g in map(self.default_generator, range(self.device_count()))}
+        for generator in generators.values():
+            generator.manual_seed(value)
+
+    def initial_seed(self: _GeneratorDevices) -> int:
+        """The current device generator's seed, in ``[0, 2**64)``."""
+        return _generator(self, None).initial_seed()
+
+    def get_rng_state(self: _GeneratorDevices, device_index: int | None = None) -> torch.Tensor:
+        """A copy of the generator state as a ``uint8`` CPU tensor."""
+        return _generator(self, device_index).get_state()
+
+    def set_rng_state(
+        self: _GeneratorDevices, new_state: torch.Tensor, device_index: int | None = None
+    ) -> None:
+        """Restore a state from :meth:`get_rng_state` of the same device type."""
+        state = check_rng_state(new_state)
+        generator = _generator(self, device_index)
+        try:
+            generator.set_state(state)
+        except RuntimeError as error:
+            raise ValueError(
+                f"new_state is not a {generator.device.type} generator state: {error}"
+            ) from error
+
+
+class HostRNGMixin(GeneratorRNGMixin):
+    """The host's single ``torch.default_generator`` behind every device index."""
+
+    def default_generator(self, device_index: int) -> torch.Generator:
+        """``torch.default_generator`` (validated index; the host has one generator)."""
+        check_index(device_index)
+        return torch.default_generator
+
+
+class TorchRNGMixin:
+    """RNGAPI for a torch device type.
+
+    ``manual_seed`` goes through ``torch.<type>.manual_seed``, which queues the seed until
+    the device runtime starts instead of starting it (seeding before ``fork()`` stays safe).
+    """
+
+    device_type: ClassVar[str]
+
+    def _target(self, device_index: int | None) -> int | str:
+        index = check_optional_index(device_index)
+        return self.device_type if index is None else index
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed the current device's default generator."""
+        device_module(self.device_type).manual_seed(check_seed(seed))
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed the default generator of every device."""
+        device_module(self.device_type).manual_seed_all(check_seed(seed))
+
+    def initial_seed(self) -> int:
+        """The current device generator's seed."""
+        return int(device_module(self.device_type).initial_seed())
+
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
+        """The generator state of a device (default: current) as a uint8 CPU tensor."""
+        state: torch.Tensor = device_module(self.device_type).get_rng_state(
+            self._target(device_index)
+        )
+        return state
+
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
+        """Restore a state from :meth:`get_rng_state`."""
+        state = check_rng_state(new_state)
+        try:
+            device_module(self.device_type).set_rng_state(state, self._target(device_index))
+        except RuntimeError as error:
+            raise ValueError(
+                f"new_state is not a {self.device_type} generator state: {error}"
+            ) from error
+
+    def default_generator(self, device_index: int) -> torch.Generator:
+        """The default generator of a device (starts the device runtime if needed)."""
+        index = check_index(device_index)
+        module = device_module(self.device_type)
+        generators: tuple[torch.Generator, ...] = tuple(module.default_generators)
+        if not generators and hasattr(module, "init"):
+            module.init()  # default_generators is filled by the runtime's start
+            generators = tuple(module.default_generators)
+        if index >= len(generators):
+            raise ValueError(
+                f"device_index must be below {len(generators)} for {self.device_type}, got {index}"
+            )
+        return generators[index]

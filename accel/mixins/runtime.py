@@ -1,0 +1,140 @@
+"""RuntimeAPI implementations: environment, ``torch.compile`` backend, collectives, lazy init."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import ClassVar
+
+from accel._device_module import device_module
+from accel._validate import check_index_list, check_str
+from accel.protocols.stream import StreamAPI
+
+
+class RuntimeEnvMixin:
+    """Environment handling parametrised by two class attributes, and synchronicity.
+
+    ``visible_devices_env_names``: variables that restrict the devices a process sees
+    (``("CUDA_VISIBLE_DEVICES",)`` on CUDA). ``exported_env_prefixes``: prefixes of the
+    variables a multi-node launcher forwards to remote ranks.
+    """
+
+    visible_devices_env_names: ClassVar[tuple[str, ...]]
+    exported_env_prefixes: ClassVar[tuple[str, ...]]
+
+    def visible_devices_envs(self) -> list[str]:
+        """Names of the variables that restrict which devices a process sees."""
+        return list(self.visible_devices_env_names)
+
+    def set_visible_devices_envs(
+        self, current_env: MutableMapping[str, str], local_accelerator_ids: Sequence[int]
+    ) -> None:
+        """Set each visible-devices variable in ``current_env`` to ``"i,j,..."``."""
+        if not isinstance(current_env, MutableMapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                "current_env must be a mutable mapping such as os.environ or a dict, "
+                f"got {type(current_env).__name__}"
+            )
+        ids = check_index_list(local_accelerator_ids, "local_accelerator_ids")
+        if not self.visible_devices_env_names:
+            # Writing nothing would silently leave every device visible to the child.
+            raise RuntimeError(
+                f"{type(self).__name__} knows no environment variable that restricts its "
+                "visible devices"
+            )
+        value = ",".join(map(str, ids))
+        for name in self.visible_devices_env_names:
+            current_env[name] = value
+
+    def export_envs(self) -> list[str]:
+        """Prefixes of variables a launcher must forward to remote ranks."""
+        return list(self.exported_env_prefixes)
+
+    def is_synchronized_device(self) -> bool:
+        """True exactly when the backend has no streams: an op has finished when its call
+        returns. Derived from the capability, so the two answers cannot drift apart."""
+        return not isinstance(self, StreamAPI)
+
+
+def registered_compile_backends() -> list[str]:
+    """Every backend name ``torch.compile`` accepts in this process.
+
+    Imports ``torch._dynamo`` (about a second), so it runs only when a backend is chosen.
+    """
+    import torch._dynamo
+
+    backends: list[str] = torch._dynamo.list_backends(exclude_tags=())  # pyright: ignore[reportUnknownMemberType]
+    return sorted(backends)
+
+
+class CompileBackendMixin:
+    """``get/set_compile_backend``, starting from ``default_compile_backend``."""
+
+    default_compile_backend: ClassVar[str] = "inductor"
+    _compile_backend: str | None = None
+
+    def get_compile_backend(self) -> str:
+        """The chosen backend name (``default_compile_backend`` until one is set)."""
+        return self._compile_backend or self.default_compile_backend
+
+    def set_compile_backend(self, backend: str) -> None:
+        """Choose a registered ``torch.compile`` backend by name."""
+        name = check_str(backend, "backend")
+        known = registered_compile_backends()
+        if name not in known:
+            raise ValueError(
+                f"backend {name!r} is not a registered torch.compile backend; "
+                f"expected one of: {', '.join(known)}"
+            )
+        self._compile_backend = name
+
+
+# The collectives library each vendor ships for its device. Known types use this table
+# first: torch's own default map is global and mutable, and registering a backend for a
+# device overwrites it (importing torch._dynamo registers the testing "fake" process group
+# for hpu, after which torch reports "fake" as hpu's default).
+VENDOR_COMMUNICATION_BACKENDS: dict[str, str] = {
+    "cuda": "nccl",
+    "xpu": "xccl",
+    "hpu": "hccl",
+    "npu": "hccl",
+    "mlu": "cncl",
+    "mps": "gloo",
+    "mtia": "gloo",
+}
+
+
+def default_communication_backend(device_type: str) -> str:
+    """The vendor's backend for a known type; else torch.distributed's default; else gloo."""
+    known = VENDOR_COMMUNICATION_BACKENDS.get(device_type)
+    if known is not None:
+        return known
+    import torch.distributed as dist
+
+    lookup = getattr(dist, "get_default_backend_for_device", None)  # torch >= 2.6
+    if callable(lookup):
+        try:
+            return str(lookup(device_type))
+        except (RuntimeError, ValueError):
+            pass  # the device registered no default backend
+    return "gloo"
+
+
+class TorchRuntimeMixin:
+    """``communication_backend_name`` and ``lazy_call`` through the device module."""
+
+    device_type: ClassVar[str]
+
+    def communication_backend_name(self) -> str:
+        """The torch.distributed backend for this device type."""
+        return default_communication_backend(self.device_type)
+
+    def lazy_call(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the device runtime starts (now, if it has started)."""
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        module = device_module(self.device_type)
+        lazy = getattr(module, "_lazy_call", None)
+        if callable(lazy):
+            lazy(callback)
+        else:
+            callback()

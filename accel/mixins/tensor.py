@@ -1,0 +1,66 @@
+"""TensorAPI implementations: placement by device type, and host staging buffers.
+
+``HostStagingMixin`` is for a device that computes in host memory (nothing to pin);
+``PinnedHostMemoryMixin`` for one that copies from host memory by DMA.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from accel._validate import check_positive, check_tensor
+
+
+class TensorPlacementMixin:
+    """``on_accelerator`` for backends that set ``device_type``."""
+
+    device_type: ClassVar[str]
+
+    def on_accelerator(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lives on a device of type ``device_type``."""
+        return check_tensor(tensor).device.type == self.device_type
+
+
+class HostStagingMixin:
+    """``pin_memory``/``is_pinned`` when the device reads host memory directly.
+
+    Page-locking exists to let a separate device DMA from host memory. When the device is
+    the host, every CPU tensor is already as ready as it can be: ``pin_memory`` returns the
+    tensor itself (no copy) and ``is_pinned`` is True for every CPU tensor, so the
+    ``is_pinned(pin_memory(t))`` contract holds. (``Tensor.pin_memory()`` itself raises on
+    a build of torch without a GPU.)
+    """
+
+    def pin_memory(self, tensor: torch.Tensor, align_bytes: int = 1) -> torch.Tensor:
+        """``tensor`` itself; raises ``ValueError`` for a tensor that is not on the host."""
+        check_tensor(tensor)
+        check_positive(align_bytes, "align_bytes")
+        if tensor.device.type != "cpu":
+            raise ValueError(f"pin_memory() needs a CPU tensor, got one on {tensor.device}")
+        return tensor
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """True for every CPU tensor (see the class docstring)."""
+        return check_tensor(tensor).device.type == "cpu"
+
+
+class PinnedHostMemoryMixin:
+    """``pin_memory``/``is_pinned`` through torch's page-locked host allocator."""
+
+    def pin_memory(self, tensor: torch.Tensor, align_bytes: int = 1) -> torch.Tensor:
+        """A page-locked copy of a CPU tensor (the tensor itself if already pinned).
+
+        torch's pinned allocator aligns every block to at least 512 bytes, which covers the
+        ``align_bytes`` DeepSpeed callers ask for (1 by default).
+        """
+        check_tensor(tensor)
+        check_positive(align_bytes, "align_bytes")
+        if tensor.device.type != "cpu":
+            raise ValueError(f"pin_memory() needs a CPU tensor, got one on {tensor.device}")
+        return tensor if tensor.is_pinned() else tensor.pin_memory()
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is in page-locked host memory."""
+        return bool(check_tensor(tensor).is_pinned())
