@@ -16,13 +16,22 @@ from setuptools import setup
 # runtime in a process instead of fighting over the cores.
 UNIX_FLAGS = ["-O3", "-fno-math-errno", "-fopenmp", "-Wall", "-Wextra", "-fvisibility=hidden"]
 
+# Every extension includes these; a change to one rebuilds both.
+COMMON_HEADERS = [
+    "csrc/common/bindings.h",
+    "csrc/common/convert.h",
+    "csrc/common/dtypes.h",
+    "csrc/common/half.h",
+    "csrc/common/simd.h",
+]
+
 ext_modules = []
 if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
     ext_modules.append(
         Pybind11Extension(
             "accel.ops._shm_comm",
             ["csrc/shm_comm/shm_comm.cpp"],
-            depends=["csrc/common/half.h", "csrc/common/simd.h"],
+            depends=COMMON_HEADERS,
             cxx_std=17,
             extra_compile_args=[flag for flag in UNIX_FLAGS if flag != "-fopenmp"],
             extra_link_args=["-lrt"],
@@ -32,7 +41,7 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
         Pybind11Extension(
             "accel.ops._cpu_optim",
             ["csrc/cpu_optim/cpu_optim.cpp"],
-            depends=["csrc/common/half.h", "csrc/common/simd.h"],
+            depends=COMMON_HEADERS,
             cxx_std=17,
             extra_compile_args=UNIX_FLAGS,
             extra_link_args=["-fopenmp"],

@@ -13,6 +13,7 @@ the name, so nothing is ever left in /dev/shm and no later job can open it.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
@@ -24,9 +25,10 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from accel.ops._dtypes import dtype_codes
+
 SLOT_BYTES = 4 << 20  # per rank and buffer; messages larger than this go in chunks
 DEFAULT_TIMEOUT = 10.0  # seconds a rank waits for a live but silent peer
-_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 @dataclass
@@ -38,6 +40,16 @@ class _ShmGroup:
 _lock = threading.Lock()
 _groups: dict[object, _ShmGroup | None] = {}  # None: the group is not node-local
 _by_key: dict[int, _ShmGroup] = {}
+
+
+@functools.cache
+def _shm_dtype_codes() -> dict[torch.dtype, int]:
+    """The dtypes the shared-memory path sums; none when the extension is not built."""
+    try:
+        from accel.ops import _shm_comm
+    except ImportError:
+        return {}
+    return dtype_codes(_shm_comm)
 
 
 def _node_identity() -> str:
@@ -146,8 +158,10 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
 
 @torch.library.custom_op("accel::shm_all_reduce_", mutates_args=("tensor",))
 def _shm_all_reduce_op(tensor: torch.Tensor, group_key: int, timeout: float) -> None:
-    code = _DTYPE_CODES[tensor.dtype]
-    _by_key[group_key].communicator.all_reduce(tensor.data_ptr(), tensor.numel(), code, timeout)
+    code = _shm_dtype_codes()[tensor.dtype]
+    _by_key[group_key].communicator.all_reduce(
+        data=tensor.data_ptr(), numel=tensor.numel(), dtype=code, timeout=timeout
+    )
 
 
 @_shm_all_reduce_op.register_fake  # pyright: ignore[reportUnknownMemberType]
@@ -175,7 +189,7 @@ def all_reduce_(
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     if not dist.is_initialized():
         raise RuntimeError("all_reduce_() needs torch.distributed.init_process_group() first")
-    code = _DTYPE_CODES.get(tensor.dtype)
+    code = _shm_dtype_codes().get(tensor.dtype)
     shared = code is not None and tensor.device.type == "cpu" and tensor.is_contiguous()
     shm = _shm_group(group) if shared else None
     if shm is None or code is None:
@@ -185,5 +199,7 @@ def all_reduce_(
         # Inside a compiled graph the call must be an op torch.compile can see.
         torch.ops.accel.shm_all_reduce_(tensor, shm.key, float(timeout))
     else:  # eager: skip the op dispatcher (~12 us, more than a small all-reduce costs)
-        shm.communicator.all_reduce(tensor.data_ptr(), tensor.numel(), code, float(timeout))
+        shm.communicator.all_reduce(
+            data=tensor.data_ptr(), numel=tensor.numel(), dtype=code, timeout=float(timeout)
+        )
     return tensor

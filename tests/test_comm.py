@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import accel.comm
 from accel.comm import all_reduce_
 
 SHM = Path("/dev/shm")
@@ -197,6 +198,28 @@ def test_attaching_to_a_foreign_segment_is_refused() -> None:
     assert not (SHM / name[1:]).exists()
 
 
+def test_a_segment_whose_mapping_fails_is_not_left_behind() -> None:
+    # mmap fails under a small address-space limit after shm_open and ftruncate have
+    # succeeded: the creator must remove the name it made.
+    name = f"/accel-test-{secrets.token_hex(8)}"
+    code = textwrap.dedent(
+        f"""
+        import os, resource
+        from accel.ops import _shm_comm
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY))
+        try:
+            _shm_comm.Communicator({name!r}, True, 0, 2, 1 << 30, 1, [os.getpid()] * 2)
+        except RuntimeError as error:
+            print(error)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "mmap of the shared segment failed" in result.stdout, result.stderr
+    assert not (SHM / name[1:]).exists()
+
+
 def test_works_under_torch_compile(tmp_path: Path) -> None:
     reports = _spawn(tmp_path, "compile")
     assert reports[0]["value"] == [7.0] * 8  # (1*2 + 2*2) + 1
@@ -227,4 +250,4 @@ def test_the_cpu_backend_ships_the_builder() -> None:
     builder = CPUAccelerator().create_op_builder("ShareMemCommBuilder")
     assert builder is not None
     assert builder.name() == "shm_comm"
-    assert hasattr(builder.load(), "Communicator")
+    assert builder.load() is accel.comm

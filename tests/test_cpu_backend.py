@@ -14,6 +14,7 @@ from accel import _host
 from accel._validate import format_id_list, parse_id_list
 from accel.backends import cpu
 from accel.backends.cpu import CPUAccelerator
+from accel.ops import cpu_optim
 from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
 
 
@@ -192,13 +193,23 @@ def test_cpu_ships_the_deepspeed_cpu_op_builders(acc: CPUAccelerator) -> None:
     module = acc.create_op_builder("CPUAdamBuilder")
     assert module is not None
     assert module.name() == "cpu_adam"
-    assert hasattr(module.load(), "adam_step")
+    assert module.load() is cpu_optim  # the validating module, never the raw extension
+
+
+def test_builder_modules_take_tensors_and_reject_what_is_not_one(acc: CPUAccelerator) -> None:
+    # The extension takes addresses, and lion_step([0x1000], ...) on it crashed the
+    # interpreter; what a builder hands out validates first.
+    builder = acc.create_op_builder("CPULionBuilder")
+    assert builder is not None
+    with pytest.raises(TypeError, match=r"params\[0\] must be a torch.Tensor, got int"):
+        builder.load().lion_step([0x1000], [0x2000], [0x3000], lr=0.1, betas=(0.9, 0.99),
+                                 weight_decay=0.0)  # fmt: skip
 
 
 def test_a_missing_native_module_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     from accel.ops.builders import CPUAdamBuilder
 
-    monkeypatch.setattr(CPUAdamBuilder, "module_name", "accel.ops._not_built")
+    monkeypatch.setattr(CPUAdamBuilder, "native_module", "accel.ops._not_built")
     builder = CPUAdamBuilder()
     assert builder.is_compatible() is False
     assert "accel.ops._not_built was not built" in (builder.incompatibility_reason() or "")

@@ -347,8 +347,55 @@ def test_bad_input_is_rejected_with_a_clear_message(
 
 def test_aliased_tensors_are_rejected() -> None:
     shared = torch.zeros(8)
-    with pytest.raises(ValueError, match="tensors of parameter 0 overlap"):
+    with pytest.raises(ValueError, match=r"params\[0\] and exp_avgs\[0\] overlap in memory"):
         _adam(params=[shared[:4]], exp_avgs=[shared[2:6]])
+
+
+def _two_params(**tensors: list[torch.Tensor]) -> None:
+    fresh = {
+        "params": [torch.zeros(4), torch.zeros(4)],
+        "grads": [torch.ones(4), torch.ones(4)],
+        "exp_avgs": [torch.zeros(4), torch.zeros(4)],
+        "exp_avg_sqs": [torch.zeros(4), torch.zeros(4)],
+    }
+    fresh.update(tensors)
+    cpu_optim.adam_step(fresh["params"], fresh["grads"], fresh["exp_avgs"], fresh["exp_avg_sqs"],
+                        steps=[1, 1], lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                        adamw=True, param_copies=tensors.get("copies"))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("views of one storage", r"params\[0\] and params\[1\] overlap"),
+        ("a grad that is another param", r"grads\[0\] and params\[1\] overlap"),
+        ("one exp_avg for two params", r"exp_avgs\[0\] and exp_avgs\[1\] overlap"),
+        ("overlapping param_copies", r"param_copies\[0\] and param_copies\[1\] overlap"),
+    ],
+)
+def test_tensors_aliasing_across_parameters_are_rejected(case: str, message: str) -> None:
+    # Accepted before, these gave nondeterministic results (the kernels run the
+    # parameters in parallel and promise __restrict).
+    storage, params, shared = torch.zeros(6), [torch.zeros(4), torch.zeros(4)], torch.zeros(4)
+    halves = torch.zeros(6, dtype=torch.bfloat16)
+    tensors = {
+        "views of one storage": {"params": [storage[:4], storage[2:6]]},
+        "a grad that is another param": {"params": params, "grads": [params[1], torch.ones(4)]},
+        "one exp_avg for two params": {"exp_avgs": [shared, shared]},
+        "overlapping param_copies": {"copies": [halves[:4], halves[2:6]]},
+    }[case]
+    with pytest.raises(ValueError, match=message):
+        _two_params(**tensors)
+
+
+def test_an_optimizer_over_overlapping_parameters_refuses_to_step() -> None:
+    base = torch.zeros(6, requires_grad=True)
+    first, second = base.detach()[:4], base.detach()[2:]
+    first.requires_grad_(True)
+    second.requires_grad_(True)
+    first.grad, second.grad = torch.ones(4), torch.ones(4)
+    with pytest.raises(ValueError, match=r"params\[0\] and params\[1\] overlap"):
+        CPUAdam([first, second]).step()
 
 
 @pytest.mark.parametrize(
@@ -388,30 +435,28 @@ def test_flags_it_does_not_implement_are_refused_not_ignored() -> None:
 
 def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
     native = cpu_optim.native()
-    p = torch.zeros(4)
+    p, g, m = torch.zeros(4), torch.zeros(4), torch.zeros(4)
+    hyper = {"lr": 0.1, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0}
+
+    def lion(**lists: list[int]) -> None:
+        arguments = {
+            "params": [p.data_ptr()], "grads": [g.data_ptr()], "exp_avgs": [m.data_ptr()],
+            "copies": [0], "numels": [4], "param_dtypes": [0], "grad_dtypes": [0],
+            "copy_dtypes": [-1],
+        }  # fmt: skip
+        native.lion_step(**{**arguments, **lists}, **hyper)
+
     with pytest.raises(ValueError, match="one entry per parameter"):
-        native.lion_step(
-            [p.data_ptr()], [], [p.data_ptr()], [0], [4], [0], [0], [-1], 0.1, 0.9, 0.99, 0.0
-        )
-    with pytest.raises(ValueError, match="unknown dtype code 7"):
-        native.lion_step(
-            [p.data_ptr()],
-            [p.data_ptr()],
-            [p.data_ptr()],
-            [0],
-            [4],
-            [7],
-            [0],
-            [-1],
-            0.1,
-            0.9,
-            0.99,
-            0.0,
-        )
+        lion(grads=[])
+    with pytest.raises(ValueError, match=r"params\[0\] has dtype code 7, which is none of"):
+        lion(param_dtypes=[7])
     with pytest.raises(ValueError, match="null buffer"):
-        native.lion_step(
-            [0], [p.data_ptr()], [p.data_ptr()], [0], [4], [0], [0], [-1], 0.1, 0.9, 0.99, 0.0
-        )
+        lion(params=[0])
+    with pytest.raises(ValueError, match=r"params\[0\] and grads\[0\] overlap in memory"):
+        lion(grads=[p.data_ptr() + 4])
+    with pytest.raises(TypeError):  # hyper-parameters are keyword-only: no positional floats
+        native.lion_step([p.data_ptr()], [g.data_ptr()], [m.data_ptr()], [0], [4], [0], [0],
+                         [-1], 0.1, 0.9, 0.99, 0.0)  # fmt: skip
 
 
 def test_betas_must_be_a_pair() -> None:

@@ -1,6 +1,9 @@
 """accel's prebuilt CPU optimizer kernels. Call them through accel.ops.cpu_optim, which
 validates every argument; these functions trust their inputs beyond basic checks."""
 
+DTYPES: dict[str, int]
+"""Element-type codes by torch dtype name (csrc/common/dtypes.h)."""
+
 def adam_step(
     params: list[int],
     grads: list[int],
@@ -12,6 +15,7 @@ def adam_step(
     grad_dtypes: list[int],
     copy_dtypes: list[int],
     steps: list[int],
+    *,
     lr: float,
     beta1: float,
     beta2: float,
@@ -32,6 +36,7 @@ def adagrad_step(
     grad_dtypes: list[int],
     copy_dtypes: list[int],
     steps: list[int],
+    *,
     lr: float,
     lr_decay: float,
     eps: float,
@@ -48,6 +53,7 @@ def lion_step(
     param_dtypes: list[int],
     grad_dtypes: list[int],
     copy_dtypes: list[int],
+    *,
     lr: float,
     beta1: float,
     beta2: float,

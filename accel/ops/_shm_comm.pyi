@@ -1,5 +1,8 @@
 """accel's shared-memory all-reduce. Use it through accel.comm.all_reduce_."""
 
+DTYPES: dict[str, int]
+"""Element-type codes by torch dtype name (csrc/common/dtypes.h)."""
+
 class Communicator:
     """One node-local group's shared segment (see csrc/shm_comm/shm_comm.cpp)."""
 

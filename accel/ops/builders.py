@@ -3,6 +3,10 @@
 DeepSpeed's builders compile C++ on first use (48-141 s cold on a 2-core machine); these
 only import the module ``pip install`` already built, so ``load()`` takes milliseconds.
 An incompatible builder says why (``incompatibility_reason()``) instead of failing late.
+
+``load()`` returns the validating Python front door of a native module (tensors in,
+every argument checked), never the extension itself: the extensions take raw addresses,
+and a wrong address cannot be detected in C++, only crash the interpreter.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ logger = logging.getLogger(__name__)
 
 
 class PrebuiltOpBuilder:
-    """A builder whose module was compiled by ``pip install``; subclasses name both."""
+    """A builder whose module was compiled by ``pip install``; subclasses name the op, the
+    extension (``native_module``) and the module ``load()`` returns (``module_name``)."""
 
     op_name: ClassVar[str]
+    native_module: ClassVar[str]
     module_name: ClassVar[str]
 
     def name(self) -> str:
@@ -28,10 +34,10 @@ class PrebuiltOpBuilder:
     def incompatibility_reason(self) -> str | None:
         """Why the module cannot load here, or ``None`` when it can."""
         try:
-            importlib.import_module(self.module_name)
+            importlib.import_module(self.native_module)
         except ImportError as error:
             return (
-                f"{self.module_name} was not built for this platform or failed to load "
+                f"{self.native_module} was not built for this platform or failed to load "
                 f"({error}); reinstall accel with a C++17 compiler on Linux"
             )
         return None
@@ -44,7 +50,7 @@ class PrebuiltOpBuilder:
         return reason is None
 
     def load(self, verbose: bool = False) -> ModuleType:
-        """The prebuilt module; ``RuntimeError`` with the reason when incompatible."""
+        """The op's validating module; ``RuntimeError`` with the reason when incompatible."""
         reason = self.incompatibility_reason()
         if reason is not None:
             raise RuntimeError(f"cannot load {self.op_name}: {reason}")
@@ -58,7 +64,8 @@ class CPUAdamBuilder(PrebuiltOpBuilder):
     """Adam and AdamW steps on the CPU (ZeRO-Offload)."""
 
     op_name: ClassVar[str] = "cpu_adam"
-    module_name: ClassVar[str] = "accel.ops._cpu_optim"
+    native_module: ClassVar[str] = "accel.ops._cpu_optim"
+    module_name: ClassVar[str] = "accel.ops.cpu_optim"
 
 
 class FusedAdamBuilder(CPUAdamBuilder):
@@ -71,21 +78,24 @@ class CPUAdagradBuilder(PrebuiltOpBuilder):
     """Adagrad steps on the CPU."""
 
     op_name: ClassVar[str] = "cpu_adagrad"
-    module_name: ClassVar[str] = "accel.ops._cpu_optim"
+    native_module: ClassVar[str] = "accel.ops._cpu_optim"
+    module_name: ClassVar[str] = "accel.ops.cpu_optim"
 
 
 class CPULionBuilder(PrebuiltOpBuilder):
     """Lion steps on the CPU."""
 
     op_name: ClassVar[str] = "cpu_lion"
-    module_name: ClassVar[str] = "accel.ops._cpu_optim"
+    native_module: ClassVar[str] = "accel.ops._cpu_optim"
+    module_name: ClassVar[str] = "accel.ops.cpu_optim"
 
 
 class ShareMemCommBuilder(PrebuiltOpBuilder):
     """Shared-memory all-reduce for the ranks of one node (use accel.comm.all_reduce_)."""
 
     op_name: ClassVar[str] = "shm_comm"
-    module_name: ClassVar[str] = "accel.ops._shm_comm"
+    native_module: ClassVar[str] = "accel.ops._shm_comm"
+    module_name: ClassVar[str] = "accel.comm"
 
 
 CPU_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {

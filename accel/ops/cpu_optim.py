@@ -8,6 +8,8 @@ argument, the offending index and what was expected.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,9 +18,10 @@ from typing import cast
 
 import torch
 
-_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-_COPY_CODES = {torch.bfloat16: 1, torch.float16: 2}
+from accel.ops._dtypes import dtype_codes, dtype_list
+
 NO_COPY = -1
+_COPY_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def native() -> ModuleType:
@@ -26,6 +29,11 @@ def native() -> ModuleType:
     from accel.ops import _cpu_optim
 
     return _cpu_optim
+
+
+@functools.cache
+def _codes() -> dict[torch.dtype, int]:
+    return dtype_codes(native())
 
 
 def check_beta(value: object, name: str) -> float:
@@ -87,14 +95,26 @@ def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
     return tensor
 
 
-def _span(tensor: torch.Tensor) -> tuple[int, int]:
-    start = tensor.data_ptr()
-    return start, start + tensor.numel() * tensor.element_size()
+_Span = tuple[int, int, int, str]  # start, end, order of appearance, name
 
 
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
+def _add_span(spans: list[_Span], tensor: torch.Tensor, what: str) -> None:
+    if tensor.numel() > 0:
+        start = tensor.data_ptr()
+        spans.append((start, start + tensor.numel() * tensor.element_size(), len(spans), what))
+
+
+def _require_disjoint(spans: list[_Span]) -> None:
+    # The kernels update every buffer in place in parallel and promise the compiler that
+    # no two alias (__restrict): a shared byte anywhere in the call, within a parameter or
+    # across parameters, would give nondeterministic results. Sorted: O(n log n).
+    spans.sort()
+    for (_, end, *first), (start, _, *second) in itertools.pairwise(spans):
+        if start < end:
+            names = [name for _, name in sorted((first, second))]  # in argument order
+            raise ValueError(
+                f"{names[0]} and {names[1]} overlap in memory; each tensor needs its own storage"
+            )
 
 
 def _batch(
@@ -112,21 +132,24 @@ def _batch(
     copies = list(param_copies) if param_copies is not None else [None] * count
     if len(copies) != count:
         raise ValueError(f"param_copies has {len(copies)} entries, expected {count}")
+    codes = _codes()
     batch = _Batch([], [], [[] for _ in states], [], [], [], [], [])
+    spans: list[_Span] = []  # every buffer of the call, to reject aliasing
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
         param = _dense_cpu(param, f"params[{i}]")
         if grad is None:
             raise ValueError(f"grads[{i}] is None: parameter {i} has no gradient")
         grad = _dense_cpu(grad, f"grads[{i}]")
-        if param.dtype not in _DTYPE_CODES:
-            raise TypeError(f"params[{i}] must be float32, bfloat16 or float16, got {param.dtype}")
-        if grad.dtype not in _DTYPE_CODES:
-            raise TypeError(f"grads[{i}] must be float32, bfloat16 or float16, got {grad.dtype}")
+        if param.dtype not in codes:
+            raise TypeError(f"params[{i}] must be {dtype_list(codes)}, got {param.dtype}")
+        if grad.dtype not in codes:
+            raise TypeError(f"grads[{i}] must be {dtype_list(codes)}, got {grad.dtype}")
         if grad.shape != param.shape:
             raise ValueError(
                 f"grads[{i}] has shape {tuple(grad.shape)}, params[{i}] {tuple(param.shape)}"
             )
-        checked: list[torch.Tensor] = [param, grad]
+        _add_span(spans, param, f"params[{i}]")
+        _add_span(spans, grad, f"grads[{i}]")
         for slot, (name, tensors) in enumerate(states.items()):
             state = _dense_cpu(tensors[i], f"{name}[{i}]")
             if state.dtype != torch.float32:
@@ -135,30 +158,27 @@ def _batch(
                 raise ValueError(
                     f"{name}[{i}] has {state.numel()} elements, params[{i}] {param.numel()}"
                 )
-            checked.append(state)
+            _add_span(spans, state, f"{name}[{i}]")
             batch.states[slot].append(state.data_ptr())
         if copy is not None:
             copy = _dense_cpu(copy, f"param_copies[{i}]")
-            if copy.dtype not in _COPY_CODES:
-                raise TypeError(f"param_copies[{i}] must be bfloat16 or float16, got {copy.dtype}")
+            if copy.dtype not in _COPY_DTYPES:
+                raise TypeError(
+                    f"param_copies[{i}] must be {dtype_list(_COPY_DTYPES)}, got {copy.dtype}"
+                )
             if copy.numel() != param.numel():
                 raise ValueError(
                     f"param_copies[{i}] has {copy.numel()} elements, params[{i}] {param.numel()}"
                 )
-            checked.append(copy)
-        for a in range(len(checked)):
-            for b in range(a + 1, len(checked)):
-                if _overlap(checked[a], checked[b]):
-                    raise ValueError(
-                        f"tensors of parameter {i} overlap in memory; each needs its own storage"
-                    )
+            _add_span(spans, copy, f"param_copies[{i}]")
         batch.params.append(param.data_ptr())
         batch.grads.append(grad.data_ptr())
         batch.copies.append(copy.data_ptr() if copy is not None else 0)
         batch.numels.append(param.numel())
-        batch.param_dtypes.append(_DTYPE_CODES[param.dtype])
-        batch.grad_dtypes.append(_DTYPE_CODES[grad.dtype])
-        batch.copy_dtypes.append(_COPY_CODES[copy.dtype] if copy is not None else NO_COPY)
+        batch.param_dtypes.append(codes[param.dtype])
+        batch.grad_dtypes.append(codes[grad.dtype])
+        batch.copy_dtypes.append(codes[copy.dtype] if copy is not None else NO_COPY)
+    _require_disjoint(spans)
     return batch
 
 
@@ -195,10 +215,13 @@ def adam_step(
     batch = _batch(params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, param_copies)
     beta1, beta2 = check_betas(betas)
     native().adam_step(
-        batch.params, batch.grads, batch.states[0], batch.states[1], batch.copies, batch.numels,
-        batch.param_dtypes, batch.grad_dtypes, batch.copy_dtypes, _steps(steps, len(params)),
-        check_non_negative(lr, "lr"), beta1, beta2, check_eps(eps),
-        check_non_negative(weight_decay, "weight_decay"), bool(adamw), bool(bias_correction),
+        params=batch.params, grads=batch.grads, exp_avgs=batch.states[0],
+        exp_avg_sqs=batch.states[1], copies=batch.copies, numels=batch.numels,
+        param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
+        copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
+        lr=check_non_negative(lr, "lr"), beta1=beta1, beta2=beta2, eps=check_eps(eps),
+        weight_decay=check_non_negative(weight_decay, "weight_decay"), decoupled=bool(adamw),
+        bias_correction=bool(bias_correction),
     )  # fmt: skip
 
 
@@ -217,10 +240,11 @@ def adagrad_step(
     """One Adagrad step, in place, over all tensors (``steps`` as in :func:`adam_step`)."""
     batch = _batch(params, grads, {"sums": sums}, param_copies)
     native().adagrad_step(
-        batch.params, batch.grads, batch.states[0], batch.copies, batch.numels,
-        batch.param_dtypes, batch.grad_dtypes, batch.copy_dtypes, _steps(steps, len(params)),
-        check_non_negative(lr, "lr"), check_non_negative(lr_decay, "lr_decay"), check_eps(eps),
-        check_non_negative(weight_decay, "weight_decay"),
+        params=batch.params, grads=batch.grads, sums=batch.states[0], copies=batch.copies,
+        numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
+        copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
+        lr=check_non_negative(lr, "lr"), lr_decay=check_non_negative(lr_decay, "lr_decay"),
+        eps=check_eps(eps), weight_decay=check_non_negative(weight_decay, "weight_decay"),
     )  # fmt: skip
 
 
@@ -236,9 +260,10 @@ def lion_step(
 ) -> None:
     """One Lion step (decoupled weight decay), in place, over all tensors."""
     batch = _batch(params, grads, {"exp_avgs": exp_avgs}, param_copies)
+    beta1, beta2 = check_betas(betas)
     native().lion_step(
-        batch.params, batch.grads, batch.states[0], batch.copies, batch.numels,
-        batch.param_dtypes, batch.grad_dtypes, batch.copy_dtypes, check_non_negative(lr, "lr"),
-        *check_betas(betas),
-        check_non_negative(weight_decay, "weight_decay"),
+        params=batch.params, grads=batch.grads, exp_avgs=batch.states[0], copies=batch.copies,
+        numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
+        copy_dtypes=batch.copy_dtypes, lr=check_non_negative(lr, "lr"), beta1=beta1,
+        beta2=beta2, weight_decay=check_non_negative(weight_decay, "weight_decay"),
     )  # fmt: skip

@@ -7,12 +7,13 @@
 // torch's .to(dtype) bit for bit (tested over every 16-bit pattern).
 #pragma once
 
+#include "dtypes.h"
+
 #include <cstdint>
 #include <cstring>
 
 namespace accel {
 
-enum DType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 
 inline float bits_to_float(uint32_t bits) {
   float value;

@@ -2,7 +2,9 @@
 //
 // Built by `pip install` (setup.py) without libtorch: tensors arrive as raw addresses,
 // element counts and dtype codes, already validated by accel/ops/cpu_optim.py; the checks
-// here repeat the ones that would otherwise corrupt memory. The GIL is released while the
+// here repeat the ones that would otherwise corrupt memory (lengths, dtypes, null and
+// overlapping buffers; an address that is not a live buffer cannot be checked here, which
+// is why the op builders hand out the validating Python module, never this one). The GIL is released while the
 // kernels run. The math kernels are plain fp32 loops compiled three times (x86-64-v4,
 // x86-64-v3, baseline) and chosen at load time by the CPU (GCC target_clones), so one
 // binary is portable and still uses AVX-512 where it exists. States are always fp32. Adam
@@ -12,6 +14,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "../common/bindings.h"
+#include "../common/convert.h"
 #include "../common/half.h"
 #include "../common/simd.h"
 
@@ -35,36 +39,15 @@ using accel::kFloat16;
 using accel::kFloat32;
 constexpr int kNone = -1;
 
-// ---------------------------------------------------------------- conversions
-// Array forms of csrc/common/half.h, cloned per instruction set.
-
-ACCEL_SIMD_CLONES void bf16_to_f32(const uint16_t* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = accel::bf16_to_float(in[i]);
-}
-
-ACCEL_SIMD_CLONES void f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_bf16(in[i]);
-}
-
-ACCEL_SIMD_CLONES void f16_to_f32(const uint16_t* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = accel::half_to_float(in[i]);
-}
-
-ACCEL_SIMD_CLONES void f32_to_f16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_half(in[i]);
-}
+int64_t element_size(int dtype) { return accel::dtype_size(dtype); }
 
 void to_f32(const void* in, int dtype, float* out, int64_t n) {
-  if (dtype == kBFloat16) bf16_to_f32(static_cast<const uint16_t*>(in), out, n);
-  else f16_to_f32(static_cast<const uint16_t*>(in), out, n);
+  accel::to_f32(static_cast<const uint16_t*>(in), out, n, dtype);
 }
 
 void from_f32(const float* in, void* out, int dtype, int64_t n) {
-  if (dtype == kBFloat16) f32_to_bf16(in, static_cast<uint16_t*>(out), n);
-  else f32_to_f16(in, static_cast<uint16_t*>(out), n);
+  accel::from_f32(in, static_cast<uint16_t*>(out), n, dtype);
 }
-
-int element_size(int dtype) { return dtype == kFloat32 ? 4 : 2; }
 
 // ---------------------------------------------------------------- math kernels
 // Each mirrors torch's single-tensor implementation op for op (same formulas, same
@@ -181,10 +164,24 @@ void require(bool ok, const std::string& message) {
 }
 
 void check_dtype(int dtype, bool allow_none, const char* what, size_t i) {
-  const bool known = dtype == kFloat32 || dtype == kBFloat16 || dtype == kFloat16;
-  require(known || (allow_none && dtype == kNone),
-          std::string(what) + "[" + std::to_string(i) + "] has unknown dtype code " +
-              std::to_string(dtype));
+  require(accel::is_dtype(dtype) || (allow_none && dtype == kNone),
+          std::string(what) + "[" + std::to_string(i) + "] has dtype code " + std::to_string(dtype) +
+              ", which is none of float32 (0), bfloat16 (1), float16 (2)");
+}
+
+struct Span {
+  uintptr_t begin, end;
+  std::string what;
+};
+
+// The kernels promise __restrict: no two buffers of one call may share a byte, across
+// parameters as well as within one. Sorting makes the check O(n log n).
+void require_disjoint(std::vector<Span> spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t k = 1; k < spans.size(); ++k) {
+    require(spans[k].begin >= spans[k - 1].end,
+            spans[k - 1].what + " and " + spans[k].what + " overlap in memory; each tensor needs its own storage");
+  }
 }
 
 // The Python wrapper validated everything; these checks keep a caller that bypasses it
@@ -208,6 +205,20 @@ void validate(const Batch& b, bool two_states) {
     require(b.copy_dtypes[i] == kNone || b.copies[i],
             "null param_copies buffer for parameter " + std::to_string(i));
   }
+  std::vector<Span> spans;
+  const auto add = [&](uintptr_t base, int64_t numel, int dtype, const char* what, size_t i) {
+    if (numel > 0)
+      spans.push_back({base, base + static_cast<uintptr_t>(numel * element_size(dtype)),
+                       std::string(what) + "[" + std::to_string(i) + "]"});
+  };
+  for (size_t i = 0; i < n; ++i) {
+    add(b.params[i], b.numels[i], b.param_dtypes[i], "params", i);
+    add(b.grads[i], b.numels[i], b.grad_dtypes[i], "grads", i);
+    add(b.state1[i], b.numels[i], kFloat32, "state", i);
+    if (two_states) add(b.state2[i], b.numels[i], kFloat32, "second state", i);
+    if (b.copy_dtypes[i] != kNone) add(b.copies[i], b.numels[i], b.copy_dtypes[i], "param_copies", i);
+  }
+  require_disjoint(std::move(spans));
 }
 
 struct Chunk {
@@ -405,11 +416,23 @@ void single_thread_after_fork() { omp_set_num_threads(1); }
 PYBIND11_MODULE(_cpu_optim, m) {
   m.doc() = "accel's prebuilt CPU optimizer kernels (no libtorch; see accel/ops/cpu_optim.py)";
   pthread_atfork(nullptr, nullptr, single_thread_after_fork);
-  m.def("adam_step", &adam_step, "Adam/AdamW step over many tensors (fp32 states).");
-  m.def("adagrad_step", &adagrad_step, "Adagrad step over many tensors (fp32 state).");
-  m.def("lion_step", &lion_step, "Lion step over many tensors (fp32 state).");
+  accel::export_dtypes(m);
+  m.def("adam_step", &adam_step, "Adam/AdamW step over many tensors (fp32 states).", py::arg("params"),
+        py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("copies"), py::arg("numels"),
+        py::arg("param_dtypes"), py::arg("grad_dtypes"), py::arg("copy_dtypes"), py::arg("steps"), py::kw_only(),
+        py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"),
+        py::arg("decoupled"), py::arg("bias_correction"));
+  m.def("adagrad_step", &adagrad_step, "Adagrad step over many tensors (fp32 state).", py::arg("params"),
+        py::arg("grads"), py::arg("sums"), py::arg("copies"), py::arg("numels"), py::arg("param_dtypes"),
+        py::arg("grad_dtypes"), py::arg("copy_dtypes"), py::arg("steps"), py::kw_only(), py::arg("lr"),
+        py::arg("lr_decay"), py::arg("eps"), py::arg("weight_decay"));
+  m.def("lion_step", &lion_step, "Lion step over many tensors (fp32 state).", py::arg("params"), py::arg("grads"),
+        py::arg("exp_avgs"), py::arg("copies"), py::arg("numels"), py::arg("param_dtypes"), py::arg("grad_dtypes"),
+        py::arg("copy_dtypes"), py::kw_only(), py::arg("lr"), py::arg("beta1"), py::arg("beta2"),
+        py::arg("weight_decay"));
   m.def("scale_in_place", &scale_in_place,
-        "x *= factor over a float32 buffer: the read-modify-write bandwidth probe.");
+        "x *= factor over a float32 buffer: the read-modify-write bandwidth probe.", py::arg("data"),
+        py::arg("numel"), py::arg("factor"));
   m.def("simd_level", &simd_level, "The instruction set the kernels run with on this CPU.");
   m.def("max_threads", []() { return omp_get_max_threads(); },
         "OpenMP threads a step may use.");

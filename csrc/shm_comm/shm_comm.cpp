@@ -13,7 +13,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "../common/half.h"
+#include "../common/bindings.h"
+#include "../common/convert.h"
 #include "../common/simd.h"
 
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <new>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -52,7 +54,7 @@ struct alignas(64) Control {
 };
 
 struct alignas(64) Header {
-  uint64_t magic;
+  std::atomic<uint64_t> magic;  // stored last by the creator: attachers see a complete header
   uint64_t session;
   uint32_t world;
   uint64_t slot_bytes;
@@ -61,23 +63,6 @@ struct alignas(64) Header {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 
 // --------------------------------------------------------------- sums
-
-// Array forms of the conversions, with the dtype decided outside the loop so it vectorises.
-ACCEL_SIMD_CLONES void half_to_f32(const uint16_t* __restrict in, float* __restrict out, int64_t n, int dtype) {
-  if (dtype == kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = accel::bf16_to_float(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = accel::half_to_float(in[i]);
-  }
-}
-
-ACCEL_SIMD_CLONES void f32_to_half(const float* __restrict in, uint16_t* __restrict out, int64_t n, int dtype) {
-  if (dtype == kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_bf16(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_half(in[i]);
-  }
-}
 
 ACCEL_SIMD_CLONES void add_f32(float* __restrict out, const float* __restrict a, const float* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
@@ -105,12 +90,12 @@ void sum_half(uint16_t* out, const uint16_t* const* slots, int world, int64_t n,
   alignas(64) float next[kBlock];
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int64_t count = std::min(kBlock, n - begin);
-    half_to_f32(slots[0] + begin, acc, count, dtype);
+    accel::to_f32(slots[0] + begin, acc, count, dtype);
     for (int r = 1; r < world; ++r) {
-      half_to_f32(slots[r] + begin, next, count, dtype);
+      accel::to_f32(slots[r] + begin, next, count, dtype);
       accumulate_f32(acc, next, count);
     }
-    f32_to_half(acc, out + begin, count, dtype);
+    accel::from_f32(acc, out + begin, count, dtype);
   }
 }
 
@@ -148,30 +133,35 @@ class Communicator {
     const int flags = create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR;
     const int fd = shm_open(name.c_str(), flags, 0600);
     if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + std::strerror(errno));
-    if (create && ftruncate(fd, static_cast<off_t>(size_)) != 0) {
-      const int error = errno;
+    // The creator owns the name until it hands the segment over: any failure below removes
+    // it, so a failed setup never leaves a file in /dev/shm.
+    const auto fail = [&](const std::string& message) {
       close(fd);
-      shm_unlink(name.c_str());
-      throw std::runtime_error("ftruncate of the shared segment failed: " + std::string(std::strerror(error)));
-    }
+      if (create) shm_unlink(name.c_str());
+      throw std::runtime_error(message);
+    };
+    if (create && ftruncate(fd, static_cast<off_t>(size_)) != 0)
+      fail("ftruncate of the shared segment failed: " + std::string(std::strerror(errno)));
     struct stat info;
-    if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != size_) {
-      close(fd);
-      throw std::runtime_error("shared segment " + name + " has the wrong size: not this job's segment");
-    }
+    if (fstat(fd, &info) != 0) fail("fstat of the shared segment failed: " + std::string(std::strerror(errno)));
+    if (static_cast<size_t>(info.st_size) != size_)
+      fail("shared segment " + name + " has the wrong size: not this job's segment");
     void* base = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) fail("mmap of the shared segment failed: " + std::string(std::strerror(errno)));
     close(fd);
-    if (base == MAP_FAILED) throw std::runtime_error("mmap of the shared segment failed: " + std::string(std::strerror(errno)));
     base_ = static_cast<char*>(base);
-    Header* header = reinterpret_cast<Header*>(base_);
-    if (create) {  // ftruncate zero-fills: every flag starts at 0
+    if (create) {
+      // Start the lifetime of the shared objects here (ftruncate zero-filled the bytes, but
+      // atomics must be constructed to be used); attachers use the objects made here.
+      Header* header = new (base_) Header{};
+      for (int r = 0; r < world; ++r) new (&control(r)) Control{};
       header->session = session;
       header->world = static_cast<uint32_t>(world);
       header->slot_bytes = slot_bytes;
-      std::atomic_thread_fence(std::memory_order_release);
-      reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)->store(kMagic, std::memory_order_release);
+      header->magic.store(kMagic, std::memory_order_release);
     } else {
-      const uint64_t magic = reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)->load(std::memory_order_acquire);
+      const Header* header = reinterpret_cast<const Header*>(base_);
+      const uint64_t magic = header->magic.load(std::memory_order_acquire);
       if (magic != kMagic || header->session != session || header->world != static_cast<uint32_t>(world) ||
           header->slot_bytes != slot_bytes) {
         munmap(base_, size_);
@@ -194,9 +184,10 @@ class Communicator {
   void all_reduce(uintptr_t data, int64_t numel, int dtype, double timeout) {
     if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
     if (numel < 0) throw std::invalid_argument("numel must be >= 0");
-    if (dtype != kFloat32 && dtype != kBFloat16 && dtype != kFloat16) throw std::invalid_argument("unsupported dtype code");
+    if (!accel::is_dtype(dtype))
+      throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is none of float32 (0), bfloat16 (1), float16 (2)");
     if (numel > 0 && data == 0) throw std::invalid_argument("null tensor buffer");
-    const int64_t element = dtype == kFloat32 ? 4 : 2;
+    const int64_t element = accel::dtype_size(dtype);
     const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
     py::gil_scoped_release released;
     try {
@@ -242,8 +233,8 @@ class Communicator {
       const int peer_dtype = peer.dtype[seq % 2];
       if (peer_numel != static_cast<uint64_t>(numel) || peer_dtype != dtype)
         throw std::invalid_argument("all_reduce mismatch: rank " + std::to_string(rank_) + " has " + std::to_string(numel) +
-                                    " elements of dtype code " + std::to_string(dtype) + ", rank " + std::to_string(r) +
-                                    " has " + std::to_string(peer_numel) + " of dtype code " + std::to_string(peer_dtype));
+                                    " elements of " + accel::dtype_name(dtype) + ", rank " + std::to_string(r) + " has " +
+                                    std::to_string(peer_numel) + " of " + accel::dtype_name(peer_dtype));
     }
   }
 
@@ -316,6 +307,7 @@ class Communicator {
 
 PYBIND11_MODULE(_shm_comm, m) {
   m.doc() = "accel's shared-memory all-reduce for the ranks of one node (see accel/comm.py)";
+  accel::export_dtypes(m);
   py::class_<Communicator>(m, "Communicator")
       .def(py::init<const std::string&, bool, int, int, uint64_t, uint64_t, std::vector<int64_t>>(),
            py::arg("name"), py::arg("create"), py::arg("rank"), py::arg("world"), py::arg("slot_bytes"),
