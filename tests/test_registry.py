@@ -16,7 +16,8 @@ import accel
 from accel import _registry
 from accel.backends.cpu import CPUAccelerator
 
-pytestmark = pytest.mark.usefixtures("fresh_selection", "fresh_registry")
+# no_gpu: the fallback cases expect the CPU to be chosen, also on a GPU machine.
+pytestmark = pytest.mark.usefixtures("fresh_selection", "fresh_registry", "no_gpu")
 
 
 @pytest.fixture
@@ -105,10 +106,25 @@ def test_auto_detection_prefers_the_highest_priority_available(
     assert accel.current_selection().how == "auto"
 
 
-def test_unavailable_backend_requested_by_env_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACCEL_BACKEND", "cuda")
-    with pytest.raises(RuntimeError, match=r"ACCEL_BACKEND='cuda'.*not available: this torch"):
+def test_unavailable_backend_requested_by_env_says_why(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    source = GOOD_PLUGIN.replace('Availability(True, "always")', 'Availability(False, "no board")')
+    install("absentdist", {"fast": "absent_plugin:Fast"}, {"absent_plugin": source})
+    monkeypatch.setenv("ACCEL_BACKEND", "fast")
+    with pytest.raises(RuntimeError, match=r"ACCEL_BACKEND='fast'.*not available: no board"):
         accel.get_accelerator()
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA backend unavailable, as on a CPU-only machine (also on a GPU machine)."""
+    from accel.backends.base import Availability
+    from accel.backends.cuda import CUDAAccelerator
+
+    monkeypatch.setattr(
+        CUDAAccelerator, "probe", classmethod(lambda cls: Availability(False, "hidden by test"))
+    )
 
 
 def test_cpu_fallback_is_logged_at_info_not_as_a_warning(

@@ -95,7 +95,6 @@ class CPUAccelerator(
         "KMP",
         "CCL",
         "I_MPI",
-        "ACCEL",
     )
 
     def __init__(self) -> None:

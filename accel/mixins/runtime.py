@@ -46,8 +46,12 @@ class RuntimeEnvMixin:
             current_env[name] = value
 
     def export_envs(self) -> list[str]:
-        """Prefixes of variables a launcher must forward to remote ranks."""
-        return list(self.exported_env_prefixes)
+        """Prefixes of variables a launcher must forward to remote ranks.
+
+        ``ACCEL`` first on every backend (``ACCEL_BACKEND`` and the backends' own
+        variables must reach every rank), then the backend's ``exported_env_prefixes``.
+        """
+        return ["ACCEL", *(p for p in self.exported_env_prefixes if p != "ACCEL")]
 
     def is_synchronized_device(self) -> bool:
         """True exactly when the backend has no streams: an op has finished when its call

@@ -59,7 +59,17 @@ class PinnedHostMemoryMixin:
         check_positive(align_bytes, "align_bytes")
         if tensor.device.type != "cpu":
             raise ValueError(f"pin_memory() needs a CPU tensor, got one on {tensor.device}")
-        return tensor if tensor.is_pinned() else tensor.pin_memory()
+        if tensor.is_pinned():
+            return tensor
+        try:
+            return tensor.pin_memory()
+        except NotImplementedError as error:
+            # An out-of-tree device whose runtime registered no pinned-memory allocator:
+            # say so in accel's words rather than let torch's hook error through.
+            raise RuntimeError(
+                "pin_memory(): this device's torch runtime provides no page-locked host "
+                f"memory ({error})"
+            ) from error
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` is in page-locked host memory."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from types import ModuleType
 
 import torch
+from hypothesis import strategies as st
 from typing_extensions import get_protocol_members
 
 from accel.protocols import (
@@ -16,7 +18,12 @@ from accel.protocols import (
     StreamAPI,
 )
 from accel.testing._framework import check
-from accel.testing.core_checks import raises
+from accel.testing.core_checks import holds, raises
+
+# Random-but-representable inputs: float32 values whose "x * 2 + 1" is exact to compare.
+float32s = st.floats(
+    width=32, allow_nan=False, allow_infinity=False, min_value=-(2.0**100), max_value=2.0**100
+)
 
 # ---------------------------------------------------------------- StreamAPI
 
@@ -26,48 +33,76 @@ def _streams(acc: Accelerator) -> StreamAPI:
     return acc
 
 
+def _device_indices(acc: Accelerator) -> st.SearchStrategy[int]:
+    return st.integers(min_value=0, max_value=acc.device_count() - 1)
+
+
 @check(StreamAPI, "Stream/Event/current_stream/default_stream")
 def stream_factories_return_torch_types(acc: Accelerator) -> None:
     s = _streams(acc)
-    for name, made, kind in (("Stream()", s.Stream(), torch.Stream), ("current_stream()", s.current_stream(), torch.Stream),
-                             ("default_stream()", s.default_stream(), torch.Stream), ("Event()", s.Event(), torch.Event)):  # fmt: skip
-        assert isinstance(made, kind), f"{name} returned {type(made).__name__}, not {kind.__name__}"
+
+    def body(index: int, timing: bool) -> None:
+        for name, made, kind in (("Stream", s.Stream(index), torch.Stream), ("current_stream", s.current_stream(index), torch.Stream),
+                                 ("default_stream", s.default_stream(index), torch.Stream), ("Event", s.Event(enable_timing=timing), torch.Event)):  # fmt: skip
+            assert isinstance(made, kind), (
+                f"{name}() returned {type(made).__name__}, not {kind.__name__}"
+            )
+
+    holds(body, index=_device_indices(acc), timing=st.booleans())
 
 
 @check(StreamAPI, "stream")
 def stream_context_switches_and_restores(acc: Accelerator) -> None:
     s = _streams(acc)
-    before = s.current_stream()
-    side = s.Stream()
-    with s.stream(side):
-        assert s.current_stream() == side, "inside stream(side), current_stream() is not side"
-    assert s.current_stream() == before, "stream() did not restore the previous stream"
+
+    def body(depth: int) -> None:
+        before = s.current_stream()
+        sides = [s.Stream() for _ in range(depth)]
+        with contextlib.ExitStack() as stack:
+            for level, side in enumerate(sides):
+                stack.enter_context(s.stream(side))
+                assert s.current_stream() == side, (
+                    f"inside stream(side) at depth {level + 1}, current_stream() is not side"
+                )
+        assert s.current_stream() == before, "stream() did not restore the previous stream"
+
+    holds(body, depth=st.integers(min_value=1, max_value=4))
     raises(TypeError, "stream", lambda: s.stream("side"))  # type: ignore[arg-type]
 
 
 @check(StreamAPI, "Event.elapsed_time")
 def event_timing_is_never_negative(acc: Accelerator) -> None:
     s = _streams(acc)
-    start, end = s.Event(enable_timing=True), s.Event(enable_timing=True)
-    start.record()
-    torch.ones(1 << 20, device=acc.current_device_name()).mul_(2)
-    end.record()
-    end.synchronize()
-    elapsed = start.elapsed_time(end)
-    assert elapsed >= 0, f"elapsed_time() between two ordered events is {elapsed}"
+
+    def body(elements: int) -> None:
+        start, end = s.Event(enable_timing=True), s.Event(enable_timing=True)
+        start.record()
+        torch.ones(elements, device=acc.current_device_name()).mul_(2)
+        end.record()
+        end.synchronize()
+        elapsed = start.elapsed_time(end)
+        assert elapsed >= 0, f"elapsed_time() between two ordered events is {elapsed}"
+
+    holds(body, elements=st.integers(min_value=1, max_value=1 << 20))
 
 
 @check(StreamAPI, "Event.record/wait_event")
 def events_order_streams(acc: Accelerator) -> None:
     s = _streams(acc)
-    side, done = s.Stream(), s.Event()
-    with s.stream(side):
-        result = torch.arange(1 << 16, device=acc.current_device_name(), dtype=torch.float64).sum()
-        done.record()
-    s.current_stream().wait_event(done)
-    assert float(result) == (1 << 16) * ((1 << 16) - 1) / 2, (
-        "work ordered by an event gave a wrong result"
-    )
+
+    def body(elements: int) -> None:
+        side, done = s.Stream(), s.Event()
+        with s.stream(side):
+            result = torch.arange(
+                elements, device=acc.current_device_name(), dtype=torch.float64
+            ).sum()
+            done.record()
+        s.current_stream().wait_event(done)
+        assert float(result) == elements * (elements - 1) / 2, (
+            "work ordered by an event gave a wrong result"
+        )
+
+    holds(body, elements=st.integers(min_value=1, max_value=1 << 16))
 
 
 # ---------------------------------------------------------------- GraphAPI
@@ -86,14 +121,16 @@ def graph_replay_recomputes(acc: Accelerator) -> None:
     graph = acc.create_graph()
     with acc.capture_to_graph(graph):
         static_out = static_in * 2 + 1
-    for value in (3.0, -1.0):
+
+    def body(value: float) -> None:
         static_in.fill_(value)
         acc.replay_graph(graph)
         acc.synchronize()
         got = float(static_out[0])
-        assert got == value * 2 + 1, (
-            f"after replay with input {value}, output is {got}, not {value * 2 + 1}"
-        )
+        expected = float(torch.tensor(value, dtype=torch.float32) * 2 + 1)
+        assert got == expected, f"after replay with input {value}, output is {got}, not {expected}"
+
+    holds(body, value=float32s)
     raises(TypeError, "graph", lambda: acc.replay_graph(object()))  # type: ignore[arg-type]
 
 
@@ -103,11 +140,15 @@ def graph_replay_recomputes(acc: Accelerator) -> None:
 @check(ProfilerAPI, "range_push/range_pop")
 def profiler_ranges_nest(acc: Accelerator) -> None:
     assert isinstance(acc, ProfilerAPI)
-    acc.range_push("outer")
-    acc.range_push("inner")
-    acc.range_pop()
-    acc.range_pop()
-    raises(RuntimeError, "no open range", acc.range_pop)
+
+    def body(names: list[str]) -> None:
+        for name in names:
+            acc.range_push(name)
+        for _ in names:
+            acc.range_pop()
+        raises(RuntimeError, "no open range", acc.range_pop)
+
+    holds(body, names=st.lists(st.text(max_size=40), min_size=1, max_size=8))
     raises(TypeError, "msg", lambda: acc.range_push(3))  # type: ignore[arg-type]
 
 
@@ -133,9 +174,13 @@ def op_builders_load_or_explain(acc: Accelerator) -> None:
         else:
             assert builder.incompatibility_reason(), f"{name} is incompatible without a reason"
             raises(RuntimeError, "cannot load", builder.load)
-    assert acc.create_op_builder("NoSuchBuilder") is None, (
-        "an unknown builder name did not give None"
-    )
+
+    def body(name: str) -> None:
+        assert acc.create_op_builder(name) is None, f"unknown builder {name!r} did not give None"
+        assert acc.get_op_builder(name) is None, f"get_op_builder({name!r}) is not None"
+
+    holds(body, name=st.text(max_size=40).filter(lambda n: n not in names))
+    raises(TypeError, "class_name", lambda: acc.create_op_builder(3))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- every protocol
