@@ -1,61 +1,168 @@
-"""``accel port PATH...``: rewrite in place, ``--diff`` to preview, ``--check`` for CI."""
+"""``accel port PATH...``: rewrite in place, ``--diff`` to preview, ``--check`` for CI.
+
+Every file is handled on its own: one that cannot be read, decoded, parsed or written is
+reported with its path and the reason, and the run goes on with the others (exit status 2
+at the end). A file is never left half-written: the new text goes to a temporary file in
+the same directory, which then replaces the original in one rename (mode kept). Encoding
+(PEP 263 declarations, a UTF-8 BOM) and line endings are kept as they were.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import os
+import signal
 import sys
+import tempfile
+import tokenize
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-import libcst as cst
-
-from accel.port.rewrite import port_source
+from accel.port.rewrite import PortResult, port_source
 
 
-def python_files(paths: Sequence[str]) -> Iterator[Path]:
-    """The ``.py`` files named or found (recursively) under ``paths``."""
+@dataclass(frozen=True)
+class Source:
+    """A file's text as decoded, with what is needed to write it back the same way."""
+
+    text: str
+    encoding: str  # "utf-8-sig" when the file starts with a BOM
+
+
+class Skipped(Exception):
+    """A path that is not ported, with the reason (reported, not fatal)."""
+
+
+def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped]:
+    """The ``.py`` files named or found under ``paths``; a ``Skipped`` for each that is not.
+
+    Directories are walked without following symbolic links (a link could lead out of
+    the tree, or loop); links found there are skipped and reported. A link named on the
+    command line is ported at its target.
+    """
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*.py") if p.is_file())
+            yield from _walk(path)
         elif path.is_file():
-            yield path
+            yield path.resolve() if path.is_symlink() else path
         else:
-            raise FileNotFoundError(f"accel port: {name}: no such file or directory")
+            yield Skipped(f"{name}: no such file or directory")
+
+
+def _walk(root: Path) -> Iterator[Path | Skipped]:
+    found: list[Path | Skipped] = []
+    for directory, subdirectories, files in os.walk(root, followlinks=False):
+        subdirectories.sort()
+        for name in subdirectories:
+            if os.path.islink(os.path.join(directory, name)):
+                found.append(Skipped(f"{Path(directory, name)}: symbolic link not followed"))
+        for name in sorted(files):
+            path = Path(directory, name)
+            if not name.endswith(".py"):
+                continue
+            if path.is_symlink():
+                found.append(Skipped(f"{path}: symbolic link not followed"))
+            else:
+                found.append(path)
+    yield from found
+
+
+def read_source(path: Path) -> Source:
+    """Decode ``path`` as Python does (BOM, PEP 263 declaration, else UTF-8), newlines kept."""
+    data = path.read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return Source(data.decode(encoding), encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as error:
+        raise Skipped(f"{path}: cannot be ported: cannot decode it: {error}") from None
+
+
+def write_atomically(path: Path, text: str, encoding: str) -> None:
+    """Replace ``path``'s content by ``text``, all at once or not at all."""
+    data = text.encode(encoding)
+    mode = path.stat().st_mode & 0o7777
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".port", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def run(paths: Sequence[str], *, diff: bool = False, check: bool = False) -> int:
     """Port ``paths``; returns the exit status (1: ``--check`` found something, 2: errors)."""
+    if hasattr(signal, "SIGXFSZ"):
+        # Past a file-size limit (ulimit -f) the kernel kills the process by default;
+        # ignored, the write fails with EFBIG and is reported like a full disk.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     status = 0
     for path in python_files(paths):
         try:
-            source = path.read_text(encoding="utf-8")
-            result = port_source(source)
-        except (UnicodeDecodeError, cst.ParserSyntaxError) as error:
-            print(f"{path}: cannot be ported: {type(error).__name__}: {error}", file=sys.stderr)
+            if isinstance(path, Skipped):
+                raise path
+            found = _port_file(path, diff=diff, check=check)
+        except Skipped as skipped:
+            print(skipped, file=sys.stderr)
             status = 2
             continue
-        if check:
-            for finding in result.findings:
-                kind = "" if finding.rewritten else "manual: "
-                print(f"{path}:{finding.line}:{finding.column}: {kind}{finding.message}")
-            if result.findings and status == 0:
-                status = 1
-        elif diff:
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    source.splitlines(keepends=True),
-                    result.source.splitlines(keepends=True),
-                    fromfile=f"a/{path}",
-                    tofile=f"b/{path}",
-                )
-            )
-        else:
-            if result.changed:
-                path.write_text(result.source, encoding="utf-8")
-                changes = sum(f.rewritten for f in result.findings)
-                print(f"{path}: {changes} change(s)")
-            for finding in result.findings:
-                if not finding.rewritten:
-                    print(f"{path}:{finding.line}:{finding.column}: manual: {finding.message}")
+        if found and status == 0:
+            status = 1
     return status
+
+
+def _port_file(path: Path, *, diff: bool, check: bool) -> bool:
+    """Port one file; whether ``--check`` found something. ``Skipped`` says why it failed."""
+    try:
+        source = read_source(path)
+    except OSError as error:
+        raise Skipped(f"{path}: cannot be read: {error.strerror or error}") from None
+    try:
+        result = port_source(source.text)
+    except RecursionError:
+        raise Skipped(f"{path}: cannot be ported: it nests too deeply") from None
+    except Exception as error:  # one file's failure, whatever it is, must not stop the run
+        raise Skipped(f"{path}: cannot be ported: {type(error).__name__}: {error}") from None
+    if check:
+        for finding in result.findings:
+            kind = "" if finding.rewritten else "manual: "
+            print(f"{path}:{finding.line}:{finding.column}: {kind}{finding.message}")
+        return bool(result.findings)
+    if diff:
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                source.text.splitlines(keepends=True),
+                result.source.splitlines(keepends=True),
+                fromfile=f"a/{path}",
+                tofile=f"b/{path}",
+            )
+        )
+        return False
+    _write_back(path, source, result)
+    return False
+
+
+def _write_back(path: Path, source: Source, result: PortResult) -> None:
+    if result.changed:
+        # No write permission bit at all is read-only even for root, who could write it.
+        if not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222:
+            raise Skipped(f"{path}: is read-only; left unchanged")
+        try:
+            write_atomically(path, result.source, source.encoding)
+        except OSError as error:
+            raise Skipped(
+                f"{path}: cannot be written ({error.strerror or error}); left unchanged"
+            ) from None
+        print(f"{path}: {sum(f.rewritten for f in result.findings)} change(s)")
+    for finding in result.findings:
+        if not finding.rewritten:
+            print(f"{path}:{finding.line}:{finding.column}: manual: {finding.message}")

@@ -1,0 +1,158 @@
+"""Cut a module's source at its top-level statements, and add one import, in linear time.
+
+``accel port`` parses with libcst only the statements that can match a rule: libcst costs
+tens of microseconds and hundreds of bytes of memory per source byte, so a 5 MB generated
+file parsed whole took minutes and gigabytes. The cut uses the standard tokenizer
+(streaming, constant memory). It also refuses, as CPython does, nesting deeper than
+CPython compiles (200 brackets, 100 indentation levels): libcst's parser crashes the
+interpreter on such input instead of raising.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import tokenize
+from dataclasses import dataclass
+
+MAX_BRACKETS = 200  # CPython: "too many nested parentheses"
+MAX_INDENT = 100  # CPython: "too many levels of indentation"
+_OPENING, _CLOSING = frozenset("([{"), frozenset(")]}")
+
+
+class SourceError(ValueError):
+    """The source cannot be cut into statements (it does not tokenize, or nests too deep)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive whole lines of the source, starting at 1-based line ``line``.
+
+    ``longest`` is the token count of its longest logical line (libcst's parser recurses
+    per nesting level and crashes the interpreter past a few thousand levels, which
+    needs at least twice as many tokens on one logical line).
+    """
+
+    line: int
+    text: str
+    longest: int = 0
+
+
+def top_level_chunks(source: str) -> list[Chunk]:
+    """``source`` cut before each top-level statement (decorators stay with what they decorate).
+
+    Text before the first statement (comments, blank lines) is a chunk of its own; blank
+    lines and comments after a statement stay with it. ``"".join`` of the texts is
+    ``source``.
+    """
+    lines = source.splitlines(keepends=True)
+    starts = _statement_starts(source)
+    if not starts or starts[0][0] != 0:
+        starts.insert(0, (0, 0))
+    bounds = [*starts, (len(lines), 0)]
+    return [
+        Chunk(first + 1, "".join(lines[first:end]), longest)
+        for (first, longest), (end, _) in itertools.pairwise(bounds)
+        if end > first
+    ]
+
+
+def _statement_starts(source: str) -> list[tuple[int, int]]:
+    """(0-based first line, longest logical line in tokens) of each top-level statement."""
+    starts: list[tuple[int, int]] = []
+    depth = brackets = 0
+    new_logical_line = True
+    after_decorator = False
+    tokens_in_line = longest = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = token.type
+            tokens_in_line += 1
+            if kind == tokenize.INDENT:
+                depth += 1
+                if depth > MAX_INDENT:
+                    raise SourceError(token.start[0], "too many levels of indentation")
+            elif kind == tokenize.DEDENT:
+                depth -= 1
+            elif kind == tokenize.NEWLINE:
+                new_logical_line = True
+                longest = max(longest, tokens_in_line)
+                tokens_in_line = 0
+            elif kind not in (tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER):
+                if kind == tokenize.OP and token.string in _OPENING:
+                    brackets += 1
+                    if brackets > MAX_BRACKETS:
+                        raise SourceError(token.start[0], "too many nested parentheses")
+                elif kind == tokenize.OP and token.string in _CLOSING:
+                    brackets -= 1
+                if new_logical_line:
+                    new_logical_line = False
+                    if depth == 0:
+                        if not after_decorator:
+                            if starts:
+                                starts[-1] = (starts[-1][0], longest)
+                            starts.append((token.start[0] - 1, 0))
+                            longest = 0
+                        after_decorator = token.string == "@"
+    except (tokenize.TokenError, IndentationError) as error:
+        line = error.lineno if isinstance(error, IndentationError) else error.args[1][0]
+        raise SourceError(line or 0, f"does not tokenize: {error.args[0]}") from None
+    if starts:
+        starts[-1] = (starts[-1][0], max(longest, tokens_in_line))
+    return starts
+
+
+IMPORT_LINE = "from accel import get_accelerator"
+_HAS_IMPORT = re.compile(r"^from\s+accel\s+import\s+[^\n]*\bget_accelerator\b", re.MULTILINE)
+_IMPORT = re.compile(r"(import|from)\s")
+_DOCSTRING = re.compile(r"[rRbBuU]{0,2}(\"|')")
+
+
+def is_statement(chunk: str) -> bool:
+    """Whether ``chunk`` holds a statement (not only comments and blank lines)."""
+    statement = chunk.lstrip()
+    return bool(statement) and not statement.startswith("#")  # not the comments-only prefix
+
+
+def ends_leading_block(chunk: str, *, first: bool) -> bool:
+    """Whether ``chunk`` is a statement after which no import may be added: neither an
+    import nor (when it is the ``first`` statement) the module docstring."""
+    if not is_statement(chunk):
+        return False
+    statement = chunk.lstrip()
+    is_docstring = first and _DOCSTRING.match(statement) is not None
+    return not (is_docstring or _IMPORT.match(statement))
+
+
+def with_import(chunks: list[str], newline: str = "\n") -> list[str]:
+    """``chunks`` with ``from accel import get_accelerator`` added once.
+
+    It goes after the module's leading docstring and import statements, directly below
+    the last of them (before the blank lines that follow it); nothing is added if the
+    module already imports it at top level.
+    """
+    if any(_HAS_IMPORT.match(chunk) for chunk in chunks):
+        return chunks
+    after = -1  # index of the last chunk of the leading docstring/import block
+    for index, chunk in enumerate(chunks):
+        if ends_leading_block(chunk, first=after == -1):
+            break
+        if is_statement(chunk):
+            after = index
+    result = list(chunks)
+    if after == -1:
+        return [IMPORT_LINE + newline, *result]
+    body = result[after].rstrip()
+    rest = result[after][len(body) :]
+    first_end = re.match(r"[ \t]*(\r\n|\n|\r)", rest)
+    if first_end is None:  # the file ends on this statement, without a newline
+        result[after] = body + rest + newline + IMPORT_LINE + newline
+    else:
+        after_line = rest[first_end.end() :]
+        result[after] = body + first_end.group(0) + IMPORT_LINE + first_end.group(1) + after_line
+    return result

@@ -1,0 +1,212 @@
+"""`accel port` on hostile and unusual input: every file on its own, nothing half-written.
+
+Each case here broke a run before: a parser segfault or a recursion error stopped the
+whole run naming no file; a full disk or a file-size limit left a file truncated; CRLF,
+a BOM and PEP 263 encodings were lost or refused; symlinks were followed out of the tree.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accel.cli import main
+from accel.port.rewrite import PortError, port_source
+from accel.port.split import SourceError, top_level_chunks
+
+CUDA_LINE = "torch.cuda.synchronize()\n"
+PORTED_LINE = "get_accelerator().synchronize()\n"
+
+STATEMENTS = [
+    "import torch\n",
+    "x = 1; y = torch.cuda.current_device()\n",
+    "@decorator\n@other(1)\ndef f(a,\n      b):\n    return torch.ones(2, device='cuda')\n",
+    "class C:\n    '''doc'''\n\n    def m(self):\n        pass\n",
+    "# a comment\n\n",
+    "s = '''multi\nline cuda\n'''\n",
+    "if x:\n    torch.cuda.synchronize()\nelse:\n    pass\n",
+    "t = (1,\n     2)\n",
+]
+
+
+@given(st.lists(st.sampled_from(STATEMENTS), max_size=12))
+def test_cutting_at_statements_loses_nothing(parts: list[str]) -> None:
+    source = "".join(parts)
+    chunks = top_level_chunks(source)
+    assert "".join(chunk.text for chunk in chunks) == source
+    for chunk in chunks:
+        assert chunk.text == "".join(source.splitlines(keepends=True)[chunk.line - 1 :][: chunk.text.count("\n") or 1]) or not chunk.text.endswith("\n")  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(STATEMENTS), max_size=12))
+def test_porting_by_statement_equals_porting_the_whole_module(parts: list[str]) -> None:
+    source = "".join(parts)
+    ported = port_source(source)
+    # Idempotent, and every rewrite found exactly once wherever the statement stands.
+    assert port_source(ported.source).source == ported.source
+    expected = sum(part.count("torch.cuda.") for part in parts)
+    assert sum(f.rewritten for f in ported.findings) >= expected
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('"""Doc."""\nfrom __future__ import annotations\nimport torch\n\n\nx = 1\n' + CUDA_LINE,
+         '"""Doc."""\nfrom __future__ import annotations\nimport torch\nfrom accel import get_accelerator\n\n\nx = 1\n' + PORTED_LINE),
+        (CUDA_LINE, "from accel import get_accelerator\n" + PORTED_LINE),
+        ("#!/usr/bin/env python\n# header\nimport torch\n" + CUDA_LINE,
+         "#!/usr/bin/env python\n# header\nimport torch\nfrom accel import get_accelerator\n" + PORTED_LINE),
+        ("import torch\r\n" + CUDA_LINE.replace("\n", "\r\n"),
+         "import torch\r\nfrom accel import get_accelerator\r\n" + PORTED_LINE.replace("\n", "\r\n")),
+        ("import torch\n" + CUDA_LINE.rstrip("\n"),
+         "import torch\nfrom accel import get_accelerator\n" + PORTED_LINE.rstrip("\n")),
+    ],
+    ids=["docstring-future-imports", "no-imports", "comment-header", "crlf", "no-final-newline"],
+)  # fmt: skip
+def test_the_import_goes_below_the_leading_imports(source: str, expected: str) -> None:
+    assert port_source(source).source == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "error", "message"),
+    [
+        ("x = " + "(" * 1500 + CUDA_LINE.strip() + ")" * 1500 + "\n", SourceError, "too many nested parentheses"),
+        ("def f():\n" + "".join("    " * i + "if x:\n" for i in range(1, 120)) + "    " * 120 + CUDA_LINE, SourceError, "too many levels of indentation"),
+        ("x = " + "a" + ".b" * 20_000 + ".cuda\n", PortError, "line 1: a logical line of 40006 tokens is more than the rewriter parses safely (8000)"),
+        ("x = " + " + ".join(["a"] * 19_999 + ["torch.cuda.f()"]) + "\n", PortError, "line 1: a logical line of 40008 tokens"),
+    ],
+    ids=["1500-deep-brackets", "120-deep-blocks", "20000-long-attribute-chain", "20000-term-sum"],
+)  # fmt: skip
+def test_input_that_crashed_the_parser_is_refused_with_its_line(
+    source: str, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        port_source(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = " + "(" * 199 + CUDA_LINE.strip() + ")" * 199 + "\n",
+        "x = " + " + ".join(["torch.cuda.memory_allocated()"] * 400) + "\n",
+        "x = " + " + ".join(["a"] * 3000 + ["torch.cuda.memory_allocated()"]) + "\n",
+    ],
+    ids=["199-deep", "400-term-sum", "3000-term-sum"],
+)
+def test_deep_but_legal_code_is_ported(source: str) -> None:
+    result = port_source(source)
+    assert "torch.cuda" not in result.source
+    assert result.changed
+
+
+def _write(directory: Path, name: str, data: bytes | str) -> Path:
+    path = directory / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+def test_a_bad_file_is_named_and_the_others_are_still_ported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = {
+        "a_syntax.py": "def f(:\n    torch.cuda.synchronize()\n",
+        "b_bytes.py": b"x = '\xff\xfe'\n" + CUDA_LINE.encode(),
+        "c_deep.py": "x = " + "(" * 1500 + "torch.cuda.f()" + ")" * 1500 + "\n",
+        "d_long.py": "x = a" + ".b" * 20_000 + ".cuda\n",
+    }
+    for name, data in bad.items():
+        _write(tmp_path, name, data)
+    good = _write(tmp_path, "z_good.py", "import torch\n" + CUDA_LINE)
+    assert main(["port", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    for name in bad:
+        assert f"{tmp_path / name}: cannot be ported: " in err, err
+    assert "cannot decode it" in err
+    assert PORTED_LINE in good.read_text()
+
+
+def test_a_full_disk_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    # ulimit -f 64: writing more than 64 KiB fails (EFBIG); the file must stay whole.
+    text = "import torch\n" + "".join(
+        f"x{i} = torch.cuda.memory_allocated()  # padding\n" for i in range(3000)
+    )
+    big = _write(tmp_path, "big.py", text)
+    small = _write(tmp_path, "small.py", "import torch\n" + CUDA_LINE)
+    code = textwrap.dedent(
+        f"""
+        import resource, sys
+        from accel.cli import main
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+        sys.exit(main(["port", {str(big)!r}, {str(small)!r}]))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"{big}: cannot be written (File too large); left unchanged" in result.stderr
+    assert big.read_text() == text  # not truncated
+    assert PORTED_LINE in small.read_text()  # the next file was still ported
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.py", "small.py"]  # no temp file
+
+
+def test_line_endings_bom_and_declared_encodings_are_kept(tmp_path: Path) -> None:
+    crlf = _write(tmp_path, "crlf.py", b"import torch\r\ntorch.cuda.synchronize()\r\n")
+    bom = _write(tmp_path, "bom.py", b"\xef\xbb\xbfimport torch\ntorch.cuda.synchronize()\n")
+    latin = _write(
+        tmp_path,
+        "latin.py",
+        "# -*- coding: latin-1 -*-\nname = 'café'\ntorch.cuda.synchronize()\n".encode("latin-1"),
+    )
+    assert main(["port", str(tmp_path)]) == 0
+    assert (
+        crlf.read_bytes()
+        == b"import torch\r\nfrom accel import get_accelerator\r\nget_accelerator().synchronize()\r\n"
+    )
+    assert bom.read_bytes().startswith(b"\xef\xbb\xbfimport torch\nfrom accel import")
+    assert latin.read_bytes().decode("latin-1").count("café") == 1
+    assert b"get_accelerator().synchronize()" in latin.read_bytes()
+
+
+def test_read_only_files_and_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    locked = _write(tmp_path, "locked.py", "import torch\n" + CUDA_LINE)
+    script = _write(tmp_path, "script.py", "import torch\n" + CUDA_LINE)
+    locked.chmod(0o444)
+    script.chmod(0o750)
+    try:
+        assert main(["port", str(tmp_path)]) == 2
+        assert f"{locked}: is read-only; left unchanged" in capsys.readouterr().err
+        assert CUDA_LINE in locked.read_text()
+        assert PORTED_LINE in script.read_text()
+        assert stat.S_IMODE(script.stat().st_mode) == 0o750  # the rename kept the mode
+    finally:
+        locked.chmod(0o644)
+
+
+def test_symlinks_are_not_followed_out_of_the_tree_or_around_a_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    target = _write(outside, "elsewhere.py", "import torch\n" + CUDA_LINE)
+    (tree / "link.py").symlink_to(target)
+    (tree / "loop").symlink_to(tree)
+    own = _write(tree, "own.py", "import torch\n" + CUDA_LINE)
+    started = time.perf_counter()
+    assert main(["port", str(tree)]) == 2
+    assert time.perf_counter() - started < 30
+    err = capsys.readouterr().err
+    assert f"{tree / 'link.py'}: symbolic link not followed" in err
+    assert f"{tree / 'loop'}: symbolic link not followed" in err
+    assert CUDA_LINE in target.read_text()  # outside the tree: untouched
+    assert PORTED_LINE in own.read_text()
