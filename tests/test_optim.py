@@ -329,11 +329,14 @@ def _adam(**overrides: Any) -> None:
         ({"exp_avg_sqs": [torch.zeros(3)]}, ValueError, r"exp_avg_sqs\[0\] has 3 elements, params\[0\] 4"),
         ({"steps": [0]}, ValueError, "steps must all be >= 1"),
         ({"grads": []}, ValueError, "grads has 0 entries, expected one per parameter"),
-        ({"lr": -0.1}, ValueError, "lr must be a finite number >= 0, got -0.1"),
+        ({"lr": -0.1}, ValueError, r"lr must be a finite number >= 0 \(at most float32's 3.403e\+38\), got -0.1"),
+        ({"lr": 1e300}, ValueError, r"lr must be a finite number >= 0 .*got 1e\+300"),
+        ({"weight_decay": 1e39}, ValueError, r"weight_decay must be .*got 1e\+39"),
+        ({"eps": 1e39}, ValueError, r"eps must be a finite number > 0 .*got 1e\+39"),
         ({"lr": float("nan")}, ValueError, "lr must be a finite number >= 0"),
         ({"betas": (1.0, 0.9)}, ValueError, r"betas\[0\] must be in \[0, 1\), got 1.0"),
         ({"betas": (0.9, -0.1)}, ValueError, r"betas\[1\] must be in \[0, 1\), got -0.1"),
-        ({"eps": 0.0}, ValueError, "eps must be a finite number > 0, got 0.0"),
+        ({"eps": 0.0}, ValueError, r"eps must be a finite number > 0 .*got 0.0"),
         ({"weight_decay": -1.0}, ValueError, "weight_decay must be a finite number >= 0"),
         ({"param_copies": [torch.zeros(4)]}, TypeError, r"param_copies\[0\] must be bfloat16 or float16"),
     ],
@@ -457,6 +460,60 @@ def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
     with pytest.raises(TypeError):  # hyper-parameters are keyword-only: no positional floats
         native.lion_step([p.data_ptr()], [g.data_ptr()], [m.data_ptr()], [0], [4], [0], [0],
                          [-1], 0.1, 0.9, 0.99, 0.0)  # fmt: skip
+
+
+def _trained_adam(dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, CPUAdam]:
+    param = torch.nn.Parameter(torch.linspace(-1, 1, 1000).to(dtype))
+    optimizer = CPUAdam([param], lr=1e-3)
+    for seed in range(3):
+        param.grad = torch.randn(1000, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        optimizer.step()
+    return param, optimizer
+
+
+def test_a_failed_step_does_not_advance_the_step_counter() -> None:
+    # torch's optimizers count a step only when it is taken; the counter decides the
+    # bias correction, so a failed step must leave it alone.
+    param, optimizer = _trained_adam()
+    param.grad = torch.zeros(2000)[::2]  # not contiguous: the step fails
+    with pytest.raises(ValueError, match=r"grads\[0\] must be contiguous"):
+        optimizer.step()
+    assert float(optimizer.state[param]["step"]) == 3
+
+
+def test_a_state_of_the_wrong_shape_is_refused() -> None:
+    param = torch.nn.Parameter(torch.zeros(2, 3))
+    param.grad = torch.ones(2, 3)
+    optimizer = CPUAdam([param])
+    optimizer.state[param].update(
+        step=torch.tensor(1.0), exp_avg=torch.zeros(3, 2), exp_avg_sq=torch.zeros(2, 3)
+    )
+    with pytest.raises(ValueError, match=r"params\[0\]: state 'exp_avg' has shape \(3, 2\), the parameter \(2, 3\)"):
+        optimizer.step()
+
+
+def test_a_state_from_another_optimizer_is_named_not_a_key_error() -> None:
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    optimizer = CPUAdam([param])
+    optimizer.state[param].update(step=torch.tensor(1.0), sum=torch.zeros(4))  # Adagrad's
+    with pytest.raises(ValueError, match=r"params\[0\]: the state has no tensor 'exp_avg' \(keys: \['step', 'sum'\]\); was it loaded from another optimizer than CPUAdam\?"):
+        optimizer.step()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_state_dict_round_trip_keeps_fp32_states_with_16_bit_params(dtype: torch.dtype) -> None:
+    # torch's load_state_dict casts states to the parameter's dtype: 805 of 1,000 exp_avg
+    # values changed with bf16 parameters before.
+    param, optimizer = _trained_adam(dtype)
+    saved = {name: optimizer.state[param][name].clone() for name in ("exp_avg", "exp_avg_sq")}
+    resumed = CPUAdam([param], lr=1e-3)
+    resumed.load_state_dict(optimizer.state_dict())
+    for name, value in saved.items():
+        restored = resumed.state[param][name]
+        assert restored.dtype == torch.float32
+        assert torch.equal(restored, value), name
+    assert float(resumed.state[param]["step"]) == 3
 
 
 def test_betas_must_be_a_pair() -> None:

@@ -60,12 +60,17 @@ class PrebuiltOpBuilder:
         return module
 
 
-class CPUAdamBuilder(PrebuiltOpBuilder):
+class CPUOptimBuilder(PrebuiltOpBuilder):
+    """The CPU optimizer kernels: one extension, front door ``accel.ops.cpu_optim``."""
+
+    native_module: ClassVar[str] = "accel.ops._cpu_optim"
+    module_name: ClassVar[str] = "accel.ops.cpu_optim"
+
+
+class CPUAdamBuilder(CPUOptimBuilder):
     """Adam and AdamW steps on the CPU (ZeRO-Offload)."""
 
     op_name: ClassVar[str] = "cpu_adam"
-    native_module: ClassVar[str] = "accel.ops._cpu_optim"
-    module_name: ClassVar[str] = "accel.ops.cpu_optim"
 
 
 class FusedAdamBuilder(CPUAdamBuilder):
@@ -74,20 +79,16 @@ class FusedAdamBuilder(CPUAdamBuilder):
     op_name: ClassVar[str] = "fused_adam"
 
 
-class CPUAdagradBuilder(PrebuiltOpBuilder):
+class CPUAdagradBuilder(CPUOptimBuilder):
     """Adagrad steps on the CPU."""
 
     op_name: ClassVar[str] = "cpu_adagrad"
-    native_module: ClassVar[str] = "accel.ops._cpu_optim"
-    module_name: ClassVar[str] = "accel.ops.cpu_optim"
 
 
-class CPULionBuilder(PrebuiltOpBuilder):
+class CPULionBuilder(CPUOptimBuilder):
     """Lion steps on the CPU."""
 
     op_name: ClassVar[str] = "cpu_lion"
-    native_module: ClassVar[str] = "accel.ops._cpu_optim"
-    module_name: ClassVar[str] = "accel.ops.cpu_optim"
 
 
 class ShareMemCommBuilder(PrebuiltOpBuilder):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -54,20 +53,28 @@ def check_betas(betas: object) -> tuple[float, float]:
 
 def check_eps(eps: object) -> float:
     """An epsilon > 0."""
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0 or math.isinf(eps):
-        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= FLOAT32_MAX:
+        raise ValueError(
+            f"eps must be a finite number > 0 (at most {FLOAT32_MAX:.4g}), got {eps!r}"
+        )
     return float(eps)
 
 
+# The kernels compute in float32: a hyper-parameter beyond its range would become inf.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_non_negative(value: object, name: str) -> float:
-    """A finite number >= 0 (learning rate, weight decay, lr decay)."""
+    """A finite number >= 0 that float32 can hold (learning rate, weight decay, lr decay)."""
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
+        or not (0 <= value <= FLOAT32_MAX)  # also False for NaN
     ):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        raise ValueError(
+            f"{name} must be a finite number >= 0 (at most float32's {FLOAT32_MAX:.4g}), "
+            f"got {value!r}"
+        )
     return float(value)
 
 

@@ -48,23 +48,33 @@ class CPUOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__} does not implement"
                 )
         tensors = GroupTensors(states={name: [] for name in self.state_names})
-        for param in group["params"]:
+        for param_index, param in enumerate(group["params"]):
             if param.grad is None:
                 continue  # as torch.optim does: frozen or unused parameters are skipped
             state = self.state[param]
             if not state:
                 state["step"] = torch.tensor(0.0)
                 state.update(self.initial_state(group, param))
+            where = f"param_groups[{group_index}] params[{param_index}]"
             for name in self.state_names:
-                # torch.optim's load_state_dict casts states to the parameter's dtype; the
-                # kernels keep states in fp32, and widening loses nothing.
-                if state[name].dtype != torch.float32 or not state[name].is_contiguous():
-                    state[name] = state[name].to(torch.float32).contiguous()
-                tensors.states[name].append(state[name])
-            state["step"] += 1
+                value = state.get(name)
+                if not isinstance(value, torch.Tensor):
+                    raise ValueError(
+                        f"{where}: the state has no tensor {name!r} (keys: {sorted(state)}); "
+                        f"was it loaded from another optimizer than {type(self).__name__}?"
+                    )
+                if value.shape != param.shape:
+                    raise ValueError(
+                        f"{where}: state {name!r} has shape {tuple(value.shape)}, the "
+                        f"parameter {tuple(param.shape)}"
+                    )
+                if value.dtype != torch.float32 or not value.is_contiguous():
+                    state[name] = value = value.to(torch.float32).contiguous()
+                tensors.states[name].append(value)
             tensors.params.append(param)
             tensors.grads.append(param.grad)
-            tensors.steps.append(int(state["step"]))
+            # The step being taken; the counters advance only once the step has succeeded.
+            tensors.steps.append(int(state["step"]) + 1)
         return tensors
 
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
@@ -86,7 +96,26 @@ class CPUOptimizer(torch.optim.Optimizer):
                 self._apply(group, tensors)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"param_groups[{index}]: {error}") from error
+            for param in tensors.params:
+                self.state[param]["step"] += 1
         return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``, keeping the saved states in fp32.
+
+        torch casts floating-point states to each parameter's dtype; for bf16 or fp16
+        parameters that would round the fp32 moments this optimizer keeps (and the next
+        step would widen the rounded values back). The saved tensors are taken as they are.
+        """
+        super().load_state_dict(state_dict)
+        saved: dict[Any, dict[str, Any]] = state_dict["state"]
+        ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, param in zip(ids, params, strict=True):
+            for name in self.state_names:
+                value = saved.get(saved_id, {}).get(name)
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    self.state[param][name] = value.detach().to(torch.float32, copy=True)
 
 
 def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
