@@ -488,7 +488,9 @@ def test_a_state_of_the_wrong_shape_is_refused() -> None:
     optimizer.state[param].update(
         step=torch.tensor(1.0), exp_avg=torch.zeros(3, 2), exp_avg_sq=torch.zeros(2, 3)
     )
-    with pytest.raises(ValueError, match=r"params\[0\]: state 'exp_avg' has shape \(3, 2\), the parameter \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"params\[0\]: state 'exp_avg' has shape \(3, 2\), the parameter \(2, 3\)"
+    ):
         optimizer.step()
 
 
@@ -497,7 +499,10 @@ def test_a_state_from_another_optimizer_is_named_not_a_key_error() -> None:
     param.grad = torch.ones(4)
     optimizer = CPUAdam([param])
     optimizer.state[param].update(step=torch.tensor(1.0), sum=torch.zeros(4))  # Adagrad's
-    with pytest.raises(ValueError, match=r"params\[0\]: the state has no tensor 'exp_avg' \(keys: \['step', 'sum'\]\); was it loaded from another optimizer than CPUAdam\?"):
+    with pytest.raises(
+        ValueError,
+        match=r"params\[0\]: the state has no tensor 'exp_avg' \(keys: \['step', 'sum'\]\); was it loaded from another optimizer than CPUAdam\?",
+    ):
         optimizer.step()
 
 
