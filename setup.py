@@ -34,7 +34,6 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
             depends=COMMON_HEADERS,
             cxx_std=17,
             extra_compile_args=[flag for flag in UNIX_FLAGS if flag != "-fopenmp"],
-            extra_link_args=["-lrt"],
         )
     )
     ext_modules.append(

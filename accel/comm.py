@@ -1,14 +1,18 @@
 """Collectives that are faster than torch.distributed's where the hardware allows.
 
 ``all_reduce_(tensor)`` sums a CPU tensor across a process group. When every rank of the
-group runs on this node and the dtype is float32, bfloat16 or float16, it goes through
-POSIX shared memory (``accel.ops._shm_comm``); otherwise it is ``dist.all_reduce``. It is
-a ``torch.library`` custom op (``accel::shm_all_reduce_``), so it works under
-``torch.compile``.
+group runs on this node and every rank's tensor is a float32, bfloat16 or float16 CPU
+tensor, it goes through shared memory (``accel.ops._shm_comm``); otherwise it is
+``dist.all_reduce`` on every rank. It is a ``torch.library`` custom op
+(``accel::shm_all_reduce_``), so it works under ``torch.compile``.
 
-The shared segment is set up on the group's first call (one gloo round trip): rank 0
-creates it under a random name with mode 0600, every rank attaches, then rank 0 removes
-the name, so nothing is ever left in /dev/shm and no later job can open it.
+The shared segment is set up on the group's first call, whatever the tensor (one gloo
+round trip): rank 0 creates an anonymous segment (``memfd_create``), the peers open it
+through rank 0's ``/proc/<pid>/fd/<fd>``, then rank 0 closes that descriptor. The segment
+never has a name in /dev/shm, so nothing can be left there however a job ends, and no
+other job can open it. Each call then decides the path for all ranks at once: a rank
+whose tensor cannot use shared memory says so in the segment, and all ranks fall back
+together, so ranks never wait in different collectives.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ DEFAULT_TIMEOUT = 10.0  # seconds a rank waits for a live but silent peer
 class _ShmGroup:
     communicator: Any  # accel.ops._shm_comm.Communicator
     key: int
+    group: dist.ProcessGroup | None
 
 
 _lock = threading.Lock()
@@ -50,6 +55,15 @@ def _shm_dtype_codes() -> dict[torch.dtype, int]:
     except ImportError:
         return {}
     return dtype_codes(_shm_comm)
+
+
+@functools.cache
+def _wire_code(dtype: torch.dtype) -> int:
+    """A dtype's code in the segment's announcements (summable or not)."""
+    from accel.ops import _shm_comm
+
+    name = str(dtype).removeprefix("torch.")
+    return _shm_dtype_codes().get(dtype, _shm_comm.OTHER_DTYPES.get(name, _shm_comm.UNKNOWN_DTYPE))
 
 
 def _node_identity() -> str:
@@ -79,51 +93,66 @@ def _gather_text(text: str, world: int, group: dist.ProcessGroup | None) -> list
 
 
 def _open(
-    offer: torch.Tensor, create: bool, rank: int, world: int, pids: list[int]
+    path: str, create: bool, rank: int, world: int, session: int, pids: list[int]
 ) -> tuple[Any, str]:
-    name = "/accel-" + _as_bytes(offer[:16]).hex()
     try:
         from accel.ops import _shm_comm
 
-        return _shm_comm.Communicator(
-            name, create, rank, world, SLOT_BYTES, int(offer[16]), pids
-        ), ""
+        communicator = _shm_comm.Communicator(
+            path=path, create=create, rank=rank, world=world, slot_bytes=SLOT_BYTES,
+            session=session, pids=pids,
+        )  # fmt: skip
+        return communicator, ""
     except (ImportError, RuntimeError, OSError) as failure:
         return None, f"{type(failure).__name__}: {failure}"
+
+
+def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
+    """Whether ``group`` runs collectives on CPU tensors (not so for a pure NCCL group)."""
+    process_group = group if group is not None else dist.group.WORLD
+    assert process_group is not None  # initialised: all_reduce_ checked
+    try:
+        process_group._get_backend(torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
+    except (RuntimeError, AttributeError):
+        return False
+    return True
 
 
 def _setup(group: dist.ProcessGroup | None) -> _ShmGroup | None:
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    if world == 1:
-        return None  # nothing to exchange
+    if world == 1 or not _cpu_capable(group):
+        return None  # nothing to exchange, or no CPU collectives to exchange it with
     identities = _gather_text(f"{_node_identity()} {os.getpid()}", world, group)
     if any(
         identity.rsplit(" ", 1)[0] != identities[0].rsplit(" ", 1)[0] for identity in identities
     ):
         return None  # ranks on several nodes: shared memory cannot reach them all
     pids = [int(identity.rsplit(" ", 1)[1]) for identity in identities]
-    offer = torch.zeros(17, dtype=torch.int64)  # 16 random name bytes, then the session id
+    offer = torch.zeros(2, dtype=torch.int64)  # rank 0's descriptor, the session id
     communicator: Any = None
     error = ""
     if rank == 0:
-        # Create before announcing the name: the broadcast is what lets peers attach.
-        offer[:16] = torch.tensor(list(secrets.token_bytes(16)), dtype=torch.int64)
-        offer[16] = secrets.randbits(63)
-        communicator, error = _open(offer, True, rank, world, pids)
-        if communicator is None:
-            offer[16] = -1  # tells the peers not to attach
+        # Create before announcing: the broadcast is what lets peers attach.
+        session = secrets.randbits(63)
+        communicator, error = _open("", True, rank, world, session, pids)
+        if communicator is not None:
+            offer[0] = int(communicator.path().rsplit("/", 1)[1])
+            offer[1] = session
+        else:
+            offer[0] = -1  # tells the peers not to attach
     source = dist.get_global_rank(group, 0) if group is not None else 0
     dist.broadcast(offer, src=source, group=group)
-    if rank != 0 and int(offer[16]) >= 0:
-        communicator, error = _open(offer, False, rank, world, pids)
+    if rank != 0 and int(offer[0]) >= 0:
+        path = f"/proc/{pids[0]}/fd/{int(offer[0])}"
+        communicator, error = _open(path, False, rank, world, int(offer[1]), pids)
     elif rank != 0:
         error = "rank 0 could not create the segment"
     # Everyone must agree: one rank without the segment means all fall back.
     attached = torch.tensor([0 if error else 1], dtype=torch.int32)
     dist.all_reduce(attached, op=dist.ReduceOp.MIN, group=group)  # pyright: ignore[reportUnknownMemberType]
     if rank == 0 and communicator is not None:
-        communicator.unlink()  # every rank holds a mapping now; the name is no longer needed
+        communicator.release()  # every rank has mapped it (or given up): no one else may open it
     if int(attached) == 0:
         if error:
             warnings.warn(
@@ -131,7 +160,7 @@ def _setup(group: dist.ProcessGroup | None) -> _ShmGroup | None:
                 stacklevel=3,
             )
         return None
-    return _ShmGroup(communicator, key=len(_by_key) + 1)
+    return _ShmGroup(communicator, key=len(_by_key) + 1, group=group)
 
 
 def _shm_group(group: dist.ProcessGroup | None) -> _ShmGroup | None:
@@ -156,12 +185,23 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
     return _shm_group(group) is not None
 
 
+def _reduce(shm: _ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
+    """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank."""
+    eligible = tensor.device.type == "cpu" and tensor.dtype in _shm_dtype_codes()
+    work = tensor if not eligible or tensor.is_contiguous() else tensor.contiguous()
+    done = shm.communicator.all_reduce(
+        data=work.data_ptr() if eligible else 0, numel=work.numel(),
+        dtype=_wire_code(tensor.dtype), eligible=eligible, timeout=timeout,
+    )  # fmt: skip
+    if not done:  # some rank's tensor cannot use the segment: all ranks fall back
+        dist.all_reduce(tensor, group=shm.group)  # pyright: ignore[reportUnknownMemberType]
+    elif work is not tensor:
+        tensor.copy_(work)
+
+
 @torch.library.custom_op("accel::shm_all_reduce_", mutates_args=("tensor",))
 def _shm_all_reduce_op(tensor: torch.Tensor, group_key: int, timeout: float) -> None:
-    code = _shm_dtype_codes()[tensor.dtype]
-    _by_key[group_key].communicator.all_reduce(
-        data=tensor.data_ptr(), numel=tensor.numel(), dtype=code, timeout=timeout
-    )
+    _reduce(_by_key[group_key], tensor, timeout)
 
 
 @_shm_all_reduce_op.register_fake  # pyright: ignore[reportUnknownMemberType]
@@ -177,11 +217,13 @@ def all_reduce_(
 ) -> torch.Tensor:
     """Sum ``tensor`` across ``group`` in place and return it.
 
-    Shared memory when the whole group is on this node and the dtype is float32, bfloat16
-    or float16; ``torch.distributed.all_reduce`` otherwise. A peer that exits raises at
-    once, and one that stays silent for ``timeout`` seconds raises ``RuntimeError``
-    naming it; the group's shared-memory path is then unusable. As with torch.distributed,
-    every rank calls collectives on a group in the same order, one thread at a time.
+    Shared memory when the whole group is on this node and every rank's tensor is a
+    float32, bfloat16 or float16 CPU tensor; ``torch.distributed.all_reduce`` on every
+    rank otherwise (ranks may pass tensors that differ in this: they agree on the path
+    through the segment). A peer that exits raises at once, and one that stays silent for
+    ``timeout`` seconds raises ``RuntimeError`` naming it; the group's shared-memory path
+    is then unusable. As with torch.distributed, every rank calls collectives on a group
+    in the same order, one thread at a time.
     """
     if not isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
@@ -189,17 +231,12 @@ def all_reduce_(
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     if not dist.is_initialized():
         raise RuntimeError("all_reduce_() needs torch.distributed.init_process_group() first")
-    code = _shm_dtype_codes().get(tensor.dtype)
-    shared = code is not None and tensor.device.type == "cpu" and tensor.is_contiguous()
-    shm = _shm_group(group) if shared else None
-    if shm is None or code is None:
+    shm = _shm_group(group)  # on every rank, whatever its tensor: the setup is collective
+    if shm is None:
         dist.all_reduce(tensor, group=group)  # pyright: ignore[reportUnknownMemberType]
-        return tensor
-    if torch.compiler.is_compiling():
+    elif torch.compiler.is_compiling():
         # Inside a compiled graph the call must be an op torch.compile can see.
         torch.ops.accel.shm_all_reduce_(tensor, shm.key, float(timeout))
     else:  # eager: skip the op dispatcher (~12 us, more than a small all-reduce costs)
-        shm.communicator.all_reduce(
-            data=tensor.data_ptr(), numel=tensor.numel(), dtype=code, timeout=float(timeout)
-        )
+        _reduce(shm, tensor, float(timeout))
     return tensor

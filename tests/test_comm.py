@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,55 @@ RANK_SCRIPT = textwrap.dedent(
         dist.init_process_group("gloo", init_method="file://" + sys.argv[3],
                                 rank=int(sys.argv[4]), world_size=2)
     rank = dist.get_rank()
-    result = {"rank": rank, "shm": uses_shared_memory()}
-    if scenario == "exact":
+    # The first call sets the group up; some scenarios must make it with their own tensors.
+    first_call_is_the_test = scenario == "disagree" or scenario.startswith("kill:")
+    result = {"rank": rank, "shm": None if first_call_is_the_test else uses_shared_memory()}
+    if scenario == "disagree":
+        # Ranks whose tensors differ in what shared memory can take, from the first call:
+        # this hung forever (one rank in the segment's setup, the other in gloo).
+        sums, errors = [], []
+        for mine, theirs in (
+            (torch.ones(5), torch.ones(10)[::2]),   # one non-contiguous: still shared memory
+            (torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)),  # gloo
+            (torch.ones(4), torch.ones(4)),
+        ):
+            x = (mine if rank == 0 else theirs) * (rank + 1)
+            sums.append(all_reduce_(x, timeout=5).tolist())
+        for mine, theirs in (
+            (torch.ones(5), torch.ones(5, dtype=torch.float64)),   # a user error: both say so
+        ):
+            try:
+                all_reduce_(mine if rank == 0 else theirs, timeout=5)
+                errors.append(None)
+            except ValueError as error:
+                errors.append(str(error))
+        result["sums"], result["errors"] = sums, errors
+        result["shm"] = uses_shared_memory()
+    elif scenario.startswith("kill:"):
+        import accel.comm as comm
+        _, victim, step = scenario.split(":")
+        calls = {"_open": comm._open, "release": None}
+        def hooked_open(path, create, *args):
+            if rank == int(victim) and step == ("before-create" if create else "before-attach"):
+                os.kill(os.getpid(), 9)
+            opened = calls["_open"](path, create, *args)
+            if rank == int(victim) and step == ("after-create" if create else "after-attach"):
+                os.kill(os.getpid(), 9)
+            dies = rank == int(victim) and step == "before-release"
+            if create and opened[0] is not None and dies:
+                real = opened[0]
+                class Dying:
+                    def path(self): return real.path()
+                    def release(self): os.kill(os.getpid(), 9)
+                return Dying(), opened[1]
+            return opened
+        comm._open = hooked_open
+        try:
+            all_reduce_(torch.ones(8), timeout=2)
+            result["error"] = None
+        except Exception as error:
+            result["error"] = type(error).__name__
+    elif scenario == "exact":
         g = torch.Generator().manual_seed(rank)
         exact = True
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -94,7 +142,7 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("ACCEL_BACKEND", "LOCAL_SIZE")}
 
 
-def _spawn(tmp_path: Path, scenario: str) -> list[dict[str, object]]:
+def _spawn(tmp_path: Path, scenario: str, wait_for_all: bool = False) -> list[dict[str, object]]:
     """Two ranks started directly (no torchrun), so nothing else stops a waiting rank."""
     import json
 
@@ -112,7 +160,8 @@ def _spawn(tmp_path: Path, scenario: str) -> list[dict[str, object]]:
         for rank in (0, 1)
     ]
     try:
-        procs[0].wait(timeout=120)
+        for proc in procs if wait_for_all else procs[:1]:
+            proc.wait(timeout=90)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -184,31 +233,34 @@ def test_a_crashed_jobs_segment_is_never_read(tmp_path: Path) -> None:
         stale.unlink()
 
 
-def test_attaching_to_a_foreign_segment_is_refused() -> None:
+def test_the_segment_has_no_name_and_a_foreign_session_is_refused() -> None:
     from accel.ops import _shm_comm
 
-    name = f"/accel-test-{secrets.token_hex(8)}"
-    owner = _shm_comm.Communicator(name, True, 0, 2, 4096, 1234, [os.getpid(), os.getpid()])
-    try:
-        assert (SHM / name[1:]).stat().st_mode & 0o777 == 0o600
-        with pytest.raises(RuntimeError, match="does not belong to this job"):
-            _shm_comm.Communicator(name, False, 1, 2, 4096, 9999, [os.getpid(), os.getpid()])
-    finally:
-        owner.unlink()
-    assert not (SHM / name[1:]).exists()
+    before = _shm_names()
+    pids = [os.getpid(), os.getpid()]
+    owner = _shm_comm.Communicator("", True, 0, 2, 4096, 1234, pids)
+    path = owner.path()
+    assert path.startswith(f"/proc/{os.getpid()}/fd/")
+    assert _shm_names() == before  # anonymous: nothing in /dev/shm, ever
+    with pytest.raises(RuntimeError, match="does not belong to this job"):
+        _shm_comm.Communicator(path, False, 1, 2, 4096, 9999, pids)
+    peer = _shm_comm.Communicator(path, False, 1, 2, 4096, 1234, pids)
+    owner.release()
+    with pytest.raises(RuntimeError, match="only the creating rank, before release"):
+        owner.path()
+    del peer, owner
 
 
-def test_a_segment_whose_mapping_fails_is_not_left_behind() -> None:
-    # mmap fails under a small address-space limit after shm_open and ftruncate have
-    # succeeded: the creator must remove the name it made.
-    name = f"/accel-test-{secrets.token_hex(8)}"
+def test_a_segment_whose_mapping_fails_is_an_error_and_leaves_nothing() -> None:
+    # mmap fails under a small address-space limit after the segment is made and sized.
+    before = _shm_names()
     code = textwrap.dedent(
-        f"""
+        """
         import os, resource
         from accel.ops import _shm_comm
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY))
         try:
-            _shm_comm.Communicator({name!r}, True, 0, 2, 1 << 30, 1, [os.getpid()] * 2)
+            _shm_comm.Communicator("", True, 0, 2, 1 << 30, 1, [os.getpid()] * 2)
         except RuntimeError as error:
             print(error)
         """
@@ -217,7 +269,43 @@ def test_a_segment_whose_mapping_fails_is_not_left_behind() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert "mmap of the shared segment failed" in result.stdout, result.stderr
-    assert not (SHM / name[1:]).exists()
+    assert _shm_names() == before
+
+
+def test_ranks_that_disagree_from_the_first_call_agree_on_the_path(tmp_path: Path) -> None:
+    reports = _spawn(tmp_path, "disagree", wait_for_all=True)
+    assert len(reports) == 2
+    for report in reports:
+        assert report["sums"] == [[3.0] * 5, [3.0] * 3, [3.0] * 4]
+        assert report["shm"] is True  # the segment was set up and stays usable
+    assert (
+        "all_reduce mismatch: rank 0 has 5 elements of float32, rank 1 has 5 of float64"
+        in (
+            reports[0]["errors"][0]  # type: ignore[index]
+        )
+    )
+    assert "rank 1 has 5 elements of float64, rank 0 has 5 of float32" in reports[1]["errors"][0]  # type: ignore[index]
+
+
+KILL_STEPS = [
+    ("0", "before-create"), ("0", "after-create"), ("1", "before-attach"),
+    ("1", "after-attach"), ("0", "before-release"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("victim", "step"), KILL_STEPS, ids=[f"rank{v}-{s}" for v, s in KILL_STEPS]
+)
+def test_a_rank_killed_at_any_step_of_the_setup_leaves_nothing_and_no_hang(
+    tmp_path: Path, victim: str, step: str
+) -> None:
+    before = _shm_names()
+    started = time.monotonic()
+    reports = _spawn(tmp_path, f"kill:{victim}:{step}", wait_for_all=True)
+    assert time.monotonic() - started < 100  # the survivor gave up (gloo saw its peer die)
+    assert [r["rank"] for r in reports] == [1 - int(victim)] or reports == []
+    assert all(r["error"] is not None for r in reports)
+    assert _shm_names() == before
 
 
 def test_works_under_torch_compile(tmp_path: Path) -> None:

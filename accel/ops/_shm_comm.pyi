@@ -3,12 +3,18 @@
 DTYPES: dict[str, int]
 """Element-type codes by torch dtype name (csrc/common/dtypes.h)."""
 
+OTHER_DTYPES: dict[str, int]
+"""Codes of dtypes the segment cannot sum but ranks can compare (float64, int64, ...)."""
+
+UNKNOWN_DTYPE: int
+"""The code for any dtype in neither table."""
+
 class Communicator:
     """One node-local group's shared segment (see csrc/shm_comm/shm_comm.cpp)."""
 
     def __init__(
         self,
-        name: str,
+        path: str,
         create: bool,
         rank: int,
         world: int,
@@ -16,8 +22,12 @@ class Communicator:
         session: int,
         pids: list[int],
     ) -> None: ...
-    def unlink(self) -> None:
-        """Remove the segment's name (the mappings stay)."""
+    def path(self) -> str:
+        """Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only)."""
 
-    def all_reduce(self, data: int, numel: int, dtype: int, timeout: float) -> None:
-        """Sum a buffer across the ranks in place."""
+    def release(self) -> None:
+        """Close the creating rank's descriptor (the mappings stay)."""
+
+    def all_reduce(self, data: int, numel: int, dtype: int, eligible: bool, timeout: float) -> bool:
+        """Sum a buffer across the ranks in place; False (nothing done) if any rank is not
+        eligible. A size or dtype mismatch between ranks raises on every rank."""

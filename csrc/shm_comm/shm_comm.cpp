@@ -2,10 +2,15 @@
 // as raw addresses, validated first by accel/comm.py.
 //
 // Safety by construction:
-// - the segment's name is random (chosen in Python with `secrets`), created O_EXCL with
-//   mode 0600, and unlinked by rank 0 as soon as every rank has attached: nothing stays in
-//   /dev/shm when ranks exit or die, and no later job can open an old segment;
+// - the segment is anonymous (memfd_create): it never has a name in /dev/shm, so however
+//   and whenever ranks die, nothing is left behind. Peers open it through rank 0's
+//   /proc/<pid>/fd/<fd> (the kernel allows that to the same user only), and rank 0 closes
+//   its descriptor once all have mapped it; the memory goes when the last mapping does;
 // - attaching checks a magic number, the session id and the world size;
+// - every call first publishes, per rank, its size and dtype and whether its tensor can go
+//   through shared memory: a mismatch is an error on every rank, and if any rank cannot,
+//   every rank returns false and the caller uses torch.distributed on all ranks alike, so
+//   ranks never wait in different places;
 // - every wait checks the peers' pids (a dead peer is reported at once) and a deadline
 //   (a hung peer is reported after `timeout` seconds) instead of spinning forever;
 // - each rank sums every slot in rank order, in fp32: all ranks get identical results.
@@ -39,7 +44,23 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6163636c73686d31ull;  // "acclshm1"
+constexpr uint64_t kMagic = 0x6163636c73686d32ull;  // "acclshm2"
+// Element types the segment cannot sum, named so that ranks can still compare what they
+// pass: codes kOtherBase + i. A rank whose tensor cannot use the segment (one of these, or
+// not on the CPU) announces it, and all ranks fall back to torch.distributed together.
+constexpr int kOtherBase = 100;
+constexpr const char* kOtherDTypes[] = {"float64", "int64", "int32", "int16", "int8", "uint8",
+                                        "bool", "complex64", "complex128"};
+constexpr int kOtherCount = sizeof(kOtherDTypes) / sizeof(kOtherDTypes[0]);
+constexpr int kUnknownDType = kOtherBase + kOtherCount;  // any dtype in neither table
+
+bool is_wire_dtype(int code) { return accel::is_dtype(code) || (code >= kOtherBase && code <= kUnknownDType); }
+
+std::string wire_name(int code) {
+  if (accel::is_dtype(code)) return accel::dtype_name(code);
+  if (code >= kOtherBase && code < kUnknownDType) return kOtherDTypes[code - kOtherBase];
+  return "a dtype accel.comm does not name";
+}
 using accel::kBFloat16;
 using accel::kFloat16;
 using accel::kFloat32;
@@ -51,6 +72,7 @@ struct alignas(64) Control {
   // its next call writes the other parity, never the one a slower peer is checking.
   uint64_t numel[2];
   int32_t dtype[2];
+  int32_t eligible[2];  // 0: this rank's tensor cannot use the segment (see all_reduce)
 };
 
 struct alignas(64) Header {
@@ -121,36 +143,33 @@ double now_seconds() {
 
 class Communicator {
  public:
-  Communicator(const std::string& name, bool create, int rank, int world, uint64_t slot_bytes,
+  // create: a new anonymous segment (rank 0); else attach to `path`, rank 0's
+  // /proc/<pid>/fd/<fd> of it.
+  Communicator(const std::string& path, bool create, int rank, int world, uint64_t slot_bytes,
                uint64_t session, std::vector<int64_t> pids)
-      : name_(name), rank_(rank), world_(world), pids_(std::move(pids)) {
+      : rank_(rank), world_(world), pids_(std::move(pids)) {
     if (world < 1 || rank < 0 || rank >= world) throw std::invalid_argument("rank must be in [0, world)");
     if (static_cast<int>(pids_.size()) != world) throw std::invalid_argument("pids must have one entry per rank");
     if (slot_bytes == 0 || slot_bytes % 64 != 0) throw std::invalid_argument("slot_bytes must be a positive multiple of 64");
-    if (name.empty() || name[0] != '/' || name.find('/', 1) != std::string::npos)
-      throw std::invalid_argument("segment name must look like /name");
     size_ = sizeof(Header) + world * sizeof(Control) + static_cast<size_t>(world) * 2 * slot_bytes;
-    const int flags = create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR;
-    const int fd = shm_open(name.c_str(), flags, 0600);
-    if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + std::strerror(errno));
-    // The creator owns the name until it hands the segment over: any failure below removes
-    // it, so a failed setup never leaves a file in /dev/shm.
+    const int fd = create ? memfd_create("accel-shm-comm", MFD_CLOEXEC) : open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+      throw std::runtime_error(std::string(create ? "memfd_create" : "opening " + path) + " failed: " + std::strerror(errno));
     const auto fail = [&](const std::string& message) {
       close(fd);
-      if (create) shm_unlink(name.c_str());
       throw std::runtime_error(message);
     };
     if (create && ftruncate(fd, static_cast<off_t>(size_)) != 0)
-      fail("ftruncate of the shared segment failed: " + std::string(std::strerror(errno)));
+      fail("sizing the shared segment failed: " + std::string(std::strerror(errno)));
     struct stat info;
     if (fstat(fd, &info) != 0) fail("fstat of the shared segment failed: " + std::string(std::strerror(errno)));
     if (static_cast<size_t>(info.st_size) != size_)
-      fail("shared segment " + name + " has the wrong size: not this job's segment");
+      fail("shared segment " + path + " has the wrong size: not this job's segment");
     void* base = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) fail("mmap of the shared segment failed: " + std::string(std::strerror(errno)));
-    close(fd);
     base_ = static_cast<char*>(base);
     if (create) {
+      fd_ = fd;  // kept open until every peer has mapped it (release())
       // Start the lifetime of the shared objects here (ftruncate zero-filled the bytes, but
       // atomics must be constructed to be used); attachers use the objects made here.
       Header* header = new (base_) Header{};
@@ -160,13 +179,14 @@ class Communicator {
       header->slot_bytes = slot_bytes;
       header->magic.store(kMagic, std::memory_order_release);
     } else {
+      close(fd);
       const Header* header = reinterpret_cast<const Header*>(base_);
       const uint64_t magic = header->magic.load(std::memory_order_acquire);
       if (magic != kMagic || header->session != session || header->world != static_cast<uint32_t>(world) ||
           header->slot_bytes != slot_bytes) {
         munmap(base_, size_);
         base_ = nullptr;
-        throw std::runtime_error("shared segment " + name + " does not belong to this job (magic, session or size differ)");
+        throw std::runtime_error("shared segment " + path + " does not belong to this job (magic, session or size differ)");
       }
     }
     slot_bytes_ = slot_bytes;
@@ -174,29 +194,42 @@ class Communicator {
 
   ~Communicator() {
     if (base_ != nullptr) munmap(base_, size_);
+    if (fd_ >= 0) close(fd_);
   }
 
-  void unlink() {
-    if (shm_unlink(name_.c_str()) != 0 && errno != ENOENT)
-      throw std::runtime_error("shm_unlink(" + name_ + ") failed: " + std::strerror(errno));
+  // Where peers open the segment (rank 0 only, before release()).
+  std::string path() const {
+    if (fd_ < 0) throw std::runtime_error("only the creating rank, before release(), has a path");
+    return "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd_);
   }
 
-  void all_reduce(uintptr_t data, int64_t numel, int dtype, double timeout) {
+  // Close rank 0's descriptor: every rank has mapped the segment, no one else may open it.
+  void release() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+  // Sum `numel` elements of `dtype` at `data` across the ranks, in place. `eligible` false
+  // says this rank's tensor cannot go through the segment (data is then not read). Every
+  // rank first checks that all ranks pass the same numel and dtype (an error on every rank
+  // otherwise); if any rank is not eligible, all return false, touching no data.
+  bool all_reduce(uintptr_t data, int64_t numel, int dtype, bool eligible, double timeout) {
     if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
     if (numel < 0) throw std::invalid_argument("numel must be >= 0");
-    if (!accel::is_dtype(dtype))
-      throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is none of float32 (0), bfloat16 (1), float16 (2)");
-    if (numel > 0 && data == 0) throw std::invalid_argument("null tensor buffer");
-    const int64_t element = accel::dtype_size(dtype);
+    if (!is_wire_dtype(dtype)) throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is not one accel.comm knows");
+    if (eligible && !accel::is_dtype(dtype))
+      throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
+    if (eligible && numel > 0 && data == 0) throw std::invalid_argument("null tensor buffer");
+    const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
     const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
     py::gil_scoped_release released;
     try {
       Control& mine = control(rank_);
-      const int64_t chunks = numel == 0 ? 1 : (numel + per_chunk - 1) / per_chunk;
+      const int64_t chunks = !eligible || numel == 0 ? 1 : (numel + per_chunk - 1) / per_chunk;
       for (int64_t c = 0; c < chunks; ++c) {
         const uint64_t seq = ++sequence_;
         const int64_t begin = c * per_chunk;
-        const int64_t count = std::min(per_chunk, numel - begin);
+        const int64_t count = eligible ? std::min(per_chunk, numel - begin) : 0;
         // The buffer we fill was last read in call seq - 2; wait until everyone is done with it.
         if (seq > 2) wait_all(&Control::consumed, seq - 2, timeout, seq);
         char* slot = buffer(rank_, seq);
@@ -204,9 +237,14 @@ class Communicator {
         if (count > 0) std::memcpy(slot, tensor, static_cast<size_t>(count * element));
         mine.numel[seq % 2] = static_cast<uint64_t>(numel);
         mine.dtype[seq % 2] = dtype;
+        mine.eligible[seq % 2] = eligible ? 1 : 0;
         mine.arrived.store(seq, std::memory_order_release);
         wait_all(&Control::arrived, seq, timeout, seq);
         check_peers(numel, dtype, seq);
+        if (c == 0 && !all_eligible(seq)) {  // every rank reads the same announcements
+          mine.consumed.store(seq, std::memory_order_release);
+          return false;
+        }
         if (count > 0) reduce(tensor, seq, count, dtype);
         mine.consumed.store(seq, std::memory_order_release);
       }
@@ -214,6 +252,7 @@ class Communicator {
       broken_ = error.what();
       throw;
     }
+    return true;
   }
 
  private:
@@ -226,6 +265,12 @@ class Communicator {
     return data + (static_cast<size_t>(rank) * 2 + seq % 2) * slot_bytes_;
   }
 
+  bool all_eligible(uint64_t seq) {
+    for (int r = 0; r < world_; ++r)
+      if (control(r).eligible[seq % 2] == 0) return false;
+    return true;
+  }
+
   void check_peers(int64_t numel, int dtype, uint64_t seq) {
     for (int r = 0; r < world_; ++r) {
       const Control& peer = control(r);
@@ -233,8 +278,8 @@ class Communicator {
       const int peer_dtype = peer.dtype[seq % 2];
       if (peer_numel != static_cast<uint64_t>(numel) || peer_dtype != dtype)
         throw std::invalid_argument("all_reduce mismatch: rank " + std::to_string(rank_) + " has " + std::to_string(numel) +
-                                    " elements of " + accel::dtype_name(dtype) + ", rank " + std::to_string(r) + " has " +
-                                    std::to_string(peer_numel) + " of " + accel::dtype_name(peer_dtype));
+                                    " elements of " + wire_name(dtype) + ", rank " + std::to_string(r) + " has " +
+                                    std::to_string(peer_numel) + " of " + wire_name(peer_dtype));
     }
   }
 
@@ -292,7 +337,7 @@ class Communicator {
     }
   }
 
-  std::string name_;
+  int fd_ = -1;  // rank 0's memfd until release()
   int rank_;
   int world_;
   std::vector<int64_t> pids_;
@@ -308,11 +353,17 @@ class Communicator {
 PYBIND11_MODULE(_shm_comm, m) {
   m.doc() = "accel's shared-memory all-reduce for the ranks of one node (see accel/comm.py)";
   accel::export_dtypes(m);
+  py::dict others;
+  for (int i = 0; i < kOtherCount; ++i) others[kOtherDTypes[i]] = kOtherBase + i;
+  m.attr("OTHER_DTYPES") = others;
+  m.attr("UNKNOWN_DTYPE") = kUnknownDType;
   py::class_<Communicator>(m, "Communicator")
       .def(py::init<const std::string&, bool, int, int, uint64_t, uint64_t, std::vector<int64_t>>(),
-           py::arg("name"), py::arg("create"), py::arg("rank"), py::arg("world"), py::arg("slot_bytes"),
+           py::arg("path"), py::arg("create"), py::arg("rank"), py::arg("world"), py::arg("slot_bytes"),
            py::arg("session"), py::arg("pids"))
-      .def("unlink", &Communicator::unlink, "Remove the segment's name (the mappings stay).")
+      .def("path", &Communicator::path, "Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only).")
+      .def("release", &Communicator::release, "Close the creating rank's descriptor (the mappings stay).")
       .def("all_reduce", &Communicator::all_reduce, py::arg("data"), py::arg("numel"), py::arg("dtype"),
-           py::arg("timeout"), "Sum a buffer across the ranks in place.");
+           py::arg("eligible"), py::arg("timeout"),
+           "Sum a buffer across the ranks in place; False (nothing done) if any rank is not eligible.");
 }
