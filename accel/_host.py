@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import threading
 from pathlib import Path
 
@@ -19,6 +20,19 @@ from accel._validate import parse_id_list
 NODE_ROOT = Path("/sys/devices/system/node")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF = Path("/proc/self")
+
+
+@functools.cache
+def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name (Linux ``/proc/cpuinfo``), else ``platform.processor()``."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def allowed_cpus() -> set[int]:

@@ -46,6 +46,33 @@ def check_positive(value: object, argument: str) -> int:
     return number
 
 
+def check_device(value: object, device_type: str, argument: str = "device_index") -> int | None:
+    """The index named by an ``int``, ``"<type>[:<index>]"`` or ``torch.device``.
+
+    ``None`` for a device of ``device_type`` without an index. ``ValueError`` naming the
+    argument for a device of another type or an unparsable string, ``TypeError`` for
+    anything else.
+    """
+    import torch
+
+    if isinstance(value, str):
+        try:
+            value = torch.device(value)
+        except RuntimeError:
+            raise ValueError(
+                f"{argument} must name a {device_type} device such as '{device_type}:0', "
+                f"got {value!r}"
+            ) from None
+    if isinstance(value, torch.device):
+        if value.type != device_type:
+            raise ValueError(
+                f"{argument} must be a {device_type} device, got {str(value)!r} "
+                f"(this accelerator's devices are {device_type!r})"
+            )
+        return value.index
+    return check_index(value, argument)
+
+
 def check_optional_index(value: object, argument: str = "device_index") -> int | None:
     """Like :func:`check_index`, but ``None`` (meaning "the current device") passes through."""
     return None if value is None else check_index(value, argument)

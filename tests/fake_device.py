@@ -183,6 +183,8 @@ def install(name: str) -> types.ModuleType:
         "max_memory_reserved": lambda index=None: memory.peak,
         "memory_stats": stats,
         "reset_peak_memory_stats": reset_peak,
+        # memory_stats() reports no totals that only grow, so there is nothing to zero.
+        "reset_accumulated_memory_stats": lambda index=None: None,
         "empty_cache": lambda: None,  # no caching allocator: nothing is held back
         "mem_get_info": lambda index=None: (max(total - memory.allocated, 0), total),
         "get_device_properties": lambda index=None: types.SimpleNamespace(

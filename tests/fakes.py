@@ -93,6 +93,7 @@ def fake_device_module(
             "fragmentation": 0.5,
         },
         "reset_peak_memory_stats": record("reset_peak_memory_stats"),
+        "reset_accumulated_memory_stats": record("reset_accumulated_memory_stats"),
         "empty_cache": record("empty_cache"),
         "mem_get_info": lambda index: (500 + index, 1000),
         "get_device_properties": lambda index: types.SimpleNamespace(total_memory=1000),

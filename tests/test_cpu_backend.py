@@ -76,6 +76,33 @@ def test_bad_local_size_names_the_variable(
         acc.device_count()
 
 
+def test_set_device_takes_what_torch_takes(acc: CPUAccelerator) -> None:
+    acc.set_device("cpu:3")
+    assert acc.current_device() == 3
+    acc.set_device(torch.device("cpu", 1))
+    assert acc.current_device() == 1
+    # "cpu" is device_name(i) for every slot i, as ported code passes it: the slot stays.
+    acc.set_device("cpu")
+    assert acc.current_device() == 1
+    with acc.device_index(0):
+        assert acc.current_device() == 0
+    assert acc.current_device() == 1
+    with pytest.raises(ValueError, match="device_index must be a cpu device, got 'cuda:0'"):
+        acc.set_device("cuda:0")
+    with pytest.raises(ValueError, match="device_index must name a cpu device"):
+        acc.set_device("not a device")
+
+
+def test_device_properties_name_the_processor_and_its_cores(acc: CPUAccelerator) -> None:
+    properties = acc.get_device_properties()
+    assert properties.name == _host.cpu_model_name()
+    assert properties.total_memory == acc.total_memory()
+    assert properties.multi_processor_count == len(_host.allowed_cpus() & set(
+        _host.numa_topology().get(acc.numa_nodes()[0], frozenset(_host.allowed_cpus()))
+    ))  # fmt: skip
+    assert properties.compute_capability is None
+
+
 def test_current_device_follows_local_rank_then_set_device(
     acc: CPUAccelerator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

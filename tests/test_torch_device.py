@@ -75,6 +75,23 @@ def test_calls_reach_the_device_module(registered: list[str]) -> None:
     assert acc.current_device_name() == "hpu:1"
     with pytest.raises(ValueError, match="device_index must be below device_count"):
         acc.set_device(2)
+    # What torch accepts: "<type>:<i>" and torch.device, and the same errors.
+    acc.set_device("hpu:0")
+    assert acc.current_device() == 0
+    acc.set_device(torch.device("hpu", 1))
+    assert acc.current_device() == 1
+    with acc.device_index("hpu:0"):
+        assert acc.current_device() == 0
+    assert acc.current_device() == 1
+    with pytest.raises(ValueError, match="device_index must be a hpu device, got 'cuda:0'"):
+        acc.set_device("cuda:0")
+    with pytest.raises(ValueError, match="device_index 'hpu' names no device index"):
+        acc.set_device("hpu")
+    properties = acc.get_device_properties(0)
+    assert (properties.total_memory, properties.multi_processor_count) == (1000, None)
+    assert properties.compute_capability is None
+    acc.reset_accumulated_memory_stats(1)
+    assert ("reset_accumulated_memory_stats", (1,), {}) in module.calls
     assert acc.memory_allocated(0) == 100
     assert acc.max_memory_reserved() == 401
     assert acc.memory_stats(0) == {"allocated_bytes.all.current": 100}  # non-int stats dropped

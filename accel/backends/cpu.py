@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 
 from accel import _host
-from accel._validate import check_index, check_optional_index, env_index, parse_id_list
+from accel._validate import check_device, check_optional_index, env_index, parse_id_list
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
@@ -29,6 +29,7 @@ from accel.mixins import (
 )
 from accel.mixins.dtype import matmul_runs
 from accel.ops.builders import CPU_OP_BUILDERS
+from accel.protocols.device import DeviceLike, DeviceProperties
 from accel.protocols.op_builder import OpBuilder
 
 logger = logging.getLogger(__name__)
@@ -140,9 +141,29 @@ class CPUAccelerator(
         local_rank = env_index("LOCAL_RANK")
         return 0 if local_rank is None else local_rank
 
-    def set_device(self, device_index: int) -> None:
-        """Record ``device_index`` as this process's current device slot."""
-        self._selected_device = check_index(device_index)
+    def set_device(self, device_index: DeviceLike) -> None:
+        """Record a device slot as current: an index, ``"cpu:<i>"`` or ``torch.device``.
+
+        ``"cpu"`` without an index names every slot (it is what ``device_name(i)`` returns
+        for any ``i``), so it leaves the current slot as it is.
+        """
+        index = check_device(device_index, "cpu")
+        if index is not None:
+            self._selected_device = index
+
+    def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
+        """The CPU model, the (cgroup-capped) memory, and the usable cores of the NUMA
+        node behind the slot (slots map to nodes as ``accel run`` assigns them)."""
+        index = check_optional_index(device_index)
+        slot = self.current_device() if index is None else index
+        nodes, count = self.numa_nodes(), self.device_count()
+        node = nodes[(slot % count) * len(nodes) // count]
+        cores = _host.numa_topology().get(node, frozenset(_host.allowed_cpus()))
+        return DeviceProperties(
+            name=_host.cpu_model_name(),
+            total_memory=_host.total_memory(),
+            multi_processor_count=len(cores & _host.allowed_cpus()) or len(_host.allowed_cpus()),
+        )
 
     def synchronize(self, device_index: int | None = None) -> None:
         """Returns at once: CPU ops have finished when their calls return."""

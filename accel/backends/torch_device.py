@@ -43,7 +43,8 @@ CORE_MODULE_FUNCTIONS = (
     "device_count", "current_device", "set_device", "synchronize", "is_available",
     "manual_seed", "manual_seed_all", "initial_seed", "get_rng_state", "set_rng_state",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "memory_stats", "reset_peak_memory_stats", "empty_cache", "mem_get_info",
+    "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache",
+    "mem_get_info",
     "get_device_properties",
 )  # fmt: skip
 STREAM_MODULE_MEMBERS = ("Stream", "Event", "stream", "current_stream", "default_stream")

@@ -4,9 +4,12 @@ One module per protocol module, with the same name: ``accel.mixins.rng`` holds e
 implementation of ``accel.protocols.rng.RNGAPI`` (and ``accel.mixins.stream`` /
 ``accel.mixins.graph`` the No-markers that switch a capability off). Mixins are
 parametrised by data (``device_type``, environment variable names), never by a backend's
-name, so any backend can reuse them. Import them from here.
+name, so any backend can reuse them. Import them from here, with ``check_device`` (an
+``int``, ``"<type>:<i>"`` or ``torch.device`` -> index), which a backend's own
+``set_device`` needs.
 """
 
+from accel._validate import check_device
 from accel.mixins.device import DeviceNamingMixin, TorchDeviceMixin
 from accel.mixins.dtype import DTypeListMixin, TorchDTypeMixin
 from accel.mixins.graph import NoGraphMixin, TorchGraphMixin
@@ -41,4 +44,5 @@ __all__ = [
     "TorchRNGMixin",
     "TorchRuntimeMixin",
     "TorchStreamMixin",
+    "check_device",
 ]

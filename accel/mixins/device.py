@@ -6,18 +6,26 @@ hpu and mlu) exposes the same module functions, so one implementation serves the
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Generator
 from typing import ClassVar
 
 import torch
 from typing_extensions import Protocol
 
 from accel._device_module import device_module
-from accel._validate import check_index, check_optional_index
+from accel._validate import check_device, check_optional_index
+from accel.protocols.device import DeviceLike, DeviceProperties
 
 
 class _NamedDevices(Protocol):
     def device_name(self, device_index: int | None = None) -> str: ...
     def current_device(self) -> int: ...
+
+
+class _SelectableDevices(Protocol):
+    def current_device(self) -> int: ...
+    def set_device(self, device_index: DeviceLike) -> None: ...
 
 
 class DeviceNamingMixin:
@@ -48,6 +56,18 @@ class DeviceNamingMixin:
             return self.device_name()
         return self.device_name(self.current_device())
 
+    @contextlib.contextmanager
+    def device_index(
+        self: _SelectableDevices, device_index: DeviceLike
+    ) -> Generator[None, None, None]:
+        """Make a device current inside a ``with`` block; the previous one comes back after."""
+        previous = self.current_device()
+        self.set_device(device_index)
+        try:
+            yield
+        finally:
+            self.set_device(previous)
+
 
 class TorchDeviceMixin:
     """DeviceAPI's selection members (count, current, set, synchronize, availability)."""
@@ -62,9 +82,18 @@ class TorchDeviceMixin:
         """Index of the current device."""
         return int(device_module(self.device_type).current_device())
 
-    def set_device(self, device_index: int) -> None:
-        """Make ``device_index`` current; ``ValueError`` beyond ``device_count()``."""
-        index = check_index(device_index)
+    def set_device(self, device_index: DeviceLike) -> None:
+        """Make a device current (index, ``"<type>:<i>"`` or ``torch.device``, as torch takes).
+
+        ``ValueError`` beyond ``device_count()``, for another device type, or for a name
+        without an index (torch refuses that too: it would not say which device).
+        """
+        index = check_device(device_index, self.device_type)
+        if index is None:
+            raise ValueError(
+                f"device_index {str(device_index)!r} names no device index; expected e.g. "
+                f"'{self.device_type}:0'"
+            )
         count = self.device_count()
         if index >= count:
             raise ValueError(
@@ -80,3 +109,21 @@ class TorchDeviceMixin:
     def is_available(self) -> bool:
         """Whether torch sees at least one device of this type."""
         return bool(device_module(self.device_type).is_available())
+
+    def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
+        """``torch.<type>.get_device_properties`` as a :class:`DeviceProperties`."""
+        index = check_optional_index(device_index)
+        module = device_module(self.device_type)
+        found = module.get_device_properties(self.current_device() if index is None else index)
+        processors = getattr(found, "multi_processor_count", None)  # CUDA, ROCm
+        if processors is None:
+            processors = getattr(found, "gpu_eu_count", None)  # XPU
+        major, minor = getattr(found, "major", None), getattr(found, "minor", None)
+        return DeviceProperties(
+            name=str(getattr(found, "name", f"{self.device_type} device")),
+            total_memory=int(found.total_memory),
+            multi_processor_count=None if processors is None else int(processors),
+            compute_capability=(
+                (int(major), int(minor)) if major is not None and minor is not None else None
+            ),
+        )

@@ -71,6 +71,11 @@ class HostMemoryMixin:
             "reserved_bytes.all.peak": peak,
         }
 
+    def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
+        """Nothing to do: the host reports no counters that only grow (``memory_stats()``
+        holds current values and peaks), so after this call none is non-zero."""
+        check_optional_index(device_index)
+
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Restart the peaks from the current RSS."""
         check_optional_index(device_index)
@@ -120,6 +125,10 @@ class TorchMemoryMixin:
         """The allocator's integer statistics under torch's key names."""
         stats = device_module(self.device_type).memory_stats(self._index(device_index))
         return {str(key): int(value) for key, value in stats.items() if isinstance(value, int)}
+
+    def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
+        """Zero the allocator's allocation and free totals."""
+        device_module(self.device_type).reset_accumulated_memory_stats(self._index(device_index))
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Restart the peaks from the current values."""

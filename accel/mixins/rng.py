@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Generator, Iterable
 from typing import ClassVar
 
 import torch
@@ -14,6 +16,38 @@ from typing_extensions import Protocol
 
 from accel._device_module import device_module
 from accel._validate import check_index, check_optional_index, check_rng_state, check_seed
+
+
+class _SavableRNG(Protocol):
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor: ...
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None: ...
+    def device_count(self) -> int: ...
+
+
+class ForkRNGMixin:
+    """``fork_rng`` from the backend's own ``get/set_rng_state`` (any device type)."""
+
+    @contextlib.contextmanager
+    def fork_rng(
+        self: _SavableRNG, devices: Iterable[int] | None = None, enabled: bool = True
+    ) -> Generator[None, None, None]:
+        """Restore the host's and ``devices``' (default: all) generators on exit."""
+        if not enabled:
+            yield
+            return
+        indices = (
+            range(self.device_count()) if devices is None
+            else [check_index(d, "devices[]") for d in devices]
+        )  # fmt: skip
+        host = torch.get_rng_state()
+        saved = [(index, self.get_rng_state(index)) for index in indices]
+        try:
+            yield
+        finally:
+            # Devices first: on a host device they share the CPU generator, restored last.
+            for index, state in saved:
+                self.set_rng_state(state, index)
+            torch.set_rng_state(host)
 
 
 class _GeneratorDevices(Protocol):
@@ -27,7 +61,7 @@ def _generator(devices: _GeneratorDevices, device_index: int | None) -> torch.Ge
     return devices.default_generator(devices.current_device() if index is None else index)
 
 
-class GeneratorRNGMixin:
+class GeneratorRNGMixin(ForkRNGMixin):
     """Seeding and state through ``default_generator(i)``, which the backend provides.
 
     One implementation serves every device type: a ``torch.Generator`` has the same methods
@@ -76,7 +110,7 @@ class HostRNGMixin(GeneratorRNGMixin):
         return torch.default_generator
 
 
-class TorchRNGMixin:
+class TorchRNGMixin(ForkRNGMixin):
     """RNGAPI for a torch device type.
 
     ``manual_seed`` goes through ``torch.<type>.manual_seed``, which queues the seed until

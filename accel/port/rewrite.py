@@ -41,7 +41,8 @@ from accel.port.split import (
 DIRECT = frozenset({
     "is_available", "device_count", "synchronize", "set_device", "current_device",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "memory_stats", "reset_peak_memory_stats", "empty_cache", "manual_seed", "manual_seed_all",
+    "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache",
+    "get_device_properties", "manual_seed", "manual_seed_all",
     "initial_seed", "get_rng_state", "set_rng_state", "is_bf16_supported",
     "Stream", "Event", "stream", "current_stream", "default_stream",
 })  # fmt: skip

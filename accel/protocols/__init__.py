@@ -17,7 +17,7 @@ from accel.protocols.accelerator import (
     supports_profiler,
     supports_streams,
 )
-from accel.protocols.device import DeviceAPI
+from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties
 from accel.protocols.dtype import DTypeAPI
 from accel.protocols.graph import Graph, GraphAPI
 from accel.protocols.memory import MemoryAPI
@@ -35,6 +35,8 @@ __all__ = [
     "Accelerator",
     "DTypeAPI",
     "DeviceAPI",
+    "DeviceLike",
+    "DeviceProperties",
     "Graph",
     "GraphAPI",
     "GraphAccelerator",

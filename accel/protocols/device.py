@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 from typing_extensions import Protocol, runtime_checkable
 
@@ -10,6 +12,23 @@ from accel.protocols._fast import fast_protocol
 
 if TYPE_CHECKING:
     import torch
+
+DeviceLike: TypeAlias = "int | str | torch.device"
+"""What torch accepts as a device: an index, ``"<type>:<index>"`` or a ``torch.device``."""
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What a device is: the answer of :meth:`DeviceAPI.get_device_properties`.
+
+    Field names follow ``torch.cuda.get_device_properties()`` where it has them, so code
+    that reads ``props.name`` or ``props.total_memory`` runs unchanged.
+    """
+
+    name: str
+    total_memory: int  # bytes
+    multi_processor_count: int | None  # SMs (CUDA), EUs (XPU), cores (CPU); None if unknown
+    compute_capability: tuple[int, int] | None = None  # (major, minor) where devices have one
 
 
 @fast_protocol
@@ -29,8 +48,21 @@ class DeviceAPI(Protocol):
         """``torch.device(self.device_name(device_index))``."""
         ...
 
-    def set_device(self, device_index: int) -> None:
-        """Make ``device_index`` the current device of this process."""
+    def set_device(self, device_index: DeviceLike) -> None:
+        """Make a device current: an index, ``"<type>:<index>"`` or a ``torch.device``.
+
+        A device of another type is a ``ValueError`` naming it. On devices whose names
+        carry no index (the CPU), a name without one names every device slot and leaves
+        the current one as it is.
+        """
+        ...
+
+    def device_index(self, device_index: DeviceLike) -> AbstractContextManager[None]:
+        """Make a device current inside a ``with`` block, restoring the previous one after."""
+        ...
+
+    def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
+        """Name, memory, processor count and compute capability of a device (default: current)."""
         ...
 
     def current_device(self) -> int:

@@ -40,6 +40,10 @@ class MemoryAPI(Protocol):
         """Allocator statistics under torch's key names (e.g. ``"allocated_bytes.all.peak"``)."""
         ...
 
+    def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
+        """Zero the counters that only grow (allocation and free totals) in ``memory_stats``."""
+        ...
+
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Start the ``max_*`` peaks again from the current values."""
         ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from typing_extensions import Protocol, runtime_checkable
@@ -44,4 +46,11 @@ class RNGAPI(Protocol):
 
     def default_generator(self, device_index: int) -> torch.Generator:
         """The ``torch.Generator`` that random ops on that device use by default."""
+        ...
+
+    def fork_rng(
+        self, devices: Iterable[int] | None = None, enabled: bool = True
+    ) -> AbstractContextManager[None]:
+        """Inside the ``with`` block, random numbers may be drawn freely: on exit the host's
+        and the ``devices``' (default: all) generators are back where they were."""
         ...

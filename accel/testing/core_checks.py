@@ -16,6 +16,8 @@ from accel.protocols import (
     RNGAPI,
     Accelerator,
     DeviceAPI,
+    DeviceLike,
+    DeviceProperties,
     DTypeAPI,
     MemoryAPI,
     RuntimeAPI,
@@ -100,7 +102,65 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
         raises(error, "device_index", functools.partial(acc.device_name, bad))  # type: ignore[arg-type]
-        raises(error, "device_index", functools.partial(acc.set_device, bad))  # type: ignore[arg-type]
+    wrong: tuple[tuple[object, type[Exception]], ...] = (
+        (-1, ValueError), ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
+        (True, TypeError), (1.0, TypeError),
+    )  # fmt: skip
+    for value, expected in wrong:
+        raises(expected, "device_index", functools.partial(acc.set_device, value))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+@check(DeviceAPI, "set_device/device_index")
+def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
+    before = acc.current_device()
+    indexed = acc.device_name(0) != acc.device_name()
+
+    def body(index: int, form: str) -> None:
+        name = acc.device_name(index)
+        forms: dict[str, DeviceLike] = {
+            "int": index,
+            "str": name,
+            "torch.device": torch.device(name),
+        }
+        device = forms[form]
+        start = acc.current_device()
+        with acc.device_index(device):
+            inside = acc.current_device()
+            expected = index if indexed or form == "int" else start
+            assert inside == expected, (
+                f"inside device_index({device!r}), current_device() is {inside}, not {expected}"
+            )
+        assert acc.current_device() == start, f"device_index({device!r}) did not restore {start}"
+        acc.set_device(device)
+        assert acc.current_device() == expected, f"set_device({device!r}) did not select {expected}"
+
+    try:
+        holds(body, index=st.integers(0, acc.device_count() - 1),
+              form=st.sampled_from(["int", "str", "torch.device"]))  # fmt: skip
+    finally:
+        acc.set_device(before)
+
+
+@check(DeviceAPI, "get_device_properties")
+def device_properties_describe_the_device(acc: Accelerator) -> None:
+    def body(index: int) -> None:
+        props = acc.get_device_properties(index)
+        assert isinstance(props, DeviceProperties), f"got {type(props).__name__}"
+        assert isinstance(props.name, str) and props.name, f"name={props.name!r}"
+        assert props.total_memory == acc.total_memory(index), (
+            f"total_memory={props.total_memory}, total_memory({index})={acc.total_memory(index)}"
+        )
+        count = props.multi_processor_count
+        assert count is None or (isinstance(count, int) and count >= 1), f"processors={count!r}"
+        capability = props.compute_capability
+        assert capability is None or (
+            len(capability) == 2 and all(isinstance(v, int) for v in capability)
+        ), f"compute_capability={capability!r}"
+
+    holds(body, index=st.integers(0, acc.device_count() - 1))
+    assert acc.get_device_properties() == acc.get_device_properties(acc.current_device()), (
+        "get_device_properties() is not the current device's"
+    )
 
 
 # ---------------------------------------------------------------- RNGAPI
@@ -162,6 +222,29 @@ def generators_follow_the_seeds(acc: Accelerator) -> None:
     first = _draw(acc)
     acc.manual_seed(1234)
     assert torch.equal(first, _draw(acc)), "random ops do not use default_generator()"
+
+
+@check(RNGAPI, "fork_rng")
+def fork_rng_restores_every_generator(acc: Accelerator) -> None:
+    def body(seed: int, draws: int) -> None:
+        acc.manual_seed(seed)
+        host = torch.Generator().manual_seed(seed).get_state()
+        torch.set_rng_state(host)
+        expected, expected_host = _draw(acc), torch.rand(4)
+        acc.manual_seed(seed)
+        torch.set_rng_state(host)
+        with acc.fork_rng():
+            for _ in range(draws):
+                _draw(acc)
+                torch.rand(4)
+        assert torch.equal(_draw(acc), expected), "numbers drawn inside fork_rng() leaked out"
+        assert torch.equal(torch.rand(4), expected_host), "the host generator was not restored"
+        acc.manual_seed(seed)
+        with acc.fork_rng(enabled=False):
+            _draw(acc)
+        assert not torch.equal(_draw(acc), expected), "fork_rng(enabled=False) restored state"
+
+    holds(body, seed=seeds, draws=st.integers(min_value=1, max_value=3))
 
 
 @check(RNGAPI, "manual_seed/set_rng_state")
@@ -232,10 +315,23 @@ def sizes_are_consistent(acc: Accelerator) -> None:
     assert int(live.sum()) == 499500, "empty_cache() damaged a live tensor"
 
 
+@check(MemoryAPI, "reset_accumulated_memory_stats")
+def accumulated_counters_reset(acc: Accelerator) -> None:
+    def accumulated() -> dict[str, int]:
+        return {k: v for k, v in acc.memory_stats().items() if k.endswith((".allocated", ".freed"))}
+
+    before = accumulated()
+    acc.reset_accumulated_memory_stats()
+    after = accumulated()
+    grown = [k for k, v in after.items() if v > before.get(k, 0)]
+    assert not grown, f"reset_accumulated_memory_stats() left {grown} above their old values"
+
+
 @check(MemoryAPI, "memory_* (device_index)")
 def memory_rejects_bad_device_index(acc: Accelerator) -> None:
     for method in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                   "memory_stats", "reset_peak_memory_stats", "total_memory", "available_memory"):  # fmt: skip
+                   "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+                   "total_memory", "available_memory"):  # fmt: skip
         raises(ValueError, "device_index", functools.partial(getattr(acc, method), -1))
 
 
