@@ -25,7 +25,9 @@ def _report(args: argparse.Namespace) -> int:
 def _port(args: argparse.Namespace) -> int:
     from accel.port.cli import run
 
-    return run(args.paths, diff=args.diff, check=args.check)
+    return run(
+        args.paths, diff=args.diff, check=args.check, strict=args.strict, explain=args.explain
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--check",
         action="store_true",
-        help="print path:line:col findings and exit 1 if there are any (for CI)",
+        help="print path:line:col findings; exit 1 if anything would be rewritten (for CI)",
+    )
+    port.add_argument(
+        "--strict",
+        action="store_true",
+        help="with --check, also exit 1 for findings that need a person ('manual:')",
+    )
+    port.add_argument(
+        "--explain", action="store_true", help="print each finding with its rule and why it is safe"
     )
     port.set_defaults(handler=_port)
     run = commands.add_parser(

@@ -150,7 +150,7 @@ def test_graph_code_is_left_alone_and_reported() -> None:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             y = x * 2
-        scaler = torch.cuda.amp.GradScaler()
+        stream = torch.cuda.ExternalStream(0)
         """
     )
     result = port_source(source)
@@ -160,7 +160,9 @@ def test_graph_code_is_left_alone_and_reported() -> None:
     assert "torch.cuda.CUDAGraph: no safe automatic rewrite" in manual[0][1]
     assert "isinstance(acc, GraphAPI)" in manual[0][1]
     assert manual[1][0] == 4
-    assert any(line == 6 and "torch.cuda.amp has no accel equivalent" in m for line, m in manual)
+    assert any(
+        line == 6 and "torch.cuda.ExternalStream has no accel equivalent" in m for line, m in manual
+    )
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

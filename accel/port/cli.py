@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel.port.rewrite import PortResult, port_source
+from accel.port.rewrite import RULES, Finding, PortResult, port_source
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,20 @@ def write_atomically(path: Path, text: str, encoding: str) -> None:
         raise
 
 
-def run(paths: Sequence[str], *, diff: bool = False, check: bool = False) -> int:
-    """Port ``paths``; returns the exit status (1: ``--check`` found something, 2: errors)."""
+def run(
+    paths: Sequence[str],
+    *,
+    diff: bool = False,
+    check: bool = False,
+    strict: bool = False,
+    explain: bool = False,
+) -> int:
+    """Port ``paths``; returns the exit status.
+
+    1: ``--check`` found something to rewrite (with ``strict``, also something manual);
+    2: some file could not be handled. ``explain`` prints each finding's rule and why it
+    is safe.
+    """
     if hasattr(signal, "SIGXFSZ"):
         # Past a file-size limit (ulimit -f) the kernel kills the process by default;
         # ignored, the write fails with EFBIG and is reported like a full disk.
@@ -110,7 +122,7 @@ def run(paths: Sequence[str], *, diff: bool = False, check: bool = False) -> int
         try:
             if isinstance(path, Skipped):
                 raise path
-            found = _port_file(path, diff=diff, check=check)
+            found = _port_file(path, diff=diff, check=check, strict=strict, explain=explain)
         except Skipped as skipped:
             print(skipped, file=sys.stderr)
             status = 2
@@ -120,7 +132,7 @@ def run(paths: Sequence[str], *, diff: bool = False, check: bool = False) -> int
     return status
 
 
-def _port_file(path: Path, *, diff: bool, check: bool) -> bool:
+def _port_file(path: Path, *, diff: bool, check: bool, strict: bool, explain: bool) -> bool:
     """Port one file; whether ``--check`` found something. ``Skipped`` says why it failed."""
     try:
         source = read_source(path)
@@ -132,11 +144,14 @@ def _port_file(path: Path, *, diff: bool, check: bool) -> bool:
         raise Skipped(f"{path}: cannot be ported: it nests too deeply") from None
     except Exception as error:  # one file's failure, whatever it is, must not stop the run
         raise Skipped(f"{path}: cannot be ported: {type(error).__name__}: {error}") from None
-    if check:
+    if explain:
         for finding in result.findings:
-            kind = "" if finding.rewritten else "manual: "
-            print(f"{path}:{finding.line}:{finding.column}: {kind}{finding.message}")
-        return bool(result.findings)
+            _print_finding(path, finding, explain=True)
+    if check:
+        if not explain:
+            for finding in result.findings:
+                _print_finding(path, finding, explain=False)
+        return any(f.rewritten or strict for f in result.findings)
     if diff:
         sys.stdout.writelines(
             difflib.unified_diff(
@@ -147,11 +162,11 @@ def _port_file(path: Path, *, diff: bool, check: bool) -> bool:
             )
         )
         return False
-    _write_back(path, source, result)
+    _write_back(path, source, result, explain=explain)
     return False
 
 
-def _write_back(path: Path, source: Source, result: PortResult) -> None:
+def _write_back(path: Path, source: Source, result: PortResult, *, explain: bool) -> None:
     if result.changed:
         # No write permission bit at all is read-only even for root, who could write it.
         if not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222:
@@ -163,6 +178,15 @@ def _write_back(path: Path, source: Source, result: PortResult) -> None:
                 f"{path}: cannot be written ({error.strerror or error}); left unchanged"
             ) from None
         print(f"{path}: {sum(f.rewritten for f in result.findings)} change(s)")
-    for finding in result.findings:
-        if not finding.rewritten:
-            print(f"{path}:{finding.line}:{finding.column}: manual: {finding.message}")
+    if not explain:
+        for finding in result.findings:
+            if not finding.rewritten:
+                _print_finding(path, finding, explain=False)
+
+
+def _print_finding(path: Path, finding: Finding, *, explain: bool) -> None:
+    kind = "" if finding.rewritten else "manual: "
+    line = f"{path}:{finding.line}:{finding.column}: {kind}{finding.message}"
+    if explain:
+        line += f"\n    [{finding.rule}] {RULES.get(finding.rule, '')}"
+    print(line)

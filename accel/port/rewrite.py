@@ -29,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from accel.port.facts import ModuleFacts, analyse
 from accel.port.split import (
     Chunk,
     ends_leading_block,
@@ -65,10 +66,31 @@ class Finding:
     column: int
     message: str
     rewritten: bool
+    rule: str = ""  # a key of RULES
 
 
-def _is_torch_cuda(node: cst.BaseExpression) -> bool:
-    return m.matches(node, m.Attribute(value=m.Name("torch"), attr=m.Name("cuda")))
+# Why each rule is safe (printed by `accel port --explain`).
+RULES = {
+    "direct": "torch.cuda.<fn> has an accel method of the same name and meaning",
+    "nvtx": "NVTX ranges are ProfilerAPI ranges on every backend that has a profiler",
+    "device-position": "a CUDA device literal where torch expects a device (device=, .to(), "
+    "torch.device(), map_location=, set_device()) names the accelerator's device",
+    "device-variable": "the variable is later used in a device position in the same scope "
+    "(Python's scoping rules), so the literal assigned to it is a device",
+    "device-type": "'cuda' if 'cuda' in d else 'cpu' is the device type of the device d; "
+    "torch.device(d).type is that on every accelerator",
+    "backend": "'nccl' where torch.distributed expects a backend names the accelerator's "
+    "collectives library",
+    "tensor-method": ".cuda()/.pin_memory()/.is_cuda have device-generic equivalents",
+    "default-generators": "torch.cuda.default_generators[i] is the accelerator's generator i",
+    "amp": "torch.cuda.amp.X is torch.amp.X / torch.autocast for the device 'cuda'; the "
+    "device-generic forms take the accelerator's device type",
+    "manual": "no rewrite is provably safe: a person decides (the suggestion says how)",
+}
+
+
+def _literal(node: cst.BaseExpression) -> object:
+    return node.evaluated_value if isinstance(node, cst.SimpleString) else None
 
 
 def _accelerator_call(method: str, args: Sequence[cst.Arg] = ()) -> cst.Call:
@@ -112,8 +134,24 @@ def _current_device_as_name(node: cst.BaseExpression) -> cst.Call | None:
 
 
 def _as_device(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The agnostic form of an expression standing where a device is expected, if any."""
+    """The agnostic form of an expression standing where a device is expected, if any.
+
+    A conditional expression is rewritten branch by branch (``"cuda:0" if ok else "cpu"``
+    -> ``get_accelerator().device_name(0) if ok else "cpu"``).
+    """
+    if isinstance(node, cst.IfExp):
+        body, orelse = _as_device(node.body), _as_device(node.orelse)
+        if body is None and orelse is None:
+            return None
+        return node.with_changes(body=body or node.body, orelse=orelse or node.orelse)
     return _device_string(node) or _current_device_as_name(node)
+
+
+def _as_backend(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``get_accelerator().communication_backend_name()`` for the literal ``'nccl'``."""
+    if isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl":
+        return _accelerator_call("communication_backend_name")
+    return None
 
 
 class PortTransformer(cst.CSTTransformer):
@@ -121,18 +159,121 @@ class PortTransformer(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self) -> None:
+    def __init__(self, facts: ModuleFacts | None = None) -> None:
         super().__init__()
         self.findings: list[Finding] = []
+        self.facts = facts or ModuleFacts()
+        self.scope: list[str] = []
+
+    # -- names and scopes
+    def _is_torch_cuda(self, node: cst.BaseExpression) -> bool:
+        """``torch.cuda`` however this module spells it (``th.cuda``, ``cuda``, ``tc``)."""
+        if isinstance(node, cst.Name):
+            return node.value in self.facts.cuda_names
+        return (
+            isinstance(node, cst.Attribute)
+            and node.attr.value == "cuda"
+            and isinstance(node.value, cst.Name)
+            and node.value.value in self.facts.torch_names
+        )
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scope.append(node.name.value)
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        self.scope.pop()
+        return updated_node
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scope.append(node.name.value)
+
+    def leave_ClassDef(
+        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
+    ) -> cst.ClassDef:
+        self.scope.pop()
+        return updated_node
+
+    # -- literals that flow into device and backend positions
+    def _rewrite_assigned(
+        self, target: cst.BaseExpression, original: cst.BaseExpression, value: cst.BaseExpression
+    ) -> cst.BaseExpression | None:
+        if not isinstance(target, cst.Name):
+            return None
+        where = (tuple(self.scope), target.value)
+        code = cst.Module([]).code_for_node
+        if where in self.facts.device_variables:
+            replacement = _as_device(value)
+            if replacement is not None:
+                self._note(original, f"{target.value} = {code(value)} -> {code(replacement)} "
+                                     f"({target.value} is used as a device)", rule="device-variable")  # fmt: skip
+                return replacement
+        if where in self.facts.backend_variables:
+            replacement = _as_backend(value)
+            if replacement is not None:
+                self._note(original, f"{target.value} = {code(value)} -> {code(replacement)} "
+                                     f"({target.value} names the collectives backend)", rule="backend")  # fmt: skip
+                return replacement
+        return None
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if len(updated_node.targets) != 1:
+            return updated_node
+        replacement = self._rewrite_assigned(
+            updated_node.targets[0].target, original_node.value, updated_node.value
+        )
+        return updated_node if replacement is None else updated_node.with_changes(value=replacement)
+
+    def leave_AnnAssign(
+        self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign
+    ) -> cst.AnnAssign:
+        if updated_node.value is None or original_node.value is None:
+            return updated_node
+        replacement = self._rewrite_assigned(
+            updated_node.target, original_node.value, updated_node.value
+        )
+        return updated_node if replacement is None else updated_node.with_changes(value=replacement)
+
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        # `'cuda' if 'cuda' in device else 'cpu'`, the device type of a known device: on any
+        # other accelerator it would say "cpu". torch.device(device).type is right on all.
+        test = updated_node.test
+        if (
+            _literal(updated_node.body) == "cuda"
+            and _literal(updated_node.orelse) == "cpu"
+            and isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.In)
+            and _literal(test.left) == "cuda"
+            and isinstance(test.comparisons[0].comparator, cst.Name)
+        ):
+            device = test.comparisons[0].comparator
+            assert isinstance(device, cst.Name)
+            torch_name = next(iter(sorted(self.facts.torch_names)), None)
+            known = {(tuple(self.scope), device.value), ((), device.value)}
+            if known & self.facts.device_variables and torch_name is not None:
+                replacement = cst.Attribute(
+                    value=cst.Call(
+                        func=cst.Attribute(cst.Name(torch_name), cst.Name("device")),
+                        args=[cst.Arg(device)],
+                    ),
+                    attr=cst.Name("type"),
+                )
+                code = cst.Module([]).code_for_node(replacement)
+                self._note(original_node, f"'cuda' if 'cuda' in {device.value} else 'cpu' -> {code}",
+                           rule="device-type")  # fmt: skip
+                return replacement
+        return updated_node
 
     def _position(self, node: cst.CSTNode) -> tuple[int, int]:
         position = self.get_metadata(PositionProvider, node)
         assert isinstance(position, CodeRange)  # every node of the parsed module has one
         return position.start.line, position.start.column + 1
 
-    def _note(self, node: cst.CSTNode, message: str, rewritten: bool = True) -> None:
+    def _note(self, node: cst.CSTNode, message: str, rewritten: bool = True, *, rule: str) -> None:
         line, column = self._position(node)
-        self.findings.append(Finding(line, column, message, rewritten))
+        self.findings.append(Finding(line, column, message, rewritten, rule))
 
     # torch.cuda.<fn>(...) and torch.cuda.nvtx.<fn>(...)
     def _rewrite_torch_cuda_call(
@@ -142,44 +283,94 @@ class PortTransformer(cst.CSTTransformer):
         if not isinstance(func, cst.Attribute):
             return None
         name = func.attr.value
-        if _is_torch_cuda(func.value) and name in DIRECT:
-            self._note(original, f"torch.cuda.{name}() -> get_accelerator().{name}()")
-            return _accelerator_call(name, updated.args)
-        nvtx = m.Attribute(value=m.Name("torch"), attr=m.Name("cuda"))
-        if m.matches(func.value, m.Attribute(value=nvtx, attr=m.Name("nvtx"))) and name in NVTX:
+        if self._is_torch_cuda(func.value) and name in DIRECT:
             self._note(
-                original, f"torch.cuda.nvtx.{name}() -> get_accelerator().{name}() (ProfilerAPI)"
+                original, f"torch.cuda.{name}() -> get_accelerator().{name}()", rule="direct"
             )
             return _accelerator_call(name, updated.args)
+        owner = func.value
+        if isinstance(owner, cst.Attribute) and self._is_torch_cuda(owner.value):
+            if owner.attr.value == "nvtx" and name in NVTX:
+                self._note(
+                    original, f"torch.cuda.nvtx.{name}() -> get_accelerator().{name}() (ProfilerAPI)",
+                    rule="nvtx",
+                )  # fmt: skip
+                return _accelerator_call(name, updated.args)
+            if owner.attr.value == "amp" and name in ("GradScaler", "autocast"):
+                return self._rewrite_amp(original, updated, name)
         return None
+
+    def _rewrite_amp(
+        self, original: cst.Call, updated: cst.Call, name: str
+    ) -> cst.BaseExpression | None:
+        torch_name = next(iter(sorted(self.facts.torch_names)), None)
+        device = cst.Arg(_accelerator_call("device_name"))
+        positional = any(arg.keyword is None and arg.star == "" for arg in updated.args)
+        if torch_name is None or (name == "autocast" and positional):
+            # torch.cuda.amp.autocast(enabled, dtype, ...) and torch.autocast(device_type,
+            # dtype, enabled, ...) order their parameters differently: keywords only.
+            suggestion = "torch.amp.GradScaler(device, ...)" if name == "GradScaler" else (
+                "torch.autocast(get_accelerator().device_name(), dtype=..., enabled=...)"
+            )  # fmt: skip
+            self._drop_manual_at(original)
+            self._note(original, f"torch.cuda.amp.{name}(...): use {suggestion} with keyword "
+                                 "arguments", rewritten=False, rule="manual")  # fmt: skip
+            return None
+        target = (
+            cst.Attribute(cst.Attribute(cst.Name(torch_name), cst.Name("amp")), cst.Name("GradScaler"))
+            if name == "GradScaler" else cst.Attribute(cst.Name(torch_name), cst.Name("autocast"))
+        )  # fmt: skip
+        rewritten = updated.with_changes(func=target, args=[device, *updated.args])
+        self._drop_manual_at(original)
+        code = cst.Module([]).code_for_node
+        self._note(original, f"torch.cuda.amp.{name}(...) -> {code(target)}("
+                             "get_accelerator().device_name(), ...)", rule="amp")  # fmt: skip
+        return rewritten
+
+    def _drop_manual_at(self, node: cst.CSTNode) -> None:
+        # The inner `torch.cuda.amp` attribute was reported as having no equivalent before
+        # the call around it was seen; the call's own finding replaces it.
+        where = self._position(node)
+        self.findings = [f for f in self.findings if f.rewritten or (f.line, f.column) != where]
 
     def _rewrite_tensor_method(
         self, original: cst.Call, updated: cst.Call
     ) -> cst.BaseExpression | None:
         func = updated.func
-        if not isinstance(func, cst.Attribute) or _is_torch_cuda(func):
+        if not isinstance(func, cst.Attribute) or self._is_torch_cuda(func):
             return None
         owner = func.value
-        if func.attr.value == "cuda" and not m.matches(owner, m.Name("torch")):
+        if func.attr.value == "cuda" and not (
+            isinstance(owner, cst.Name) and owner.value in self.facts.torch_names
+        ):
             index = [a for a in updated.args if a.keyword is None][:1]
             rest = [a for a in updated.args if a.keyword is not None]
             device = _accelerator_call(
                 "device_name", [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in index]
             )
-            self._note(original, f".cuda(...) -> .to({cst.Module([]).code_for_node(device)})")
+            self._note(
+                original,
+                f".cuda(...) -> .to({cst.Module([]).code_for_node(device)})",
+                rule="tensor-method",
+            )
             return updated.with_changes(
                 func=func.with_changes(attr=cst.Name("to")), args=[cst.Arg(device), *rest]
             )
         if func.attr.value == "pin_memory" and not updated.args:
-            self._note(original, ".pin_memory() -> get_accelerator().pin_memory(t)")
+            self._note(
+                original, ".pin_memory() -> get_accelerator().pin_memory(t)", rule="tensor-method"
+            )
             return _accelerator_call("pin_memory", [cst.Arg(owner)])
         return None
 
     def _rewrite_device_positions(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         args = list(updated.args)
-        positional_device = m.matches(updated.func, m.Attribute(attr=m.Name("to"))) or m.matches(
-            updated.func, m.Attribute(value=m.Name("torch"), attr=m.Name("device"))
-        )
+        func = updated.func
+        positional_device = isinstance(func, cst.Attribute) and (
+            func.attr.value in ("to", "set_device")
+            or (func.attr.value == "device" and isinstance(func.value, cst.Name)
+                and func.value.value in self.facts.torch_names)
+        )  # fmt: skip
         is_init = m.matches(
             updated.func,
             m.Attribute(attr=m.Name("init_process_group")) | m.Name("init_process_group"),
@@ -207,14 +398,11 @@ class PortTransformer(cst.CSTTransformer):
         self, original: cst.BaseExpression, before: cst.BaseExpression, after: cst.BaseExpression
     ) -> None:
         line, column = self._position(original)
-        if m.matches(
-            original,
-            m.Call(
-                func=m.Attribute(
-                    value=m.Attribute(value=m.Name("torch"), attr=m.Name("cuda")),
-                    attr=m.Name("current_device"),
-                )
-            ),
+        func = original.func if isinstance(original, cst.Call) else None
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "current_device"
+            and self._is_torch_cuda(func.value)
         ):
             # One finding for the site: the inner call was already rewritten to current_device()
             # and noted just now (children are left before their parent), so it is the last.
@@ -225,11 +413,10 @@ class PortTransformer(cst.CSTTransformer):
                 self.findings.pop()
             before = original
         code = cst.Module([]).code_for_node
-        self.findings.append(
-            Finding(
-                line, column, f"{code(before)} -> {code(after)} (a device is expected here)", True
-            )
-        )
+        rule = "backend" if "communication_backend_name" in code(after) else "device-position"
+        expected = "a backend" if rule == "backend" else "a device"
+        message = f"{code(before)} -> {code(after)} ({expected} is expected here)"
+        self.findings.append(Finding(line, column, message, True, rule))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         rewritten = self._rewrite_torch_cuda_call(original_node, updated_node)
@@ -246,7 +433,7 @@ class PortTransformer(cst.CSTTransformer):
         value = updated_node.value
         if (
             isinstance(value, cst.Attribute)
-            and _is_torch_cuda(value.value)
+            and self._is_torch_cuda(value.value)
             and value.attr.value == "default_generators"
             and len(updated_node.slice) == 1
             and isinstance(updated_node.slice[0].slice, cst.Index)
@@ -255,6 +442,7 @@ class PortTransformer(cst.CSTTransformer):
             self._note(
                 original_node,
                 "torch.cuda.default_generators[i] -> get_accelerator().default_generator(i)",
+                rule="default-generators",
             )
             return _accelerator_call("default_generator", [cst.Arg(index)])
         return updated_node
@@ -262,20 +450,28 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
     ) -> cst.BaseExpression:
-        if updated_node.attr.value == "is_cuda" and not m.matches(
-            updated_node.value, m.Name("torch")
+        if updated_node.attr.value == "is_cuda" and not (
+            isinstance(updated_node.value, cst.Name)
+            and updated_node.value.value in self.facts.torch_names
         ):
-            self._note(original_node, ".is_cuda -> get_accelerator().on_accelerator(t)")
+            self._note(
+                original_node, ".is_cuda -> get_accelerator().on_accelerator(t)",
+                rule="tensor-method",
+            )  # fmt: skip
             return _accelerator_call("on_accelerator", [cst.Arg(updated_node.value)])
-        if _is_torch_cuda(original_node.value):
+        if self._is_torch_cuda(original_node.value):
             name = original_node.attr.value
             if name in GRAPH_NAMES:
-                self._note(original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}", rewritten=False)
+                self._note(
+                    original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}", rewritten=False,
+                    rule="manual",
+                )  # fmt: skip
             elif name not in DIRECT and name not in ("nvtx", "default_generators"):
                 self._note(
                     original_node,
                     f"torch.cuda.{name} has no accel equivalent; left as it is",
                     rewritten=False,
+                    rule="manual",
                 )
         return updated_node
 
@@ -322,19 +518,21 @@ def port_source(source: str) -> PortResult:
     tokens. Cost is linear in the size of the source.
     """
     chunks = top_level_chunks(source)
+    facts = analyse(source)
+    triggers = TRIGGERS + facts.triggers
     pieces: list[str] = []
     findings: list[Finding] = []
     batch: list[Chunk] = []
 
     def flush() -> None:
         if batch:
-            text, batch_findings = _port_batch(batch)
+            text, batch_findings = _port_batch(batch, facts)
             pieces.append(text)
             findings.extend(batch_findings)
             batch.clear()
 
     for chunk in chunks:
-        if any(trigger in chunk.text for trigger in TRIGGERS):
+        if any(trigger in chunk.text for trigger in triggers):
             if chunk.longest > MAX_LINE_TOKENS:
                 raise PortError(
                     f"line {chunk.line}: a logical line of {chunk.longest} tokens is more than "
@@ -370,7 +568,7 @@ def _with_import(pieces: list[str], newline: str) -> list[str]:
     return with_import(head, newline)
 
 
-def _port_batch(batch: list[Chunk]) -> tuple[str, list[Finding]]:
+def _port_batch(batch: list[Chunk], facts: ModuleFacts) -> tuple[str, list[Finding]]:
     first_line = batch[0].line
     text = "".join(chunk.text for chunk in batch)
     limit = sys.getrecursionlimit()
@@ -379,7 +577,7 @@ def _port_batch(batch: list[Chunk]) -> tuple[str, list[Finding]]:
         # unsafe_skip_copy: the tree was just parsed and is not shared, so the deep copy
         # MetadataWrapper makes by default (a third of the time) buys nothing.
         wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
-        transformer = PortTransformer()
+        transformer = PortTransformer(facts)
         module = wrapper.visit(transformer)
         code = module.code
     except RecursionError:
