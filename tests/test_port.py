@@ -210,3 +210,86 @@ def test_cli_reports_unparsable_and_missing_files(
     )
     assert main(["port", str(tmp_path / "absent.py")]) == 2
     assert "absent.py: no such file or directory" in capsys.readouterr().err
+
+
+def _ported(source: str) -> str:
+    return port_source(textwrap.dedent(source)).source
+
+
+def test_a_device_variable_is_rewritten_only_where_python_scoping_makes_it_one() -> None:
+    ported = _ported(
+        """
+        import torch
+        device = 'cuda'
+        label = 'cuda'
+        class Config:
+            device = 'cuda'
+        def train(rank):
+            local = f'cuda:{rank}'
+            shadow = 'cuda'
+            x = torch.ones(2).to(local)
+            return torch.zeros(1, device=device), {label: 1}
+        def report(shadow):
+            return torch.ones(1, device=shadow)
+        """
+    )
+    assert "device = get_accelerator().device_name()\n" in ported  # used in train()
+    assert "local = get_accelerator().device_name(rank)" in ported
+    assert "label = 'cuda'" in ported  # only ever a dict key
+    assert "    device = 'cuda'" in ported  # a class attribute: methods cannot see it
+    assert "shadow = 'cuda'" in ported  # report()'s shadow is its own parameter
+
+
+def test_backend_variables_aliases_and_the_device_type_idiom() -> None:
+    ported = _ported(
+        """
+        import torch.distributed as dist
+        from torch import cuda
+        import torch.cuda as tc
+        import torch as th
+        backend = 'nccl'
+        device = 'cuda:0'
+        device_type = 'cuda' if 'cuda' in device else 'cpu'
+        other = 'cuda' if 'cuda' in name else 'cpu'
+        dist.init_process_group(backend)
+        cuda.synchronize(); tc.empty_cache(); th.cuda.manual_seed(1)
+        th.ones(1).to(device)
+        """
+    )
+    assert "backend = get_accelerator().communication_backend_name()" in ported
+    assert "device_type = th.device(device).type" in ported
+    assert "other = 'cuda' if 'cuda' in name else 'cpu'" in ported  # name: not a known device
+    assert "get_accelerator().synchronize(); get_accelerator().empty_cache(); " \
+        "get_accelerator().manual_seed(1)" in ported  # fmt: skip
+
+
+def test_amp_is_rewritten_with_keywords_and_reported_with_positional_arguments() -> None:
+    result = port_source(
+        "import torch\n"
+        "scaler = torch.cuda.amp.GradScaler(init_scale=1024.0)\n"
+        "with torch.cuda.amp.autocast(dtype=torch.bfloat16):\n    pass\n"
+        "with torch.cuda.amp.autocast(True, torch.float16):\n    pass\n"
+    )
+    assert "torch.amp.GradScaler(get_accelerator().device_name(), init_scale=1024.0)" in (
+        result.source
+    )
+    assert "torch.autocast(get_accelerator().device_name(), dtype=torch.bfloat16)" in result.source
+    assert "torch.cuda.amp.autocast(True, torch.float16)" in result.source  # left alone
+    manual = [f for f in result.findings if not f.rewritten]
+    assert [(f.line, f.rule) for f in manual] == [(5, "manual")]
+    assert "torch.autocast(get_accelerator().device_name(), dtype=..., enabled=...)" in (
+        manual[0].message
+    )
+
+
+def test_explain_names_each_rule_and_strict_fails_on_manual_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, "graphs.py", "import torch\ng = torch.cuda.CUDAGraph()\n")
+    assert main(["port", "--check", str(path)]) == 0  # nothing to rewrite: not a failure
+    assert main(["port", "--check", "--strict", str(path)]) == 1
+    capsys.readouterr()
+    device = _write(tmp_path, "device.py", "import torch\nx = torch.ones(1, device='cuda')\n")
+    assert main(["port", "--explain", "--diff", str(device)]) == 0
+    out = capsys.readouterr().out
+    assert "[device-position] a CUDA device literal where torch expects a device" in out

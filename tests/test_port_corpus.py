@@ -106,4 +106,5 @@ def test_the_ported_alias_script_computes_the_regression(ported: Path) -> None:
     assert report["bias"] == pytest.approx(0.1, abs=1e-4)
     assert report["loss"] < 1e-8
     assert report["on_accelerator"] is True  # x.is_cuda -> on_accelerator(x): the CPU's
-    assert report["round_trip"] is True and report["allocated"] is True
+    assert report["round_trip"] is True
+    assert report["allocated"] is True
