@@ -180,3 +180,70 @@ def test_communication_backend_lookup_order(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(dist, "get_default_backend_for_device", unregistered)
     assert default_communication_backend("accelfake") == "gloo"
+
+
+class _AcceleratorGraph:
+    """Stands in for torch.accelerator.Graph (capture needs real hardware)."""
+
+    calls: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        self.graph_pool: tuple[int, int] | None = None
+
+    def capture_begin(self) -> None:
+        self.calls.append(f"begin pool={self.graph_pool}")
+
+    def capture_end(self) -> None:
+        self.calls.append("end")
+
+    def replay(self) -> None:
+        self.calls.append("replay")
+
+
+def test_a_device_without_its_own_graphs_uses_torch_accelerator_graph(
+    registered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch 2.13's torch.accelerator.Graph serves any accelerator that implements capture;
+    # here the current accelerator is the fake "hpu", whose module has no HPUGraph.
+    from accel.mixins import graph
+
+    _register(registered, "hpu", streams=True)
+    monkeypatch.setattr(torch.accelerator, "Graph", _AcceleratorGraph)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("hpu"))
+    graph.accelerator_graph_class.cache_clear()
+    _AcceleratorGraph.calls.clear()
+    try:
+        acc = _backend("hpu")()
+        assert isinstance(acc, GraphAPI)
+        made = acc.create_graph()
+        assert isinstance(made, _AcceleratorGraph)
+        with acc.capture_to_graph(made, pool=(1, 2)):
+            _AcceleratorGraph.calls.append("work")
+        acc.replay_graph(made)
+        assert _AcceleratorGraph.calls == ["begin pool=(1, 2)", "work", "end", "replay"]
+        with pytest.raises(TypeError, match="graph must be a graph from create_graph"):
+            acc.replay_graph(object())  # type: ignore[arg-type]
+    finally:
+        graph.accelerator_graph_class.cache_clear()
+
+
+def test_no_graph_capability_when_torch_accelerator_cannot_make_one(
+    registered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accel.mixins import graph
+
+    def refuse() -> None:
+        raise RuntimeError("graphs are not implemented for this device")
+
+    _register(registered, "ipu", streams=True)
+    monkeypatch.setattr(
+        torch.accelerator, "Graph", type("Refusing", (), {"__init__": lambda self: refuse()})
+    )
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("ipu"))
+    graph.accelerator_graph_class.cache_clear()
+    try:
+        assert not isinstance(_backend("ipu")(), GraphAPI)
+    finally:
+        graph.accelerator_graph_class.cache_clear()

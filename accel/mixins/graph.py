@@ -8,8 +8,11 @@ CUDA names them ``torch.cuda.CUDAGraph`` / ``torch.cuda.graph`` and XPU
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Generator
 from contextlib import AbstractContextManager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -25,15 +28,52 @@ class NoGraphMixin:
     replay_graph: None = None
 
 
-def graph_class(device_type: str) -> type | None:
-    """The device module's graph class, or ``None`` when it has none."""
+def module_graph_class(device_type: str) -> type | None:
+    """The device module's own graph class (with its ``graph`` capture context), or ``None``."""
     module = device_module(device_type)
     cls = getattr(module, f"{device_type.upper()}Graph", None)
     return cls if isinstance(cls, type) and callable(getattr(module, "graph", None)) else None
 
 
+@functools.cache
+def accelerator_graph_class(device_type: str) -> type | None:
+    """``torch.accelerator.Graph`` when ``device_type`` is torch's current accelerator and a
+    graph can be made on it (torch >= 2.10 offers it for any accelerator that implements
+    capture); else ``None``. Asked once per device type: it makes one empty graph."""
+    cls = getattr(torch.accelerator, "Graph", None)
+    current = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if not isinstance(cls, type) or current is None or current.type != device_type:
+        return None
+    try:
+        cls()
+    except (RuntimeError, NotImplementedError):  # the device implements no capture
+        return None
+    return cls
+
+
+def graph_class(device_type: str) -> type | None:
+    """The graph class for ``device_type``: its module's own, else torch.accelerator's."""
+    return module_graph_class(device_type) or accelerator_graph_class(device_type)
+
+
+@contextlib.contextmanager
+def _accelerator_capture(
+    graph: Any, pool: tuple[int, int] | None, stream: torch.Stream | None
+) -> Generator[None, None, None]:
+    # torch.accelerator.Graph captures on the current stream with the pool it holds.
+    graph.graph_pool = pool
+    with contextlib.ExitStack() as context:
+        if stream is not None:
+            context.enter_context(stream)  # a torch.Stream is a context manager
+        graph.capture_begin()
+        try:
+            yield
+        finally:
+            graph.capture_end()
+
+
 class TorchGraphMixin:
-    """Capture and replay with the device module's graphs."""
+    """Capture and replay with the device module's graphs, else ``torch.accelerator.Graph``."""
 
     device_type: ClassVar[str]
 
@@ -61,8 +101,11 @@ class TorchGraphMixin:
         stream: torch.Stream | None = None,
     ) -> AbstractContextManager[None]:
         """Record the device work issued inside the ``with`` block into ``graph``."""
+        checked = self._checked(graph)
+        if module_graph_class(self.device_type) is None:
+            return _accelerator_capture(checked, pool, stream)
         context: AbstractContextManager[None] = device_module(self.device_type).graph(
-            self._checked(graph), pool=pool, stream=stream
+            checked, pool=pool, stream=stream
         )
         return context
 
