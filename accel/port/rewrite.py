@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -37,6 +38,8 @@ from accel.port.split import (
     top_level_chunks,
     with_import,
 )
+
+_Node = TypeVar("_Node", bound=cst.CSTNode)
 
 # torch.cuda functions with the same name and meaning on every accel backend.
 DIRECT = frozenset({
@@ -177,23 +180,19 @@ class PortTransformer(cst.CSTTransformer):
             and node.value.value in self.facts.torch_names
         )
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scope.append(node.name.value)
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Functions and classes open a scope (names as ModuleFacts records them).
+        if isinstance(node, cst.FunctionDef | cst.ClassDef):
+            self.scope.append(node.name.value)
+        return super().on_visit(node)
 
-    def leave_FunctionDef(
-        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
-    ) -> cst.FunctionDef:
-        self.scope.pop()
-        return updated_node
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scope.append(node.name.value)
-
-    def leave_ClassDef(
-        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
-    ) -> cst.ClassDef:
-        self.scope.pop()
-        return updated_node
+    def on_leave(
+        self, original_node: _Node, updated_node: _Node
+    ) -> _Node | cst.RemovalSentinel | cst.FlattenSentinel[_Node]:
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, cst.FunctionDef | cst.ClassDef):
+            self.scope.pop()
+        return result
 
     # -- literals that flow into device and backend positions
     def _rewrite_assigned(
