@@ -202,17 +202,14 @@ class PortTransformer(cst.CSTTransformer):
             return None
         where = (tuple(self.scope), target.value)
         code = cst.Module([]).code_for_node
-        if where in self.facts.device_variables:
-            replacement = _as_device(value)
+        for variables, rewrite, why, rule in (
+            (self.facts.device_variables, _as_device, "is used as a device", "device-variable"),
+            (self.facts.backend_variables, _as_backend, "names the collectives backend", "backend"),
+        ):
+            replacement = rewrite(value) if where in variables else None
             if replacement is not None:
                 self._note(original, f"{target.value} = {code(value)} -> {code(replacement)} "
-                                     f"({target.value} is used as a device)", rule="device-variable")  # fmt: skip
-                return replacement
-        if where in self.facts.backend_variables:
-            replacement = _as_backend(value)
-            if replacement is not None:
-                self._note(original, f"{target.value} = {code(value)} -> {code(replacement)} "
-                                     f"({target.value} names the collectives backend)", rule="backend")  # fmt: skip
+                                     f"({target.value} {why})", rule=rule)  # fmt: skip
                 return replacement
         return None
 
