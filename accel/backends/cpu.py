@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from accel import _host
 from accel._validate import check_device, check_optional_index, env_index, parse_id_list
@@ -133,6 +134,11 @@ class CPUAccelerator(
         if local_size == 0:
             raise ValueError("environment variable LOCAL_SIZE must be a positive integer, got '0'")
         return local_size if local_size is not None else len(self.numa_nodes())
+
+    @override
+    def current_device_name(self) -> str:
+        """``"cpu"``: the host's device names carry no index (asked once per tensor made)."""
+        return "cpu"
 
     def current_device(self) -> int:
         """The index given to :meth:`set_device`, else ``LOCAL_RANK``, else 0."""

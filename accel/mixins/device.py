@@ -14,11 +14,14 @@ import torch
 from typing_extensions import Protocol
 
 from accel._device_module import device_module
-from accel._validate import check_device, check_optional_index
+from accel._validate import check_device, check_index, check_optional_index
 from accel.protocols.device import DeviceLike, DeviceProperties
 
 
 class _NamedDevices(Protocol):
+    device_type: ClassVar[str]
+    indexed_device_names: ClassVar[bool]
+
     def device_name(self, device_index: int | None = None) -> str: ...
     def current_device(self) -> int: ...
 
@@ -40,10 +43,15 @@ class DeviceNamingMixin:
 
     def device_name(self, device_index: int | None = None) -> str:
         """``"<type>:<index>"``, or ``"<type>"`` without an index or for unindexed devices."""
-        index = check_optional_index(device_index)
-        if index is None or not self.indexed_device_names:
+        # Hot path (a `device=` argument per tensor): a plain non-negative int skips the
+        # general validation, which still sees everything else.
+        if device_index is None:
             return self.device_type
-        return f"{self.device_type}:{index}"
+        if type(device_index) is not int or device_index < 0:
+            check_index(device_index)
+        if not self.indexed_device_names:
+            return self.device_type
+        return f"{self.device_type}:{device_index}"
 
     def device(self, device_index: int | None = None) -> torch.device:
         """``torch.device(self.device_name(device_index))``."""
@@ -51,9 +59,9 @@ class DeviceNamingMixin:
 
     def current_device_name(self: _NamedDevices) -> str:
         """The device string of the current device."""
-        if not getattr(self, "indexed_device_names", True):
+        if not self.indexed_device_names:
             # Hot path (every `device=` argument): the name cannot depend on the index.
-            return self.device_name()
+            return self.device_type
         return self.device_name(self.current_device())
 
     @contextlib.contextmanager

@@ -20,6 +20,13 @@ class RuntimeEnvMixin:
 
     visible_devices_env_names: ClassVar[tuple[str, ...]]
     exported_env_prefixes: ClassVar[tuple[str, ...]]
+    _synchronized: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # Frameworks ask every step; the answer is a property of the class, so it is
+        # decided once, when the class (or a composed device class) is made.
+        cls._synchronized = not issubclass(cls, StreamAPI)
 
     def visible_devices_envs(self) -> list[str]:
         """Names of the variables that restrict which devices a process sees."""
@@ -56,7 +63,7 @@ class RuntimeEnvMixin:
     def is_synchronized_device(self) -> bool:
         """True exactly when the backend has no streams: an op has finished when its call
         returns. Derived from the capability, so the two answers cannot drift apart."""
-        return not isinstance(self, StreamAPI)
+        return self._synchronized
 
 
 def registered_compile_backends() -> list[str]:

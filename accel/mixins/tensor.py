@@ -20,7 +20,9 @@ class TensorPlacementMixin:
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lives on a device of type ``device_type``."""
-        return check_tensor(tensor).device.type == self.device_type
+        if isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return tensor.device.type == self.device_type
+        return check_tensor(tensor).device.type == self.device_type  # raises, naming it
 
 
 class HostStagingMixin:
