@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import time
 import warnings
@@ -39,9 +40,15 @@ def _deepspeed() -> Callable[[torch.Tensor], object] | None:
         return None
     from deepspeed.ops.op_builder import ShareMemCommBuilder  # type: ignore[import-not-found]
 
-    module = ShareMemCommBuilder().load()
+    # DeepSpeed's shm all-reduce segfaults unless LOCAL_SIZE says how many local ranks
+    # there are (torchrun sets LOCAL_WORLD_SIZE, not LOCAL_SIZE).
+    os.environ.setdefault("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    module = ShareMemCommBuilder().load()  # a JIT build on first use (~45 s here)
     module.initialize(dist.get_world_size(), dist.get_rank())
-    return lambda t: module.inference_all_reduce(t)
+    if hasattr(module, "inference_all_reduce"):  # DeepSpeed < 0.16: a module function
+        return lambda t: module.inference_all_reduce(t)
+    # DeepSpeed 0.16+ registers a torch op instead (what its comm layer calls).
+    return lambda t: torch.ops.deepspeed.inference_all_reduce_(t)
 
 
 def main() -> None:
