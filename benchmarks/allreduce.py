@@ -35,6 +35,9 @@ def _time(call: Callable[[], object], iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def _deepspeed() -> Callable[[torch.Tensor], object] | None:
     if importlib.util.find_spec("deepspeed") is None:
         return None
@@ -56,20 +59,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20, help="calls per timed round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="float32", help="element type (default fp32)"
+    )
+    parser.add_argument(
+        "--skip-gloo", action="store_true", help="leave gloo out (it dominates the run time)"
+    )
     args = parser.parse_args()
+    dtype = DTYPES[args.dtype]
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     assert uses_shared_memory(), "the shared-memory path is not available in this job"
-    methods: dict[str, Callable[[torch.Tensor], object]] = {
-        "accel shm": all_reduce_,
-        "gloo": dist.all_reduce,
-    }
+    methods: dict[str, Callable[[torch.Tensor], object]] = {"accel shm": all_reduce_}
+    if not args.skip_gloo:
+        methods["gloo"] = dist.all_reduce
     deepspeed = _deepspeed()
     if deepspeed is not None:
         methods["DeepSpeed shm"] = deepspeed
     rows = []
     for size in SIZES:
-        tensor = torch.ones(size // 4)
+        tensor = torch.ones(size // dtype.itemsize, dtype=dtype)
         iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
         samples: dict[str, list[float]] = {name: [] for name in methods}
         for method in methods.values():
@@ -80,17 +89,22 @@ def main() -> None:
         medians = {name: statistics.median(times) for name, times in samples.items()}
         rows.append((size, medians))
     if dist.get_rank() == 0:
-        print(f"{world} ranks, torch {torch.__version__}, fp32, median of {args.rounds} rounds")
+        print(
+            f"{world} ranks, torch {torch.__version__}, {args.dtype}, "
+            f"median of {args.rounds} rounds"
+        )
         names = list(methods)
+        peers = [n for n in names if n != "accel shm"]
         columns = " | ".join(f"{n} (us)" for n in names)
-        print(f"| size | {columns} | gloo / accel | accel bus GB/s |")
-        print("|---|" + "---|" * (len(names) + 2))
+        ratios = " | ".join(f"{n} / accel" for n in peers)
+        print(f"| size | {columns} | {ratios} | accel bus GB/s |")
+        print("|---|" + "---|" * (len(names) + len(peers) + 1))
         for size, medians in rows:
             label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
             times = " | ".join(f"{medians[n] * 1e6:.0f}" for n in names)
-            speedup = medians["gloo"] / medians["accel shm"]
+            speedups = " | ".join(f"{medians[n] / medians['accel shm']:.2f}x" for n in peers)
             bus = 2 * (world - 1) / world * size / medians["accel shm"] / 1e9
-            print(f"| {label} | {times} | {speedup:.1f}x | {bus:.1f} |")
+            print(f"| {label} | {times} | {speedups} | {bus:.1f} |")
     dist.destroy_process_group()
 
 
