@@ -287,6 +287,55 @@ def test_ranks_that_disagree_from_the_first_call_agree_on_the_path(tmp_path: Pat
     assert "rank 1 has 5 elements of float64, rank 0 has 5 of float32" in reports[1]["errors"][0]  # type: ignore[index]
 
 
+THREE_RANKS = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from accel.comm import all_reduce_, uses_shared_memory
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(rank)
+    report = {"shm": uses_shared_memory(), "identical": True, "within_bound": True}
+    eps = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
+    for dtype in eps:
+        # Below and above the size where the ranks split the sums, and across a chunk.
+        for n in (1000, (256 << 10) // 2 + 7, (4 << 20) // 2 + 3):
+            x = torch.randn(n, generator=g).to(dtype)
+            total = x.float().clone()
+            dist.all_reduce(total)
+            all_reduce_(x, timeout=60)
+            bits = x.view(torch.uint8)  # gloo gathers bytes for every dtype
+            gathered = [torch.empty_like(bits) for _ in range(world)]
+            dist.all_gather(gathered, bits)
+            report["identical"] &= all(torch.equal(t, bits) for t in gathered)
+            # fp32 sums in rank order, one rounding to 16 bits: (n-1) u per term + 1 ulp.
+            bound = (world * eps[dtype]) * total.abs().max().item() + 1e-6
+            report["within_bound"] &= (x.float() - total).abs().max().item() <= bound
+    with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:
+        json.dump(report, out)
+    """
+)
+
+
+def test_three_ranks_hold_identical_bits_within_the_summation_bound(tmp_path: Path) -> None:
+    # More ranks than this machine's cores: slow, but the protocol must not care.
+    import json
+
+    script = tmp_path / "three.py"
+    script.write_text(THREE_RANKS)
+    result = subprocess.run(
+        [sys.executable, "-m", "accel", "run", "--standalone", "--nproc-per-node", "3",
+         str(script), str(tmp_path)],
+        env=_env(), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert len(reports) == 3
+    for report in reports:
+        assert report == {"shm": True, "identical": True, "within_bound": True}
+
+
 KILL_STEPS = [
     ("0", "before-create"), ("0", "after-create"), ("1", "before-attach"),
     ("1", "after-attach"), ("0", "before-release"),

@@ -38,6 +38,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace py = pybind11;
@@ -45,6 +46,10 @@ namespace py = pybind11;
 namespace {
 
 constexpr uint64_t kMagic = 0x6163636c73686d32ull;  // "acclshm2"
+// Calls from this many bytes on split the arithmetic across the ranks (reduce_share);
+// smaller ones are latency-bound, and the extra barrier would cost more than it saves.
+constexpr int64_t kSplitBytes = 128 << 10;
+
 // Element types the segment cannot sum, named so that ranks can still compare what they
 // pass: codes kOtherBase + i. A rank whose tensor cannot use the segment (one of these, or
 // not on the CPU) announces it, and all ranks fall back to torch.distributed together.
@@ -68,6 +73,7 @@ using accel::kFloat32;
 struct alignas(64) Control {
   std::atomic<uint64_t> arrived;   // last call sequence whose chunk this rank published
   std::atomic<uint64_t> consumed;  // last sequence this rank finished reading
+  std::atomic<uint64_t> reduced;   // last sequence whose share this rank has summed
   // The call's element count and dtype, per buffer parity: a rank that runs ahead into
   // its next call writes the other parity, never the one a slower peer is checking.
   uint64_t numel[2];
@@ -106,6 +112,23 @@ void sum_f32(float* out, const float* const* slots, int world, int64_t n) {
 }
 
 // The same in fp32 for bf16/fp16 slots, a block at a time, rounded once at the end.
+// sum_f32 for an `out` that may be one of the slots: a block at a time through a buffer,
+// each block written only after all of it was read (the kernels promise __restrict).
+void sum_f32_blocked(float* out, const float* const* slots, int world, int64_t n) {
+  constexpr int64_t kBlock = 2048;
+  alignas(64) float acc[kBlock];
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t count = std::min(kBlock, n - begin);
+    if (world == 1) {
+      std::memcpy(acc, slots[0] + begin, static_cast<size_t>(count) * sizeof(float));
+    } else {
+      add_f32(acc, slots[0] + begin, slots[1] + begin, count);
+      for (int r = 2; r < world; ++r) accumulate_f32(acc, slots[r] + begin, count);
+    }
+    std::memcpy(out + begin, acc, static_cast<size_t>(count) * sizeof(float));
+  }
+}
+
 void sum_half(uint16_t* out, const uint16_t* const* slots, int world, int64_t n, int dtype) {
   constexpr int64_t kBlock = 2048;
   alignas(64) float acc[kBlock];
@@ -245,7 +268,16 @@ class Communicator {
           mine.consumed.store(seq, std::memory_order_release);
           return false;
         }
-        if (count > 0) reduce(tensor, seq, count, dtype);
+        if (count * element >= kSplitBytes && world_ > 1) {
+          // Each rank sums its share of the elements into its own slot, then every rank
+          // copies all shares out: the arithmetic is done once, not once per rank.
+          reduce_share(seq, count, dtype);
+          mine.reduced.store(seq, std::memory_order_release);
+          wait_all(&Control::reduced, seq, timeout, seq);
+          gather_shares(tensor, seq, count, element);
+        } else if (count > 0) {
+          reduce(tensor, seq, count, dtype);
+        }
         mine.consumed.store(seq, std::memory_order_release);
       }
     } catch (const std::exception& error) {
@@ -280,6 +312,37 @@ class Communicator {
         throw std::invalid_argument("all_reduce mismatch: rank " + std::to_string(rank_) + " has " + std::to_string(numel) +
                                     " elements of " + wire_name(dtype) + ", rank " + std::to_string(r) + " has " +
                                     std::to_string(peer_numel) + " of " + wire_name(peer_dtype));
+    }
+  }
+
+  // [begin, end) of rank r's share of `count` elements (multiples of 64 elements, so
+  // shares fall on cache lines).
+  std::pair<int64_t, int64_t> share(int r, int64_t count) const {
+    const int64_t per = ((count + world_ - 1) / world_ + 63) / 64 * 64;
+    const int64_t begin = std::min(count, r * per);
+    return {begin, std::min(count, begin + per)};
+  }
+
+  void reduce_share(uint64_t seq, int64_t count, int dtype) {
+    const auto [begin, end] = share(rank_, count);
+    if (end <= begin) return;
+    if (dtype == kFloat32) {
+      std::vector<const float*> slots(world_);
+      for (int r = 0; r < world_; ++r) slots[r] = reinterpret_cast<const float*>(buffer(r, seq)) + begin;
+      sum_f32_blocked(reinterpret_cast<float*>(buffer(rank_, seq)) + begin, slots.data(), world_, end - begin);
+    } else {
+      std::vector<const uint16_t*> slots(world_);
+      for (int r = 0; r < world_; ++r) slots[r] = reinterpret_cast<const uint16_t*>(buffer(r, seq)) + begin;
+      // sum_half reads each block of every slot before it writes that block: `out` may be a slot.
+      sum_half(reinterpret_cast<uint16_t*>(buffer(rank_, seq)) + begin, slots.data(), world_, end - begin, dtype);
+    }
+  }
+
+  void gather_shares(char* out, uint64_t seq, int64_t count, int64_t element) {
+    for (int r = 0; r < world_; ++r) {
+      const auto [begin, end] = share(r, count);
+      if (end > begin)
+        std::memcpy(out + begin * element, buffer(r, seq) + begin * element, static_cast<size_t>((end - begin) * element));
     }
   }
 
