@@ -115,30 +115,24 @@ class Registered:
         worker = threading.Thread(target=run, name=f"accel-probe-{self.name}", daemon=True)
         worker.start()
         worker.join(timeout)
-        if failure:
-            error = failure[0]
-            logger.warning(
-                "accel backend %r from %s: probe() raised; skipping it",
-                self.name, self.distribution, exc_info=error,
-            )  # fmt: skip
-            return Availability(False, f"probe() raised {type(error).__name__}: {error}")
-        if not outcome:
+        error = failure[0] if failure else None
+        answer = outcome[0] if outcome else None
+        if error is not None:
+            reason = f"probe() raised {type(error).__name__}: {error}"
+        elif not outcome:
             reason = f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV})"
-            logger.warning(
-                "accel backend %r from %s: %s; skipping it", self.name, self.distribution, reason
-            )
-            return Availability(False, reason)
-        answer = outcome[0]
-        if not isinstance(answer, Availability):
+        elif not isinstance(answer, Availability):
             reason = (
                 f"probe() returned {type(answer).__name__} {answer!r}, "
                 "expected accel.backends.base.Availability"
             )
-            logger.warning(
-                "accel backend %r from %s: %s; skipping it", self.name, self.distribution, reason
-            )
-            return Availability(False, reason)
-        return answer
+        else:
+            return answer
+        logger.warning(
+            "accel backend %r from %s: %s; skipping it",
+            self.name, self.distribution, reason, exc_info=error,
+        )  # fmt: skip
+        return Availability(False, reason)
 
 
 def _distribution(entry: EntryPoint) -> str:

@@ -164,11 +164,12 @@ class CPUAccelerator(
         slot = self.current_device() if index is None else index
         nodes, count = self.numa_nodes(), self.device_count()
         node = nodes[(slot % count) * len(nodes) // count]
-        cores = _host.numa_topology().get(node, frozenset(_host.allowed_cpus()))
+        allowed = _host.allowed_cpus()
+        cores = _host.numa_topology().get(node, frozenset(allowed)) & allowed
         return DeviceProperties(
             name=_host.cpu_model_name(),
             total_memory=_host.total_memory(),
-            multi_processor_count=len(cores & _host.allowed_cpus()) or len(_host.allowed_cpus()),
+            multi_processor_count=len(cores) or len(allowed),
         )
 
     def synchronize(self, device_index: int | None = None) -> None:

@@ -7,6 +7,7 @@ them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import ModuleType
 
 import torch
@@ -18,7 +19,7 @@ def dtype_codes(native: ModuleType) -> dict[torch.dtype, int]:
     return {getattr(torch, name): int(code) for name, code in table.items()}
 
 
-def dtype_list(dtypes: object) -> str:
+def dtype_list(dtypes: Iterable[torch.dtype]) -> str:
     """``"float32, bfloat16 or float16"`` for error messages."""
-    names = [str(d).removeprefix("torch.") for d in dtypes]  # type: ignore[attr-defined]
+    names = [str(d).removeprefix("torch.") for d in dtypes]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

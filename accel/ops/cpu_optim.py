@@ -20,6 +20,8 @@ import torch
 from accel.ops._dtypes import dtype_codes, dtype_list
 
 NO_COPY = -1
+# The kernels compute in float32: a hyper-parameter beyond its range would become inf.
+FLOAT32_MAX = 3.4028234663852886e38
 _COPY_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -58,10 +60,6 @@ def check_eps(eps: object) -> float:
             f"eps must be a finite number > 0 (at most {FLOAT32_MAX:.4g}), got {eps!r}"
         )
     return float(eps)
-
-
-# The kernels compute in float32: a hyper-parameter beyond its range would become inf.
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def check_non_negative(value: object, name: str) -> float:

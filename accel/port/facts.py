@@ -31,7 +31,6 @@ class ModuleFacts:
     cuda_names: set[str] = field(default_factory=set[str])
     device_variables: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
     backend_variables: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
-    analysed: bool = False
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -47,7 +46,7 @@ def analyse(source: str) -> ModuleFacts:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ModuleFacts()  # the rewriter reports the problem with its own position
-    facts = ModuleFacts(torch_names=set(), analysed=True)
+    facts = ModuleFacts(torch_names=set())
     _Collector(facts).visit(tree)
     if not facts.torch_names and not facts.cuda_names:
         facts.torch_names.add("torch")  # no import seen (a fragment): assume the usual name

@@ -372,26 +372,25 @@ class PortTransformer(cst.CSTTransformer):
             m.Attribute(attr=m.Name("init_process_group")) | m.Name("init_process_group"),
         )
         for position, arg in enumerate(args):
-            replacement: cst.BaseExpression | None = None
             keyword = arg.keyword.value if arg.keyword is not None else None
-            if keyword in DEVICE_KEYWORDS or (
-                keyword is None and position == 0 and positional_device
-            ):
-                replacement = _as_device(arg.value)
-            elif (
-                keyword == "backend" or (keyword is None and position == 0 and is_init)
-            ) and m.matches(arg.value, m.SimpleString()):
-                string = arg.value
-                assert isinstance(string, cst.SimpleString)
-                if string.evaluated_value == "nccl":
-                    replacement = _accelerator_call("communication_backend_name")
+            first = keyword is None and position == 0
+            if keyword in DEVICE_KEYWORDS or (first and positional_device):
+                replacement, rule = _as_device(arg.value), "device-position"
+            elif keyword == "backend" or (first and is_init):
+                replacement, rule = _as_backend(arg.value), "backend"
+            else:
+                continue
             if replacement is not None:
-                self._note_device(original.args[position].value, arg.value, replacement)
+                self._note_device(original.args[position].value, arg.value, replacement, rule)
                 args[position] = arg.with_changes(value=replacement)
         return updated.with_changes(args=args)
 
     def _note_device(
-        self, original: cst.BaseExpression, before: cst.BaseExpression, after: cst.BaseExpression
+        self,
+        original: cst.BaseExpression,
+        before: cst.BaseExpression,
+        after: cst.BaseExpression,
+        rule: str,
     ) -> None:
         line, column = self._position(original)
         func = original.func if isinstance(original, cst.Call) else None
@@ -409,7 +408,6 @@ class PortTransformer(cst.CSTTransformer):
                 self.findings.pop()
             before = original
         code = cst.Module([]).code_for_node
-        rule = "backend" if "communication_backend_name" in code(after) else "device-position"
         expected = "a backend" if rule == "backend" else "a device"
         message = f"{code(before)} -> {code(after)} ({expected} is expected here)"
         self.findings.append(Finding(line, column, message, True, rule))

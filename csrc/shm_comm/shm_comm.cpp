@@ -111,24 +111,21 @@ void sum_f32(float* out, const float* const* slots, int world, int64_t n) {
   for (int r = 2; r < world; ++r) accumulate_f32(out, slots[r], n);
 }
 
-// The same in fp32 for bf16/fp16 slots, a block at a time, rounded once at the end.
 // sum_f32 for an `out` that may be one of the slots: a block at a time through a buffer,
 // each block written only after all of it was read (the kernels promise __restrict).
 void sum_f32_blocked(float* out, const float* const* slots, int world, int64_t n) {
   constexpr int64_t kBlock = 2048;
   alignas(64) float acc[kBlock];
+  std::vector<const float*> block(world);
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int64_t count = std::min(kBlock, n - begin);
-    if (world == 1) {
-      std::memcpy(acc, slots[0] + begin, static_cast<size_t>(count) * sizeof(float));
-    } else {
-      add_f32(acc, slots[0] + begin, slots[1] + begin, count);
-      for (int r = 2; r < world; ++r) accumulate_f32(acc, slots[r] + begin, count);
-    }
+    for (int r = 0; r < world; ++r) block[r] = slots[r] + begin;
+    sum_f32(acc, block.data(), world, count);
     std::memcpy(out + begin, acc, static_cast<size_t>(count) * sizeof(float));
   }
 }
 
+// The same in fp32 for bf16/fp16 slots, a block at a time, rounded once at the end.
 void sum_half(uint16_t* out, const uint16_t* const* slots, int world, int64_t n, int dtype) {
   constexpr int64_t kBlock = 2048;
   alignas(64) float acc[kBlock];
