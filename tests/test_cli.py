@@ -68,9 +68,11 @@ def test_report_json_is_machine_readable() -> None:
     assert backends["xpu"]["capabilities"]["GraphAPI"] is None
     builders = {row["name"]: row for row in report["op_builders"]}
     assert set(builders) == {
-        "CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder", "FusedAdamBuilder",
-        "ShareMemCommBuilder",
+        "AsyncIOBuilder", "CCLCommBuilder", "CPUAdamBuilder", "CPUAdagradBuilder",
+        "CPULionBuilder", "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder",
     }  # fmt: skip
+    assert builders["CCLCommBuilder"]["compatible"] is False
+    assert "oneccl_bindings_for_pytorch" in builders["CCLCommBuilder"]["reason"]
     assert builders["CPUAdamBuilder"] == {
         "name": "CPUAdamBuilder",
         "compatible": True,

@@ -213,9 +213,11 @@ def test_total_memory_honours_a_cgroup_limit(
 
 
 def test_cpu_ships_the_deepspeed_cpu_op_builders(acc: CPUAccelerator) -> None:
+    # The seed's CPU list (CCLCommBuilder, ShareMemCommBuilder, FusedAdamBuilder,
+    # CPUAdamBuilder, AsyncIOBuilder) plus Adagrad, Lion and the FusedLion DeepSpeed lacks.
     assert acc.op_builder_names() == [
-        "CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder", "FusedAdamBuilder",
-        "ShareMemCommBuilder",
+        "AsyncIOBuilder", "CCLCommBuilder", "CPUAdagradBuilder", "CPUAdamBuilder",
+        "CPULionBuilder", "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder",
     ]  # fmt: skip
     module = acc.create_op_builder("CPUAdamBuilder")
     assert module is not None

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from types import ModuleType
 from typing import ClassVar
 
@@ -22,8 +23,15 @@ from accel._validate import check_optional_index
 from accel.backends import _cuda_visible
 from accel.backends.base import Availability
 from accel.backends.torch_device import TorchDeviceBackend
-from accel.mixins import NVTXProfilerMixin, TorchGraphMixin, TorchStreamMixin
+from accel.mixins import (
+    NVTXProfilerMixin,
+    OpBuilderTableMixin,
+    TorchGraphMixin,
+    TorchStreamMixin,
+)
 from accel.mixins.dtype import triton_runs_on
+from accel.ops.builders import HOST_OP_BUILDERS
+from accel.protocols.op_builder import OpBuilder
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +72,18 @@ def fp16_allowed(capability: tuple[int, int]) -> bool:
     return major >= 7 or (major == 6 and allow_deprecated_fp16())
 
 
-class CUDAAccelerator(TorchStreamMixin, TorchGraphMixin, NVTXProfilerMixin, TorchDeviceBackend):
-    """CUDA devices: streams, graphs, NVTX, NVML-backed free memory."""
+class CUDAAccelerator(
+    TorchStreamMixin, TorchGraphMixin, NVTXProfilerMixin, OpBuilderTableMixin, TorchDeviceBackend
+):
+    """CUDA devices: streams, graphs, NVTX, NVML-backed free memory, and the host-side op
+    builders (async file I/O); device kernels are the framework's own."""
 
     name: ClassVar[str] = "cuda"
     priority: ClassVar[int] = 100
     device_type: ClassVar[str] = "cuda"
     visible_devices_env_names: ClassVar[tuple[str, ...]] = ("CUDA_VISIBLE_DEVICES",)
     exported_env_prefixes: ClassVar[tuple[str, ...]] = ("NCCL", "CUDA", "TORCH_NCCL")
+    op_builders: ClassVar[Mapping[str, type[OpBuilder]]] = HOST_OP_BUILDERS
 
     @classmethod
     @override

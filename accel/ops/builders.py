@@ -12,7 +12,9 @@ and a wrong address cannot be detected in C++, only crash the interpreter.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
+import os
 from types import ModuleType
 from typing import ClassVar
 
@@ -91,6 +93,62 @@ class CPULionBuilder(CPUOptimBuilder):
     op_name: ClassVar[str] = "cpu_lion"
 
 
+class FusedLionBuilder(CPUOptimBuilder):
+    """Multi-tensor Lion on the CPU (``lion_step`` takes every tensor in one call), the
+    CPU kernel DeepSpeed's FusedLion lacks."""
+
+    op_name: ClassVar[str] = "fused_lion"
+
+
+class AsyncIOBuilder(PrebuiltOpBuilder):
+    """Asynchronous tensor file I/O (``accel.io``): host-side, so every backend has it.
+
+    Nothing is compiled: the engine is a pool of threads in ``pread``/``pwrite``, which
+    release the GIL (docs/io.md has the measurements behind that choice).
+    """
+
+    op_name: ClassVar[str] = "async_io"
+    native_module: ClassVar[str] = "accel.io"
+    module_name: ClassVar[str] = "accel.io"
+
+    def incompatibility_reason(self) -> str | None:
+        """``None`` on POSIX systems (``os.pread``/``os.pwrite`` exist), else why not."""
+        if not hasattr(os, "pwrite") or not hasattr(os, "preadv"):
+            return "this platform has no os.pwrite/os.preadv (accel.io needs POSIX)"
+        return super().incompatibility_reason()
+
+
+class CCLCommBuilder(PrebuiltOpBuilder):
+    """DeepSpeed's oneCCL comm module. accel has no oneCCL kernels of its own: with
+    oneCCL's torch bindings installed, ``load()`` returns DeepSpeed's builder's module (which
+    DeepSpeed compiles, as without accel); without them it is incompatible, saying why."""
+
+    op_name: ClassVar[str] = "ccl_comm"
+    native_module: ClassVar[str] = "oneccl_bindings_for_pytorch"
+    module_name: ClassVar[str] = "oneccl_bindings_for_pytorch"
+
+    def incompatibility_reason(self) -> str | None:
+        """Why oneCCL cannot be used here, or ``None``."""
+        try:
+            importlib.import_module("oneccl_bindings_for_pytorch")
+        except ImportError as error:
+            return f"oneCCL's torch bindings (oneccl_bindings_for_pytorch) do not import: {error}"
+        if importlib.util.find_spec("deepspeed") is None:
+            return (
+                "the oneCCL comm module is DeepSpeed's CCLCommBuilder; deepspeed is not installed"
+            )
+        return None
+
+    def load(self, verbose: bool = False) -> ModuleType:
+        """DeepSpeed's compiled ``deepspeed_ccl_comm`` (``RuntimeError`` when incompatible)."""
+        reason = self.incompatibility_reason()
+        if reason is not None:
+            raise RuntimeError(f"cannot load {self.op_name}: {reason}")
+        cpu_builders = importlib.import_module("deepspeed.ops.op_builder.cpu")
+        module: ModuleType = cpu_builders.CCLCommBuilder().load(verbose)
+        return module
+
+
 class ShareMemCommBuilder(PrebuiltOpBuilder):
     """Shared-memory all-reduce for the ranks of one node (use accel.comm.all_reduce_)."""
 
@@ -102,6 +160,10 @@ class ShareMemCommBuilder(PrebuiltOpBuilder):
 CPU_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
     builder.__name__: builder
     for builder in (
-        CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder, ShareMemCommBuilder,
+        AsyncIOBuilder, CCLCommBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder,
+        FusedAdamBuilder, FusedLionBuilder, ShareMemCommBuilder,
     )
 }  # fmt: skip
+
+HOST_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {"AsyncIOBuilder": AsyncIOBuilder}
+"""What every device backend can offer: file I/O runs on the host whatever the device."""

@@ -1,0 +1,302 @@
+"""accel.io: round trips, O_DIRECT rules, and every failure a clear exception."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel.io import ALIGNMENT, AsyncIO, aligned_empty
+from accel.ops.builders import CPU_OP_BUILDERS, HOST_OP_BUILDERS
+
+DTYPES = [
+    torch.float32,
+    torch.bfloat16,
+    torch.float16,
+    torch.float64,
+    torch.int8,
+    torch.int64,
+    torch.bool,
+    torch.uint8,
+]
+
+
+def _random(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    raw = torch.randint(0, 256, (numel * torch.empty(0, dtype=dtype).element_size(),),
+                        dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    if dtype == torch.bool:
+        raw = raw % 2
+    return raw.view(dtype)
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def no_leaks() -> object:
+    fds, threads = _open_fds(), threading.active_count()
+    yield None
+    assert _open_fds() <= fds, "a file descriptor leaked"
+    assert threading.active_count() <= threads, "a thread outlived its engine"
+
+
+request_specs = st.lists(
+    st.tuples(st.sampled_from(DTYPES), st.integers(0, 70_000), st.integers(0, 3), st.booleans()),
+    min_size=1, max_size=6,
+)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(specs=request_specs, block=st.sampled_from([4096, 12288, 65536]), depth=st.integers(1, 8),
+       direct=st.sampled_from([None, False]), seed=st.integers(0, 2**16))  # fmt: skip
+def test_any_tensor_round_trips_bit_exactly_at_any_offset(
+    tmp_path_factory: pytest.TempPathFactory,
+    specs: list[tuple[torch.dtype, int, int, bool]],
+    block: int, depth: int, direct: bool | None, seed: int,
+) -> None:  # fmt: skip
+    path = tmp_path_factory.mktemp("io") / "data.bin"
+    tensors, offsets, position = [], [], 0
+    for i, (dtype, numel, gap, aligned) in enumerate(specs):
+        source = _random(numel, dtype, seed + i)
+        if aligned:  # an O_DIRECT-eligible buffer and offset
+            buffer = aligned_empty(numel, dtype)
+            buffer.copy_(source)
+            source = buffer
+            position += -position % ALIGNMENT
+        tensors.append(source)
+        offsets.append(position)
+        position += source.numel() * source.element_size() + gap * 1000
+    with AsyncIO(block_size=block, queue_depth=depth, direct=direct) as aio:
+        writes = [
+            aio.write(t, path, o) for t, o in zip(tensors, offsets, strict=True)
+        ]  # all in flight
+        assert aio.wait() == len(tensors)
+        assert [w.result() for w in writes] == [t.numel() * t.element_size() for t in tensors]
+        copies = [
+            aligned_empty(t.numel(), t.dtype) if i % 2 else torch.empty_like(t)
+            for i, t in enumerate(tensors)
+        ]
+        reads = [aio.read(c, path, o) for c, o in zip(copies, offsets, strict=True)]
+        aio.wait()
+        assert all(r.done() for r in reads)
+    for original, copy in zip(tensors, copies, strict=True):
+        assert torch.equal(original.view(torch.uint8), copy.view(torch.uint8))
+
+
+def test_direct_io_is_used_when_aligned_and_reported(
+    tmp_path: pathlib.Path, no_leaks: object
+) -> None:
+    buffer = aligned_empty(3 * ALIGNMENT + 100, torch.uint8)  # unaligned length: buffered tail
+    buffer.copy_(_random(buffer.numel(), torch.uint8, 1))
+    with AsyncIO(block_size=ALIGNMENT) as aio:
+        request = aio.write(buffer, tmp_path / "d.bin", offset=ALIGNMENT)
+        assert request.result() == buffer.numel()
+        assert request.direct is True
+        unaligned = aio.write(buffer[1:], tmp_path / "d.bin", offset=ALIGNMENT + 1)
+        unaligned.result()
+        assert unaligned.direct is False
+        back = torch.empty_like(buffer)
+        aio.read(back, tmp_path / "d.bin", offset=ALIGNMENT).result()
+    assert torch.equal(back[1:], buffer[1:])
+
+
+def test_file_system_without_o_direct_falls_back_or_refuses(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, no_leaks: object
+) -> None:
+    # Linux 6.6+ tmpfs accepts O_DIRECT, so the refusal older kernels and some network
+    # file systems give (EINVAL at open) is simulated.
+    real_open = os.open
+
+    def refusing_open(path: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    buffer = aligned_empty(ALIGNMENT, torch.uint8)
+    with AsyncIO() as aio:
+        request = aio.write(buffer, tmp_path / "x.bin")
+        assert request.result() == ALIGNMENT
+        assert request.direct is False  # buffered, and says so
+    with (
+        AsyncIO(direct=True) as aio,
+        pytest.raises(OSError, match=r"cannot open .*x\.bin.* with O_DIRECT"),
+    ):
+        aio.write(buffer, tmp_path / "x.bin")
+
+
+def test_misaligned_buffer_under_required_o_direct_names_the_file(tmp_path: pathlib.Path) -> None:
+    buffer = aligned_empty(2 * ALIGNMENT, torch.uint8)[1:]
+    with (
+        AsyncIO(direct=True) as aio,
+        pytest.raises(ValueError, match=r"O_DIRECT write of .*x\.bin.*aligned"),
+    ):
+        aio.write(buffer, tmp_path / "x.bin")
+
+
+def test_missing_directory_names_the_file(tmp_path: pathlib.Path, no_leaks: object) -> None:
+    with (
+        AsyncIO() as aio,
+        pytest.raises(FileNotFoundError, match=r"cannot open .*nowhere/x\.bin.* for write"),
+    ):
+        aio.write(torch.ones(4), tmp_path / "nowhere" / "x.bin")
+
+
+def test_read_past_end_of_file_is_an_eof_error(tmp_path: pathlib.Path, no_leaks: object) -> None:
+    path = tmp_path / "short.bin"
+    path.write_bytes(b"\0" * 100)
+    with (
+        AsyncIO() as aio,
+        pytest.raises(
+            EOFError,
+            match=r"short\.bin: reading 400 bytes at offset 8 needs 408 bytes, the file has 100",
+        ),
+    ):
+        aio.read(torch.empty(100), path, offset=8)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "error", "message"),
+    [
+        (torch.ones(4, 4).t(), ValueError, "contiguous"),
+        (torch.ones(4, device="meta"), ValueError, "must be on the CPU"),
+        ([1, 2, 3], TypeError, "must be a torch.Tensor"),
+    ],
+)
+def test_bad_tensors_are_rejected(
+    tmp_path: pathlib.Path, tensor: object, error: type[Exception], message: str
+) -> None:
+    with AsyncIO() as aio, pytest.raises(error, match=message):
+        aio.write(tensor, tmp_path / "x.bin")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"block_size": 1000}, "block_size must be a positive multiple of 4096"),
+     ({"queue_depth": 0}, r"queue_depth must be an integer in \[1, 256\]"),
+     ({"direct": "yes"}, "direct must be None")],
+)  # fmt: skip
+def test_bad_engine_settings_are_rejected(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AsyncIO(**kwargs)  # type: ignore[arg-type]
+
+
+def test_negative_offset_is_rejected(tmp_path: pathlib.Path) -> None:
+    with (
+        AsyncIO() as aio,
+        pytest.raises(ValueError, match="offset must be an integer >= 0, got -1"),
+    ):
+        aio.write(torch.ones(1), tmp_path / "x.bin", offset=-1)
+
+
+def test_closed_engine_refuses_work(tmp_path: pathlib.Path, no_leaks: object) -> None:
+    aio = AsyncIO()
+    aio.close()
+    aio.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        aio.write(torch.ones(1), tmp_path / "x.bin")
+    with pytest.raises(RuntimeError, match="closed"):
+        aio.wait()
+
+
+def _run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_full_disk_fails_the_write_and_names_the_file(tmp_path: pathlib.Path) -> None:
+    # A file-size limit makes the kernel refuse writes past 64 KiB, as a full disk would.
+    result = _run(
+        """
+        import os, resource, signal, torch
+        from accel.io import AsyncIO
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        fds = len(os.listdir("/proc/self/fd"))
+        with AsyncIO(block_size=16384) as aio:
+            request = aio.write(torch.ones(1 << 16), "big.bin")
+            try:
+                aio.wait()
+            except OSError as error:
+                print("ERROR", error)
+            assert request.exception() is not None, "a failed write was reported as done"
+        assert len(os.listdir("/proc/self/fd")) == fds, "descriptor leaked"
+    """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ERROR" in result.stdout
+    assert "big.bin: write of" in result.stdout
+    assert "File too large" in result.stdout
+
+
+def test_fork_with_requests_in_flight(tmp_path: pathlib.Path) -> None:
+    result = _run(
+        """
+        import os, torch
+        from accel.io import AsyncIO, aligned_empty
+        aio = AsyncIO(block_size=1 << 20, queue_depth=2)
+        data = aligned_empty(64 << 20, torch.uint8)
+        request = aio.write(data, "f.bin")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                aio.write(data, "g.bin")
+            except RuntimeError as error:
+                os._exit(0 if "after fork" in str(error) else 3)
+            os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert aio.wait() == 1 and request.result() == 64 << 20
+        aio.close()
+        print("OK")
+    """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK"
+
+
+def test_aligned_empty(no_leaks: object) -> None:
+    for alignment in (64, 4096, 1 << 16):
+        tensor = aligned_empty((3, 5), torch.float64, alignment=alignment)
+        assert tensor.shape == (3, 5)
+        assert tensor.dtype == torch.float64
+        assert tensor.data_ptr() % alignment == 0
+    assert aligned_empty(7, torch.int8, pin_memory=True).data_ptr() % ALIGNMENT == 0
+    with pytest.raises(ValueError, match="power of two"):
+        aligned_empty(4, alignment=3000)
+    with pytest.raises(ValueError, match="non-negative"):
+        aligned_empty((-1,))
+
+
+def test_builders_list_async_io_on_every_backend() -> None:
+    builder = CPU_OP_BUILDERS["AsyncIOBuilder"]()
+    assert builder.is_compatible()
+    module = builder.load()
+    assert module.AsyncIO is AsyncIO
+    assert HOST_OP_BUILDERS["AsyncIOBuilder"] is CPU_OP_BUILDERS["AsyncIOBuilder"]
+    ccl = CPU_OP_BUILDERS["CCLCommBuilder"]()
+    assert not ccl.is_compatible()  # oneCCL's bindings are not installed here
+    assert "oneccl_bindings_for_pytorch" in (ccl.incompatibility_reason() or "")
+    with pytest.raises(RuntimeError, match="cannot load ccl_comm"):
+        ccl.load()
+    assert CPU_OP_BUILDERS["FusedLionBuilder"]().load().lion_step is not None
+
+
+def test_cuda_backend_reports_async_io_without_a_gpu() -> None:
+    from accel.backends.cuda import CUDAAccelerator
+    from accel.protocols import OpBuilderAPI
+
+    assert issubclass(CUDAAccelerator, OpBuilderAPI)
+    assert CUDAAccelerator.op_builders == HOST_OP_BUILDERS
