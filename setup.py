@@ -4,11 +4,40 @@ The extensions are plain pybind11 modules that do not link against libtorch, so 
 them needs neither torch nor a GPU toolchain, and the wheels work with any torch version.
 """
 
+import os
 import platform
 import sys
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
+
+# The startup hook behind ACCEL_DEEPSPEED=1 (docs/deepspeed.md): a .pth file at the top of
+# site-packages, which Python runs in every process. It only imports accel when the
+# variable is set.
+STARTUP_PTH = "accel/integrations/deepspeed/accel-deepspeed.pth"
+
+
+class BuildPyWithStartupHook(build_py):
+    """Puts the startup .pth at the root of the wheel (site-packages), not in the package."""
+
+    def run(self):
+        super().run()
+        self.copy_file(STARTUP_PTH, os.path.join(self.build_lib, os.path.basename(STARTUP_PTH)))
+
+
+class EditableWheelWithStartupHook(editable_wheel):
+    """Editable installs (pip install -e) get the .pth too, so tests see what users see.
+
+    setuptools writes everything in the unpacked directory into the editable wheel; its
+    hook for namespace packages is the one place that directory is handed out.
+    """
+
+    def _install_namespaces(self, installation_dir, pth_prefix):
+        super()._install_namespaces(installation_dir, pth_prefix)
+        self.copy_file(STARTUP_PTH, os.path.join(installation_dir, os.path.basename(STARTUP_PTH)))
+
 
 # -fno-math-errno lets gcc vectorise sqrtf (an Adam kernel runs ~4x slower without it).
 # No -march=native: the kernels are cloned per instruction set and picked at load time.
@@ -47,4 +76,11 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
         )
     )
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": build_ext})
+setup(
+    ext_modules=ext_modules,
+    cmdclass={
+        "build_ext": build_ext,
+        "build_py": BuildPyWithStartupHook,
+        "editable_wheel": EditableWheelWithStartupHook,
+    },
+)

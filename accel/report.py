@@ -6,12 +6,18 @@ from __future__ import annotations
 import io
 import platform
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from accel import _registry
 from accel._selection import current_selection
 from accel._version import __version__
 from accel.backends.torch_device import DiscoveredTorchDevice
+from accel.integrations.deepspeed.status import DeepSpeedStatus
+from accel.integrations.deepspeed.status import collect as deepspeed_status
 from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, OpBuilderAPI
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 CAPABILITIES: tuple[type, ...] = (*CORE_PROTOCOLS, *OPTIONAL_PROTOCOLS)
 
@@ -48,6 +54,7 @@ class Report:
     device_count: int
     backends: list[BackendRow]
     op_builders: list[OpBuilderRow]
+    deepspeed: DeepSpeedStatus
 
     def as_dict(self) -> dict[str, object]:
         """The report as JSON-ready data."""
@@ -138,6 +145,7 @@ def collect() -> Report:
         device_count=accelerator.device_count(),
         backends=_backend_rows(),
         op_builders=_op_builder_rows(accelerator),
+        deepspeed=deepspeed_status(accelerator.device_name()),
     )
 
 
@@ -185,4 +193,20 @@ def render(report: Report, width: int | None = None) -> str:
         console.print(builders)
     else:
         console.print("op builders: none (the selected backend ships no native ops)")
+    _render_deepspeed(console, report.deepspeed)
     return console.export_text()
+
+
+def _render_deepspeed(console: Console, status: DeepSpeedStatus) -> None:
+    version = status.version or "not installed"
+    console.print(f"deepspeed: {version} ({status.reason})")
+    if not status.supported:
+        return
+    env = "unset" if status.env is None else repr(status.env)
+    state = "active in this process" if status.active else "not active in this process"
+    console.print(f"accel integration: {state}; ACCEL_DEEPSPEED {env}")
+    console.print(
+        "DeepSpeed builders served by accel (prebuilt): "
+        + ", ".join(status.accel_builders)
+        + "; every other builder is DeepSpeed's own (JIT-compiled on first use)"
+    )

@@ -85,7 +85,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="use only these cores, e.g. 0-51,56-107 (implies --bind-cores-to-rank)",
     )
+    group.add_argument(
+        "--deepspeed",
+        action="store_true",
+        help="run DeepSpeed on accel in every rank (sets ACCEL_DEEPSPEED=1; docs/deepspeed.md)",
+    )
     args = parser.parse_args(arguments)
+    if args.deepspeed:
+        from accel.integrations.deepspeed._install import check_supported
+
+        try:
+            check_supported()
+        except (ImportError, RuntimeError) as error:
+            parser.error(f"--deepspeed: {error}")
+        # The ranks inherit it; their startup hook installs the integration on import.
+        os.environ["ACCEL_DEEPSPEED"] = "1"
     accelerator = accel.get_accelerator()
     script_at = (
         arguments.index(args.training_script)

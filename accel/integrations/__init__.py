@@ -1,0 +1,1 @@
+"""Integrations that make other frameworks clients of accel (see docs/deepspeed.md)."""

@@ -1,0 +1,192 @@
+"""Putting accel under DeepSpeed, before or after ``import deepspeed``.
+
+DeepSpeed picks its accelerator in ``deepspeed.accelerator.real_accelerator`` and, when
+``deepspeed.ops.op_builder`` is first imported, binds builder classes into module globals
+(``deepspeed.ops.adam.cpu_adam.CPUAdamBuilder``, ...). So:
+
+- before DeepSpeed is imported, :func:`install` arms an import hook that sets accel's
+  adapter the moment ``real_accelerator`` has run, so every later DeepSpeed import
+  already sees accel (the path ``ACCEL_DEEPSPEED=1`` takes in every process);
+- after, it sets the adapter and rebinds, in every loaded ``deepspeed`` module, the old
+  accelerator object (and methods bound to it) and the builder classes accel replaces.
+
+Nothing here imports torch or deepspeed at module level: the startup hook imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from accel.integrations.deepspeed._support import installed_version, unsupported_reason
+
+logger = logging.getLogger("accel.integrations.deepspeed")
+
+TARGET = "deepspeed.accelerator.real_accelerator"
+_BUILDER_DEFINITIONS = "deepspeed.ops.op_builder."  # modules where DeepSpeed defines builders
+
+_lock = threading.RLock()
+_armed = False
+_active = False
+_error: str | None = None  # a bad ACCEL_DEEPSPEED, raised when deepspeed is imported
+
+
+def is_active() -> bool:
+    """Whether DeepSpeed in this process runs on accel (its accelerator is accel's adapter)."""
+    return _active
+
+
+def is_armed() -> bool:
+    """Whether the integration will activate when DeepSpeed is imported."""
+    return _armed and not _active
+
+
+def check_supported() -> None:
+    """``ImportError`` without deepspeed, ``RuntimeError`` naming the supported range for an
+    unsupported release."""
+    version = installed_version()
+    reason = unsupported_reason(version)
+    if reason is None:
+        return
+    if version is None:
+        raise ImportError(f"accel's DeepSpeed integration needs deepspeed: {reason}")
+    raise RuntimeError(reason)
+
+
+def install() -> None:
+    """Make DeepSpeed use accel's accelerator and prebuilt op builders (idempotent)."""
+    with _lock:
+        if _active:
+            return
+        check_supported()
+        module = sys.modules.get(TARGET)
+        if module is not None and getattr(module, "get_accelerator", None) is not None:
+            activate(module)
+        else:
+            arm()
+
+
+def arm() -> None:
+    """Activate when ``deepspeed.accelerator.real_accelerator`` is imported (idempotent)."""
+    global _armed
+    with _lock:
+        if not _armed:
+            sys.meta_path.insert(0, _ImportHook())
+            _armed = True
+
+
+def arm_error(message: str) -> None:
+    """Make importing deepspeed raise ``ValueError(message)`` (a bad ``ACCEL_DEEPSPEED``)."""
+    global _error
+    with _lock:
+        _error = message
+    arm()
+
+
+class _ImportHook(importlib.abc.MetaPathFinder):
+    """Runs :func:`activate` right after DeepSpeed's accelerator module has executed."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        execute = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            activate(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _check_ds_accelerator_env(device: str) -> None:
+    requested = os.environ.get("DS_ACCELERATOR")
+    if requested is not None and requested != device:
+        raise ValueError(
+            f"DS_ACCELERATOR={requested!r} asks DeepSpeed for {requested!r}, but accel selected "
+            f"{device!r} (set ACCEL_BACKEND={requested} to make accel choose it, or unset "
+            "DS_ACCELERATOR)"
+        )
+
+
+def activate(real_accelerator: ModuleType) -> None:
+    """Set accel's adapter as DeepSpeed's accelerator and rebind what DeepSpeed bound."""
+    global _active
+    with _lock:
+        if _active:
+            return
+        if _error is not None:
+            raise ValueError(_error)
+        check_supported()
+        import accel
+        from accel.integrations.deepspeed.adapter import AccelDeepSpeedAccelerator
+
+        adapter = AccelDeepSpeedAccelerator(accel.get_accelerator())
+        _check_ds_accelerator_env(adapter.device_name())
+        previous: Any = getattr(real_accelerator, "ds_accelerator", None)
+        real_accelerator.set_accelerator(adapter)
+        if previous is not None and previous is not adapter:
+            _rebind_accelerator(previous, adapter)
+        _rebind_builders(adapter)
+        _active = True
+        logger.info("DeepSpeed runs on accel: %r", adapter)
+
+
+def _deepspeed_modules() -> list[ModuleType]:
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        # sys.modules may hold None or lazy stand-ins despite its annotation.
+        if (name == "deepspeed" or name.startswith("deepspeed.")) and isinstance(module, ModuleType)  # pyright: ignore[reportUnnecessaryIsInstance]
+    ]
+
+
+def _rebind_accelerator(previous: object, adapter: object) -> None:
+    # Module-level captures such as deepspeed.runtime.utils.torch_memory_reserved =
+    # get_accelerator().memory_reserved would otherwise keep asking DeepSpeed's backend.
+    for module in _deepspeed_modules():
+        for name, value in list(vars(module).items()):
+            if value is previous:
+                setattr(module, name, adapter)
+            elif inspect.ismethod(value) and value.__self__ is previous:
+                setattr(module, name, getattr(adapter, value.__func__.__name__))
+
+
+def _rebind_builders(adapter: Any) -> None:
+    if "deepspeed.ops.op_builder" not in sys.modules:
+        return  # nothing bound yet: DeepSpeed will ask the adapter when it binds them
+    from accel.integrations.deepspeed.builders import accel_builders
+
+    replacements = accel_builders(adapter.device_name())
+    for module in _deepspeed_modules():
+        if module.__name__.startswith(_BUILDER_DEFINITIONS):
+            continue  # DeepSpeed's own classes stay where they are defined (the fallback)
+        for name, builder in replacements.items():
+            current = vars(module).get(name)
+            if isinstance(current, type) and current is not builder:
+                setattr(module, name, builder)
+    all_ops = sys.modules.get("deepspeed.ops.op_builder.all_ops")
+    if all_ops is not None:
+        table: dict[str, Any] = all_ops.ALL_OPS
+        for builder in replacements.values():
+            if builder.NAME in table:
+                table[builder.NAME] = builder()
+    ops = sys.modules.get("deepspeed.ops")
+    compatible: dict[str, bool] | None = vars(ops).get("__compatible_ops__") if ops else None
+    if compatible is not None:  # probed already: DeepSpeed's answers were for its builders
+        for builder in replacements.values():
+            compatible[builder.NAME] = builder().is_compatible()

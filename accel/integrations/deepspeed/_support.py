@@ -1,0 +1,62 @@
+"""What the DeepSpeed integration supports, read without importing deepspeed or torch.
+
+The startup hook runs in every Python process of a job, so everything here is cheap:
+the environment and the installed distribution's metadata, nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+
+ENV = "ACCEL_DEEPSPEED"
+SUPPORTED_RANGE = ">=0.19.0,<0.20"
+"""DeepSpeed releases the adapter and builders were checked against (tested: 0.19.8)."""
+_SUPPORTED_MINOR = (0, 19)
+
+
+def requested() -> bool:
+    """Whether ``ACCEL_DEEPSPEED`` asks for the integration (``"1"``); ``"0"`` or unset is off.
+
+    Any other value is an error naming the variable: a typo must not silently run native
+    DeepSpeed and its JIT builds.
+    """
+    value = os.environ.get(ENV)
+    if value is None or value == "0":
+        return False
+    if value == "1":
+        return True
+    raise ValueError(f"environment variable {ENV} must be 0 or 1, got {value!r}")
+
+
+def installed_version() -> str | None:
+    """The installed deepspeed distribution's version, or ``None`` when it is not installed."""
+    try:
+        return importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def unsupported_reason(version: str | None) -> str | None:
+    """Why ``version`` cannot be used (``None`` when it can)."""
+    if version is None:
+        return "deepspeed is not installed"
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None or (int(match[1]), int(match[2])) != _SUPPORTED_MINOR:
+        return (
+            f"deepspeed {version} is not supported by accel's DeepSpeed integration; "
+            f"supported: deepspeed{SUPPORTED_RANGE}"
+        )
+    return None
+
+
+HOST_BUILDERS = ("AsyncIOBuilder", "CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder")
+"""DeepSpeed builders accel serves on every device (their kernels run on the host)."""
+CPU_BUILDERS = (*HOST_BUILDERS, "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder")
+"""DeepSpeed builders accel serves when the device is the CPU."""
+
+
+def accel_builder_names(device_type: str) -> tuple[str, ...]:
+    """Names of the DeepSpeed builders accel serves for ``device_type``."""
+    return CPU_BUILDERS if device_type == "cpu" else HOST_BUILDERS

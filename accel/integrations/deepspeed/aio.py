@@ -1,0 +1,219 @@
+"""DeepSpeed's ``async_io`` module (``aio_handle``) over :mod:`accel.io`.
+
+ZeRO-Infinity swaps optimizer states and parameters through
+``AsyncIOBuilder().load().aio_handle(block_size, queue_depth, ...)``. This module gives
+that object with DeepSpeed's methods and return values, on accel's engine, without
+libaio or a compiler. One difference, on purpose: where DeepSpeed prints and returns -1
+(a missing directory, a short read, a full disk), these raise an exception naming the
+file, so a failed write can never pass for a done one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from accel.integrations.deepspeed.kernels import DeepSpeedModule
+from accel.io import ALIGNMENT, AsyncIO, aligned_empty
+
+
+class aio_handle:
+    """DeepSpeed's ``aio_handle``: parallel, optionally asynchronous tensor file I/O.
+
+    ``queue_depth * intra_op_parallelism`` threads (at most 64) move ``block_size`` blocks;
+    ``single_submit`` and ``overlap_events`` are libaio submission details with no
+    equivalent here and are kept only for the getters.
+    """
+
+    def __init__(
+        self,
+        block_size: int = 1024 * 1024,
+        queue_depth: int = 128,
+        single_submit: bool = False,
+        overlap_events: bool = False,
+        intra_op_parallelism: int = 1,
+    ) -> None:
+        if not isinstance(intra_op_parallelism, int) or intra_op_parallelism < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(
+                f"intra_op_parallelism must be an integer >= 1, got {intra_op_parallelism!r}"
+            )
+        if not isinstance(queue_depth, int) or queue_depth < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"queue_depth must be an integer >= 1, got {queue_depth!r}")
+        self._block_size = block_size
+        self._queue_depth = queue_depth
+        self._single_submit = bool(single_submit)
+        self._overlap_events = bool(overlap_events)
+        self._intra_op_parallelism = intra_op_parallelism
+        threads = min(queue_depth * intra_op_parallelism, 64)
+        self._engine = AsyncIO(block_size=block_size, queue_depth=threads)
+        self._validations: list[tuple[torch.Tensor, str, int, bool]] = []
+        self._lock = threading.Lock()
+
+    # -- getters -------------------------------------------------------------------------
+    def get_block_size(self) -> int:
+        """Bytes per system call."""
+        return self._block_size
+
+    def get_queue_depth(self) -> int:
+        """Requests in flight per thread (DeepSpeed's libaio depth)."""
+        return self._queue_depth
+
+    def get_single_submit(self) -> bool:
+        """As given (no effect: a libaio submission detail)."""
+        return self._single_submit
+
+    def get_overlap_events(self) -> bool:
+        """As given (no effect: a libaio submission detail)."""
+        return self._overlap_events
+
+    def get_intra_op_parallelism(self) -> int:
+        """Threads per request, as DeepSpeed counts them."""
+        return self._intra_op_parallelism
+
+    def get_alignment(self) -> int:
+        """Byte alignment DeepSpeed pads swap buffers to (4096 per parallel slice)."""
+        return self._intra_op_parallelism * ALIGNMENT
+
+    # -- I/O -----------------------------------------------------------------------------
+    def read(
+        self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
+    ) -> int:
+        """Synchronous read of ``buffer.nbytes`` bytes; returns 0."""
+        self._engine.read(buffer, filename, file_offset).result()
+        if validate:
+            _validate(buffer, filename, file_offset, "read")
+        return 0
+
+    def write(
+        self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
+    ) -> int:
+        """Synchronous write; returns 0."""
+        self._engine.write(buffer, filename, file_offset).result()
+        if validate:
+            _validate(buffer, filename, file_offset, "write")
+        return 0
+
+    def pread(
+        self,
+        buffer: torch.Tensor,
+        filename: str,
+        validate: bool,
+        async_op: bool,
+        file_offset: int = 0,
+    ) -> int:
+        """Parallel read; asynchronous returns 0 (then :meth:`wait`), synchronous waits and
+        returns the number of operations completed."""
+        self._engine.read(buffer, filename, file_offset)
+        return self._after_submit(buffer, filename, file_offset, validate, async_op, "read")
+
+    def pwrite(
+        self,
+        buffer: torch.Tensor,
+        filename: str,
+        validate: bool,
+        async_op: bool,
+        file_offset: int = 0,
+    ) -> int:
+        """Parallel write; as :meth:`pread`."""
+        self._engine.write(buffer, filename, file_offset)
+        return self._after_submit(buffer, filename, file_offset, validate, async_op, "write")
+
+    def sync_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
+        """Parallel read, waited for; returns the operations completed."""
+        return self.pread(buffer, filename, False, False, file_offset)
+
+    def sync_pwrite(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
+        """Parallel write, waited for; returns the operations completed."""
+        return self.pwrite(buffer, filename, False, False, file_offset)
+
+    def async_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
+        """Start a parallel read; returns 0, :meth:`wait` counts it."""
+        return self.pread(buffer, filename, False, True, file_offset)
+
+    def async_pwrite(self, buffer: torch.Tensor, filename: str | int, file_offset: int = 0) -> int:
+        """Start a parallel write to a path or an open descriptor; returns 0."""
+        self._engine.write(buffer, filename, file_offset)
+        return 0
+
+    def wait(self) -> int:
+        """Wait for everything started; returns how many operations completed (0 when
+        none was pending, where DeepSpeed asserts)."""
+        completed = self._engine.wait()
+        with self._lock:
+            pending, self._validations = self._validations, []
+        for buffer, filename, offset, is_read in pending:
+            _validate(buffer, filename, offset, "read" if is_read else "write")
+        return completed
+
+    # -- pinned buffers ------------------------------------------------------------------
+    def new_cpu_locked_tensor(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
+        """An O_DIRECT-aligned, page-locked (where the device has pinned memory) buffer
+        of ``num_elem`` elements of ``example_tensor``'s dtype."""
+        return aligned_empty(num_elem, example_tensor.dtype, pin_memory=True)
+
+    def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
+        """Release a buffer from :meth:`new_cpu_locked_tensor` (memory returns when the
+        last reference goes); True."""
+        del tensor
+        return True
+
+    def is_pinned(self, buffer: torch.Tensor) -> bool:
+        """Whether ``buffer`` can be used for direct I/O without a bounce copy."""
+        return buffer.device.type == "cpu" and buffer.data_ptr() % ALIGNMENT == 0
+
+    def _after_submit(
+        self,
+        buffer: torch.Tensor,
+        filename: str,
+        offset: int,
+        validate: bool,
+        async_op: bool,
+        kind: str,
+    ) -> int:
+        if validate:
+            with self._lock:
+                self._validations.append((buffer, filename, offset, kind == "read"))
+        return 0 if async_op else self.wait()
+
+
+def _validate(buffer: torch.Tensor, filename: str, offset: int, kind: str) -> None:
+    """DeepSpeed's ``validate``: the file's bytes equal the buffer's, read back plainly."""
+    nbytes = buffer.numel() * buffer.element_size()
+    with open(filename, "rb") as handle:
+        handle.seek(offset)
+        on_disk = handle.read(nbytes)
+    if on_disk != ctypes.string_at(buffer.data_ptr(), nbytes):
+        raise OSError(f"{filename}: validation after {kind} failed: file and buffer differ")
+
+
+def aio_read(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
+             single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
+    """DeepSpeed's one-shot ``aio_read``; returns 0."""
+    return aio_handle(block_size, queue_depth, single_submit, overlap_events).read(
+        buffer, filename, validate
+    )
+
+
+def aio_write(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
+              single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
+    """DeepSpeed's one-shot ``aio_write``; returns 0."""
+    return aio_handle(block_size, queue_depth, single_submit, overlap_events).write(
+        buffer, filename, validate
+    )
+
+
+def deepspeed_memcpy(dest: torch.Tensor, src: torch.Tensor) -> int:
+    """DeepSpeed's ``deepspeed_memcpy``: copy ``src`` into ``dest``; returns 0."""
+    dest.copy_(src)
+    return 0
+
+
+class AsyncIOKernels(DeepSpeedModule):
+    """The module object ``AsyncIOBuilder().load()`` returns."""
+
+    aio_handle = aio_handle
+    aio_read = staticmethod(aio_read)
+    aio_write = staticmethod(aio_write)
+    deepspeed_memcpy = staticmethod(deepspeed_memcpy)

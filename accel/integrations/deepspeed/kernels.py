@@ -1,0 +1,395 @@
+"""DeepSpeed's native op modules, with DeepSpeed's exact Python API, over accel's kernels.
+
+``CPUAdamBuilder().load()`` in DeepSpeed returns a compiled module with ``create_adam``,
+``adam_update``, ... ; the objects here expose the same functions (same positional
+arguments, same return values) and run accel's prebuilt, validating kernels
+(:mod:`accel.ops.cpu_optim`, :mod:`accel.comm`). Differences, all on inputs DeepSpeed's
+modules mishandle:
+
+- an unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer);
+- non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
+  the update is lost); states that are not float32 are updated through float32 copies;
+- functions of DeepSpeed's module that accel does not implement (ZenFlow's
+  ``zenflow_adam_*``) are taken from DeepSpeed's own build of the module, compiled on
+  first use as before: nothing that worked stops working;
+- ``inference_all_reduce_`` reduces every dtype (DeepSpeed's returns float64 or integer
+  tensors unreduced), through ``torch.distributed`` for dtypes shared memory does not take.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from accel.ops import cpu_optim
+
+_SUCCESS = 0  # DeepSpeed's functions return 0 on success
+
+
+@dataclass(frozen=True)
+class _Created:
+    """What DeepSpeed's ``create_*`` fixes for an optimizer id (only AdamW-vs-L2 matters:
+    every update passes its hyper-parameters again)."""
+
+    adamw_mode: bool = True
+
+
+class _Registry:
+    """DeepSpeed's per-process table of optimizer ids (a C++ static map there)."""
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+        self._created: dict[int, _Created] = {}
+        self._lock = threading.Lock()
+
+    def create(self, optimizer_id: int, created: _Created) -> int:
+        with self._lock:
+            self._created[int(optimizer_id)] = created
+        return _SUCCESS
+
+    def get(self, optimizer_id: int) -> _Created:
+        try:
+            return self._created[int(optimizer_id)]
+        except KeyError:
+            raise KeyError(
+                f"no {self._kind} optimizer with id {optimizer_id!r}: call create_{self._kind}"
+                f"() first (created: {sorted(self._created)})"
+            ) from None
+
+    def destroy(self, optimizer_id: int) -> int:
+        with self._lock:
+            self._created.pop(int(optimizer_id), None)
+        return _SUCCESS
+
+
+def _fp32_contiguous(state: torch.Tensor) -> torch.Tensor:
+    if state.dtype == torch.float32 and state.is_contiguous():
+        return state
+    return state.float().contiguous()
+
+
+def _in_place(
+    update: Callable[[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]], None],
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    states: Sequence[Sequence[torch.Tensor]],
+) -> None:
+    """Run ``update(params, grads, states)`` on tensors the kernels accept (contiguous,
+    float32 states) and write the results back into the caller's tensors where copies
+    had to be made."""
+    work_params = [p if p.is_contiguous() else p.contiguous() for p in params]
+    work_grads = [g.contiguous() for g in grads]
+    work_states = [[_fp32_contiguous(s) for s in column] for column in states]
+    update(work_params, work_grads, work_states)
+    for original, work in zip(params, work_params, strict=True):
+        if work is not original:
+            original.copy_(work)
+    for column, work_column in zip(states, work_states, strict=True):
+        for original, work in zip(column, work_column, strict=True):
+            if work is not original:
+                original.copy_(work)
+
+
+class DeepSpeedModule:
+    """Base of the module stand-ins: names accel does not implement come from
+    ``fallback()``, DeepSpeed's own compiled module (loaded once, on first need)."""
+
+    def __init__(self, fallback: Callable[[], Any] | None = None) -> None:
+        self._fallback = fallback
+        self._native: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        fallback = self.__dict__.get("_fallback")
+        if name.startswith("_") or fallback is None:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        if self.__dict__.get("_native") is None:
+            self._native = fallback()
+        return getattr(self._native, name)
+
+
+class _OptimizerModule(DeepSpeedModule):
+    """The per-id optimizer table and the checks every ``create_*`` makes."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, fallback: Callable[[], Any] | None = None) -> None:
+        super().__init__(fallback)
+        self._optimizers = _Registry(self.kind)
+
+    def _create(
+        self,
+        optimizer_id: int,
+        *,
+        alpha: float,
+        weight_decay: float,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        adamw_mode: bool = True,
+    ) -> int:
+        # The values are checked now (a bad config fails at construction, as it should),
+        # but every update passes its own: DeepSpeed reads them per call.
+        cpu_optim.check_non_negative(alpha, "alpha")
+        cpu_optim.check_non_negative(weight_decay, "weight_decay")
+        if betas is not None:
+            cpu_optim.check_betas(betas)
+        if eps is not None:
+            cpu_optim.check_eps(eps)
+        return self._optimizers.create(optimizer_id, _Created(adamw_mode=bool(adamw_mode)))
+
+
+class CPUAdamKernels(_OptimizerModule):
+    """DeepSpeed's ``cpu_adam`` module: ``create_adam``, ``adam_update``,
+    ``adam_rollback``, ``destroy_adam`` (ZenFlow's functions from DeepSpeed's build)."""
+
+    kind = "adam"
+
+    def create_adam(
+        self,
+        optimizer_id: int,
+        alpha: float = 1e-3,
+        betta1: float = 0.9,
+        betta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        adamw_mode: bool = True,
+        should_log: bool = False,
+    ) -> int:
+        """Register an optimizer id (hyper-parameters are checked, then passed per update)."""
+        return self._create(
+            optimizer_id, alpha=alpha, weight_decay=weight_decay, betas=(betta1, betta2), eps=eps,
+            adamw_mode=adamw_mode,
+        )  # fmt: skip
+
+    def adam_update(
+        self,
+        optimizer_id: int,
+        step: int,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+        weight_decay: float,
+        bias_correction: bool,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+    ) -> int:
+        """One Adam/AdamW step of one tensor, in place (``step`` counts from 1)."""
+        adamw = self._optimizers.get(optimizer_id).adamw_mode
+        _in_place(
+            lambda p, g, s: cpu_optim.adam_step(
+                p, g, s[0], s[1], [step], lr=lr, betas=(beta1, beta2), eps=epsilon,
+                weight_decay=weight_decay, adamw=adamw, bias_correction=bool(bias_correction),
+            ),
+            [params], [grads], [[exp_avg], [exp_avg_sq]],
+        )  # fmt: skip
+        return _SUCCESS
+
+    def adam_rollback(
+        self,
+        optimizer_id: int,
+        step: int,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+        weight_decay: float,
+        bias_correction: bool,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+    ) -> int:
+        """Undo the AdamW step ``step`` (DeepSpeed's formula; float32 tensors only).
+
+        DeepSpeed prints and returns -1 for other dtypes; this raises ``TypeError``, so a
+        rollback that did not happen cannot pass for one that did.
+        """
+        self._optimizers.get(optimizer_id)
+        tensors = {"params": params, "grads": grads, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+        for name, tensor in tensors.items():
+            if tensor.dtype != torch.float32:
+                raise TypeError(f"adam_rollback needs float32 {name}, got {tensor.dtype}")
+        if step < 1:
+            raise ValueError(f"adam_rollback: step must be >= 1 (the step to undo), got {step}")
+        with torch.no_grad():
+            bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
+            denominator = (exp_avg_sq / bias2).sqrt_().add_(epsilon)
+            update = (exp_avg / bias1).div_(denominator).mul_(lr)
+            restored = (params + update).div_(1.0 - lr * weight_decay)
+            params.copy_(torch.where(restored.isfinite(), restored, 0.0))
+            exp_avg.sub_(grads, alpha=1.0 - beta1).div_(beta1)
+            exp_avg_sq.sub_(grads * grads, alpha=1.0 - beta2).div_(beta2)
+        return _SUCCESS
+
+    def destroy_adam(self, optimizer_id: int) -> int:
+        """Forget an optimizer id."""
+        return self._optimizers.destroy(optimizer_id)
+
+
+class CPUAdagradKernels(_OptimizerModule):
+    """DeepSpeed's ``cpu_adagrad`` module."""
+
+    kind = "adagrad"
+
+    def create_adagrad(
+        self,
+        optimizer_id: int,
+        alpha: float = 1e-2,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        should_log: bool = False,
+    ) -> int:
+        """Register an optimizer id."""
+        return self._create(optimizer_id, alpha=alpha, weight_decay=weight_decay, eps=eps)
+
+    def adagrad_update(
+        self,
+        optimizer_id: int,
+        step: int,
+        lr: float,
+        epsilon: float,
+        weight_decay: float,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+    ) -> int:
+        """One Adagrad step of one tensor, in place (L2 weight decay, no lr decay)."""
+        self._optimizers.get(optimizer_id)
+        _in_place(
+            lambda p, g, s: cpu_optim.adagrad_step(
+                p, g, s[0], [step], lr=lr, lr_decay=0.0, eps=epsilon, weight_decay=weight_decay
+            ),
+            [params], [grads], [[exp_avg_sq]],
+        )  # fmt: skip
+        return _SUCCESS
+
+    def destroy_adagrad(self, optimizer_id: int) -> int:
+        """Forget an optimizer id."""
+        return self._optimizers.destroy(optimizer_id)
+
+
+class CPULionKernels(_OptimizerModule):
+    """DeepSpeed's ``cpu_lion`` module."""
+
+    kind = "lion"
+
+    def create_lion(
+        self,
+        optimizer_id: int,
+        alpha: float = 1e-3,
+        betta1: float = 0.9,
+        betta2: float = 0.999,
+        weight_decay: float = 0.0,
+        should_log: bool = False,
+    ) -> int:
+        """Register an optimizer id."""
+        return self._create(
+            optimizer_id, alpha=alpha, weight_decay=weight_decay, betas=(betta1, betta2)
+        )
+
+    def lion_update(
+        self,
+        optimizer_id: int,
+        step: int,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        weight_decay: float,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        exp_avg: torch.Tensor,
+    ) -> int:
+        """One Lion step of one tensor, in place (decoupled weight decay)."""
+        self._optimizers.get(optimizer_id)
+        _in_place(
+            lambda p, g, s: cpu_optim.lion_step(
+                p, g, s[0], lr=lr, betas=(beta1, beta2), weight_decay=weight_decay
+            ),
+            [params], [grads], [[exp_avg]],
+        )  # fmt: skip
+        return _SUCCESS
+
+    def destroy_lion(self, optimizer_id: int) -> int:
+        """Forget an optimizer id."""
+        return self._optimizers.destroy(optimizer_id)
+
+
+def _tensor_lists(
+    tensor_lists: Sequence[Sequence[torch.Tensor]], names: Sequence[str]
+) -> list[list[torch.Tensor]]:
+    if len(tensor_lists) != len(names):
+        raise ValueError(
+            f"tensor_lists must hold {len(names)} lists ({', '.join(names)}), "
+            f"got {len(tensor_lists)}"
+        )
+    lists = [list(tensors) for tensors in tensor_lists]
+    for name, tensors in zip(names[1:], lists[1:], strict=True):
+        if len(tensors) != len(lists[0]):
+            raise ValueError(
+                f"tensor_lists: {name} has {len(tensors)} tensors, grads {len(lists[0])}"
+            )
+    return lists
+
+
+class FusedAdamKernels(DeepSpeedModule):
+    """DeepSpeed's ``fused_adam`` module on the CPU: ``multi_tensor_adam``."""
+
+    def multi_tensor_adam(
+        self,
+        chunk_size: int,
+        noop_flag: torch.Tensor,
+        tensor_lists: Sequence[Sequence[torch.Tensor]],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+        step: int,
+        mode: int,
+        bias_correction: int,
+        weight_decay: float,
+    ) -> None:
+        """One Adam step over ``[grads, params, exp_avgs, exp_avg_sqs]`` (``mode`` 1 is
+        AdamW, 0 Adam with L2 decay). ``chunk_size`` and ``noop_flag`` are the CUDA
+        launcher's and are not used on the CPU, as in DeepSpeed's CPU kernel."""
+        if mode not in (0, 1):
+            raise ValueError(f"mode must be 0 (Adam, L2 decay) or 1 (AdamW), got {mode!r}")
+        grads, params, exp_avgs, exp_avg_sqs = _tensor_lists(
+            tensor_lists, ("grads", "params", "exp_avgs", "exp_avg_sqs")
+        )
+        _in_place(
+            lambda p, g, s: cpu_optim.adam_step(
+                p, g, s[0], s[1], [step] * len(p), lr=lr, betas=(beta1, beta2), eps=epsilon,
+                weight_decay=weight_decay, adamw=mode == 1, bias_correction=bool(bias_correction),
+            ),
+            params, grads, [exp_avgs, exp_avg_sqs],
+        )  # fmt: skip
+
+
+class FusedLionKernels(DeepSpeedModule):
+    """DeepSpeed's ``fused_lion`` module, which DeepSpeed has no CPU version of."""
+
+    def multi_tensor_lion(
+        self,
+        chunk_size: int,
+        noop_flag: torch.Tensor,
+        tensor_lists: Sequence[Sequence[torch.Tensor]],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        step: int,
+        weight_decay: float,
+    ) -> None:
+        """One Lion step over ``[grads, params, exp_avgs]`` (``step`` is not used by Lion)."""
+        grads, params, exp_avgs = _tensor_lists(tensor_lists, ("grads", "params", "exp_avgs"))
+        _in_place(
+            lambda p, g, s: cpu_optim.lion_step(
+                p, g, s[0], lr=lr, betas=(beta1, beta2), weight_decay=weight_decay
+            ),
+            params, grads, [exp_avgs],
+        )  # fmt: skip

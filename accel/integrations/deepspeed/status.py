@@ -1,0 +1,48 @@
+"""The DeepSpeed section of ``accel report``: installed, supported, active, whose builders."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from accel.integrations.deepspeed import _install
+from accel.integrations.deepspeed._support import (
+    ENV,
+    SUPPORTED_RANGE,
+    accel_builder_names,
+    installed_version,
+    unsupported_reason,
+)
+
+
+@dataclass(frozen=True)
+class DeepSpeedStatus:
+    """Facts about DeepSpeed and accel's integration in this process."""
+
+    version: str | None
+    """The installed deepspeed, or None."""
+    supported: bool
+    reason: str
+    """Why not supported, or the supported range when it is."""
+    env: str | None
+    """The value of ``ACCEL_DEEPSPEED`` (None when unset)."""
+    active: bool
+    """Whether DeepSpeed in this process runs on accel now."""
+    accel_builders: list[str] = field(default_factory=list[str])
+    """DeepSpeed builder classes accel serves for the selected device (the others stay
+    DeepSpeed's own, compiled on first use)."""
+
+
+def collect(device_type: str) -> DeepSpeedStatus:
+    """The status for the selected device type (reads metadata; imports no deepspeed)."""
+    version = installed_version()
+    reason = unsupported_reason(version)
+    names = sorted(accel_builder_names(device_type)) if reason is None else []
+    return DeepSpeedStatus(
+        version=version,
+        supported=reason is None,
+        reason=reason or f"supported (deepspeed{SUPPORTED_RANGE})",
+        env=os.environ.get(ENV),
+        active=_install.is_active(),
+        accel_builders=names,
+    )

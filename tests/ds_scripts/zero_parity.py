@@ -1,0 +1,114 @@
+"""Train a small model with DeepSpeed ZeRO stages 0-3 and print the losses as JSON.
+
+Run it once per world size, on native DeepSpeed to make the reference and with accel's
+integration to compare (tests/test_deepspeed_zero.py). Every configuration runs in the
+same processes, one engine after another, so a world size costs one launch.
+
+Reference (native DeepSpeed 0.19.8, its JIT builds in TORCH_EXTENSIONS_DIR):
+    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=/tmp/tex python tests/ds_scripts/zero_parity.py \
+        --world 1 --out /tmp/ref1.json
+    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=/tmp/tex torchrun --nproc-per-node 2 \
+        tests/ds_scripts/zero_parity.py --world 2 --out /tmp/ref2.json
+then merge the two files into tests/ds_scripts/zero_reference.json under keys "1" and "2"
+(``python tests/ds_scripts/zero_parity.py --merge /tmp/ref1.json /tmp/ref2.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+STEPS = 6
+CONFIGS = [
+    (stage, dtype, offload)
+    for stage in (0, 1, 2, 3)
+    for dtype in ("fp32", "bf16")
+    for offload in (False, True)
+    if not (stage == 0 and offload)  # offloading the optimizer needs ZeRO >= 1
+]
+
+
+def config_key(stage: int, dtype: str, offload: bool) -> str:
+    return f"zero{stage}-{dtype}" + ("-offload" if offload else "")
+
+
+def train(stage: int, dtype: str, offload: bool) -> list[float]:
+    import deepspeed
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)
+    )
+    zero: dict[str, object] = {"stage": stage}
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+        "zero_optimization": zero,
+        "bf16": {"enabled": dtype == "bf16"},
+        "steps_per_print": 1 << 30,
+    }
+    engine, *_ = deepspeed.initialize(
+        model=model, model_parameters=model.parameters(), config=config
+    )
+    rank = torch.distributed.get_rank()
+    data = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(STEPS):
+        x = torch.randn(4, 32, generator=data)
+        y = torch.randn(4, 8, generator=data)
+        if dtype == "bf16":
+            x = x.to(torch.bfloat16)
+        loss = torch.nn.functional.mse_loss(engine(x).float(), y)
+        engine.backward(loss)
+        engine.step()
+        total = loss.detach().float().clone()
+        torch.distributed.all_reduce(total)
+        losses.append(total.item() / torch.distributed.get_world_size())
+    engine.destroy()
+    return losses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--out")
+    parser.add_argument("--merge", nargs=2)
+    args = parser.parse_args()
+    if args.merge:
+        runs = [json.loads(pathlib.Path(p).read_text()) for p in args.merge]
+        merged = {str(run["world"]): run["losses"] for run in runs}
+        json.dump(merged, sys.stdout, indent=1, sort_keys=True)
+        return
+    if args.world == 1:  # no launcher: one rank of its own
+        for name, value in (
+            ("RANK", "0"),
+            ("LOCAL_RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29517"),
+        ):
+            os.environ.setdefault(name, value)
+    import deepspeed
+    import torch
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    losses = {config_key(*c): train(*c) for c in CONFIGS}
+    if torch.distributed.get_rank() == 0:
+        result = {"world": args.world, "losses": losses}
+        text = json.dumps(result, indent=1)
+        if args.out:
+            with open(args.out, "w") as out:
+                out.write(text)
+        else:
+            print(text)
+    torch.distributed.destroy_process_group()  # gloo's threads stop before the interpreter does
+
+
+if __name__ == "__main__":
+    main()
