@@ -72,12 +72,29 @@ def startup(rounds: int) -> None:
                     start = time.perf_counter()
                     subprocess.run([python, "-c", "pass"], env=env, check=True)
                     times[side].append(time.perf_counter() - start)
+    # Armed (ACCEL_DEEPSPEED=1) in this environment, where accel is installed.
+    armed: dict[str, list[float]] = {"unset": [], "1": []}
+    for _ in range(rounds):
+        for value in ("unset", "1"):
+            env = {k: v for k, v in os.environ.items() if k != "ACCEL_DEEPSPEED"}
+            if value == "1":
+                env["ACCEL_DEEPSPEED"] = "1"
+            for _ in range(5):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+                armed[value].append(time.perf_counter() - start)
     without, with_hook = (statistics.median(times[s]) * 1e3 for s in ("without", "with"))
+    unset, armed_ms = (statistics.median(armed[s]) * 1e3 for s in ("unset", "1"))
     print("| interpreter start (`python -c pass`) | median ms |")
     print("|---|---|")
-    print(f"| without accel's .pth | {without:.2f} |")
-    print(f"| with accel's .pth, ACCEL_DEEPSPEED unset | {with_hook:.2f} |")
-    print(f"\ndifference: {with_hook - without:+.2f} ms over {len(times['with'])} starts each")
+    print(f"| bare venv, without accel's .pth | {without:.2f} |")
+    print(f"| bare venv, with accel's .pth, ACCEL_DEEPSPEED unset | {with_hook:.2f} |")
+    print(f"| accel's venv, ACCEL_DEEPSPEED unset | {unset:.2f} |")
+    print(f"| accel's venv, ACCEL_DEEPSPEED=1 (hook armed, no torch) | {armed_ms:.2f} |")
+    print(
+        f"\n.pth cost with the variable unset: {with_hook - without:+.2f} ms "
+        f"({len(times['with'])} starts each side, alternated)"
+    )
 
 
 # -- first ZeRO-2 offload step ----------------------------------------------------------

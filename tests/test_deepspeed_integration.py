@@ -165,7 +165,7 @@ def test_without_deepspeed_installed_the_hook_says_so_at_debug(
     from accel.integrations.deepspeed import _install, _startup
 
     monkeypatch.setenv("ACCEL_DEEPSPEED", "1")
-    monkeypatch.setattr(_startup, "installed_version", lambda: None)
+    monkeypatch.setattr(_startup, "is_installed", lambda: False)
     armed: list[bool] = []
     monkeypatch.setattr(_install, "arm", lambda: armed.append(True))
     with caplog.at_level("DEBUG", logger="accel.integrations.deepspeed"):

@@ -8,13 +8,11 @@ raised as an exception when the process imports deepspeed, where it matters.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from accel.integrations.deepspeed import _install
-from accel.integrations.deepspeed._support import installed_version, requested
+from accel.integrations.deepspeed._support import is_installed, requested
 
-logger = logging.getLogger("accel.integrations.deepspeed")
 _ran = False
 
 
@@ -36,7 +34,11 @@ def run() -> None:
         return
     if not wanted:
         return
-    if installed_version() is None:
-        logger.debug("ACCEL_DEEPSPEED=1 but deepspeed is not installed; nothing to do")
+    if not is_installed():
+        import logging  # only on this path: start-up stays cheap otherwise
+
+        logging.getLogger("accel.integrations.deepspeed").debug(
+            "ACCEL_DEEPSPEED=1 but deepspeed is not installed; nothing to do"
+        )
         return
     _install.arm()

@@ -6,7 +6,7 @@ the environment and the installed distribution's metadata, nothing more.
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.util
 import os
 import re
 
@@ -30,8 +30,15 @@ def requested() -> bool:
     raise ValueError(f"environment variable {ENV} must be 0 or 1, got {value!r}")
 
 
+def is_installed() -> bool:
+    """Whether ``import deepspeed`` would find a package (a path lookup, no import)."""
+    return importlib.util.find_spec("deepspeed") is not None
+
+
 def installed_version() -> str | None:
     """The installed deepspeed distribution's version, or ``None`` when it is not installed."""
+    import importlib.metadata  # ~17 ms: only when the version matters, not at start-up
+
     try:
         return importlib.metadata.version("deepspeed")
     except importlib.metadata.PackageNotFoundError:
