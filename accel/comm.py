@@ -111,6 +111,10 @@ def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
     """Whether ``group`` runs collectives on CPU tensors (not so for a pure NCCL group)."""
     process_group = group if group is not None else dist.group.WORLD
     assert process_group is not None  # initialised: all_reduce_ checked
+    from accel.process_group import AccelProcessGroup  # imports this module: not at the top
+
+    if isinstance(process_group, AccelProcessGroup):  # gloo underneath
+        return True
     try:
         process_group._get_backend(torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
     except (RuntimeError, AttributeError):

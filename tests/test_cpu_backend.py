@@ -146,7 +146,12 @@ def test_communication_backend_is_ccl_only_when_bindings_import(
 ) -> None:
     cpu._communication_backend.cache_clear()
     monkeypatch.setitem(sys.modules, "oneccl_bindings_for_pytorch", None)  # import fails
+    assert acc.communication_backend_name() == "accel"  # registered, gloo underneath
+    assert "ACCEL" in torch.distributed.Backend._plugins  # pyright: ignore[reportPrivateUsage]
+    cpu._communication_backend.cache_clear()
+    monkeypatch.setitem(sys.modules, "accel.ops._shm_comm", None)  # no native segment code
     assert acc.communication_backend_name() == "gloo"
+    monkeypatch.delitem(sys.modules, "accel.ops._shm_comm")
     cpu._communication_backend.cache_clear()
     fake = types.ModuleType("oneccl_bindings_for_pytorch")
     monkeypatch.setitem(sys.modules, "oneccl_bindings_for_pytorch", fake)

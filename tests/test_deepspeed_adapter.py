@@ -82,7 +82,6 @@ CPU_ANSWERS = [
     ("is_available", ()),
     ("is_fp64_supported", ()),
     ("is_triton_supported", ()),
-    ("communication_backend_name", ()),
     ("get_compile_backend", ()),
     ("visible_devices_envs", ()),
     ("op_builder_dir", ()),
@@ -115,6 +114,13 @@ def test_cpu_without_streams_or_graphs_behaves_as_deepspeeds_cpu(
     assert cpu.device_name("0") == "cpu"  # ZeRO-3 passes os.environ["LOCAL_RANK"]
     assert cpu.on_accelerator(torch.ones(1)) is True
     assert cpu.get_rss() > 0  # DeepSpeed's CPU extra, forwarded to its backend
+
+
+def test_communication_backend_is_accels_choice(cpu: AccelDeepSpeedAccelerator) -> None:
+    # DeepSpeed's CPU backend says gloo; accel's says "accel" (gloo plus shared-memory sums
+    # within a node), registered with torch.distributed, so DeepSpeed's init uses it.
+    assert cpu.communication_backend_name() == cpu.accel.communication_backend_name()
+    assert cpu.communication_backend_name() in ("accel", "ccl", "gloo")
 
 
 def test_set_visible_devices_on_the_cpu_writes_rank_slots(cpu: AccelDeepSpeedAccelerator) -> None:

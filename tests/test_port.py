@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from accel import get_accelerator
 from accel.cli import main
 from accel.port.rewrite import port_source
 
@@ -89,7 +90,7 @@ def test_ported_code_runs_on_cpu_with_the_expected_results(
     assert index == 0
     assert functions["rng_round_trip"]() is True
     assert functions["staged"](torch.ones(3)) == 3.0
-    assert functions["comm_backend"]() == "gloo"
+    assert functions["comm_backend"]() == get_accelerator().communication_backend_name()
     assert functions["log_line"](1) == ("running on cuda:0", {"cuda": 1})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -45,11 +46,23 @@ def _communication_backend() -> str:
     try:
         import oneccl_bindings_for_pytorch  # type: ignore[import-not-found]  # noqa: F401  # pyright: ignore[reportMissingImports, reportUnusedImport]
     except ImportError:
-        return "gloo"
+        return _without_oneccl()
     except Exception:
-        logger.warning("oneccl_bindings_for_pytorch failed to import; using gloo", exc_info=True)
-        return "gloo"
+        logger.warning("oneccl_bindings_for_pytorch failed to import", exc_info=True)
+        return _without_oneccl()
     return "ccl"
+
+
+def _without_oneccl() -> str:
+    # "accel" is gloo plus shared-memory sums for the ranks of one node: correct wherever
+    # gloo is, and faster when ranks share a node. It needs the native segment code.
+    try:
+        importlib.import_module("accel.ops._shm_comm")
+        import accel.process_group  # registers "accel" with torch.distributed
+    except ImportError:
+        logger.info("accel's shared-memory extension is missing; the CPU uses gloo")
+        return "gloo"
+    return accel.process_group.BACKEND_NAME
 
 
 @functools.cache
@@ -183,7 +196,9 @@ class CPUAccelerator(
         callback()
 
     def communication_backend_name(self) -> str:
-        """``"ccl"`` when oneCCL's torch bindings import, else ``"gloo"``."""
+        """``"ccl"`` when oneCCL's torch bindings import; else ``"accel"`` (gloo with
+        shared-memory sums within a node, registered by this call) when accel's native
+        segment code loads; else ``"gloo"``."""
         return _communication_backend()
 
     def is_bf16_supported(self) -> bool:

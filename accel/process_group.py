@@ -1,0 +1,199 @@
+"""The ``"accel"`` torch.distributed backend: shared-memory all-reduce, gloo for the rest.
+
+    import accel.process_group  # registers the backend (idempotent)
+    dist.init_process_group("accel")
+    model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged CPU DDP
+
+Every collective is gloo's (a gloo process group on the same store, so multi-node jobs,
+other ops and other dtypes work as before) except ``allreduce`` with ``SUM`` of one CPU
+tensor, which goes through :func:`accel.comm.all_reduce_`: shared memory when every rank
+of the group is on this node and holds a float32, bfloat16 or float16 tensor, gloo
+otherwise, decided by all ranks together on each call. DDP's gradient buckets are exactly
+such calls.
+
+Like gloo's, these reductions are asynchronous: one worker thread per group runs them in
+the order they were issued (the native call releases the GIL), so DDP overlaps them with
+the rest of the backward pass. Any other collective first waits for the reductions
+before it, so the group's operations keep one order on every rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingModuleSource]
+
+from accel import comm
+
+BACKEND_NAME = "accel"
+# torch's stubs lack these (PrefixStore, _create_work_from_future) or type them too
+# narrowly (ProcessGroup.__init__(rank, size)); the tests run them for real.
+_c10d: Any = importlib.import_module("torch._C._distributed_c10d")
+
+
+class _QueuedWork(_c10d.Work):  # type: ignore[misc]
+    """The ``Work`` of a queued reduction: ``wait()`` raises what the reduction raised
+    (torch's future-wrapping Work returns True even for a failed future)."""
+
+    def __init__(self, future: torch.futures.Future[list[torch.Tensor]]) -> None:
+        super().__init__()  # pyright: ignore[reportUnknownMemberType]
+        self._future = future
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Block until the reduction ends; raise its error, if any."""
+        self._future.wait()
+        return True
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        """The reduction's future (DDP chains its bucket hooks on it)."""
+        return self._future
+
+    def is_completed(self) -> bool:
+        """Whether the reduction has ended."""
+        return self._future.done()
+
+
+class AccelProcessGroup(dist.ProcessGroup):
+    """A process group that reduces through shared memory and does everything else with
+    gloo. Created by ``init_process_group("accel")`` / ``new_group(backend="accel")``."""
+
+    def __init__(self, store: Store, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+        prefixed = _c10d.PrefixStore("accel/gloo/", store)
+        # torch's stubs omit most of ProcessGroupGloo's methods: typed as Any, checked by
+        # tests/test_process_group.py against gloo itself.
+        self.gloo: Any = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
+        # accel.comm's own setup and fallback collectives come back through this group;
+        # inside them every call must go straight to gloo.
+        self._inside = threading.local()
+        self._shared: bool | None = None  # decided by the first SUM (a collective setup)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-pg")
+        self._last: Future[None] | None = None  # the newest queued reduction
+        self.shared_reductions = 0
+        """Reductions handed to shared memory so far (the rest went to gloo)."""
+        self._closed = False
+        # Threads left to the interpreter's final teardown abort the process ("terminate
+        # called without an active exception"): stop them at exit at the latest.
+        _live.add(self)
+
+    def getBackendName(self) -> str:
+        """``"accel"``."""
+        return BACKEND_NAME
+
+    def shutdown(self) -> None:
+        """Finish the queued reductions and stop the worker and gloo (``destroy_process_group``
+        calls this; so does interpreter exit, while Python can still run it)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._drain()
+        finally:
+            self._worker.shutdown(wait=True)
+            self.gloo.shutdown()
+
+    def _reduce(self, tensor: torch.Tensor) -> None:
+        self._inside.active = True  # this worker thread's collectives go to gloo
+        try:
+            comm.all_reduce_(tensor, group=self)
+        finally:
+            self._inside.active = False
+
+    def _drain(self) -> None:
+        """Wait for the queued reductions (before any gloo collective: one order)."""
+        last = self._last
+        if last is not None and not getattr(self._inside, "active", False):
+            last.result()
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Sum one CPU tensor through shared memory, asynchronously; anything else through
+        gloo."""
+        if opts is None:
+            opts = dist.AllreduceOptions()
+        if (
+            getattr(self._inside, "active", False)
+            or len(tensors) != 1
+            or opts.reduceOp != dist.ReduceOp.SUM
+            or tensors[0].device.type != "cpu"
+        ):
+            self._drain()
+            return self.gloo.allreduce(tensors, opts)
+        if self._shared is None:  # the setup is collective: in this thread, in order
+            self._drain()
+            self._inside.active = True
+            try:
+                self._shared = comm.uses_shared_memory(self)
+            finally:
+                self._inside.active = False
+        if not self._shared:
+            return self.gloo.allreduce(tensors, opts)
+        self.shared_reductions += 1
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        tensor = tensors[0]
+
+        def run() -> None:
+            try:
+                self._reduce(tensor)
+            except BaseException as error:  # reported through the Work, as gloo does
+                future.set_exception(error)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+                raise
+            future.set_result(tensors)
+
+        self._last = self._worker.submit(run)
+        return _QueuedWork(future)
+
+
+# Every other collective is gloo's, after the reductions queued before it. Generated, since
+# each is the same two lines (torch calls some positionally, some with keywords).
+_GLOO_COLLECTIVES = (
+    "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
+    "allgather_into_tensor_coalesced", "broadcast", "barrier", "reduce", "reduce_scatter",
+    "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "gather", "scatter",
+    "alltoall", "alltoall_base", "send", "recv", "recv_anysource",
+)  # fmt: skip
+
+
+def _delegate(name: str) -> Any:
+    def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        self._drain()  # pyright: ignore[reportPrivateUsage]
+        return getattr(self.gloo, name)(*args, **kwargs)
+
+    collective.__name__ = collective.__qualname__ = name
+    collective.__doc__ = f"gloo's ``{name}``, after the reductions queued before it."
+    return collective
+
+
+for _name in _GLOO_COLLECTIVES:
+    setattr(AccelProcessGroup, _name, _delegate(_name))
+
+
+_live: weakref.WeakSet[AccelProcessGroup] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for group in list(_live):
+        with contextlib.suppress(Exception):  # exiting: a failed shutdown changes nothing
+            group.shutdown()
+
+
+def _create(store: Store, rank: int, size: int, timeout: timedelta) -> AccelProcessGroup:
+    return AccelProcessGroup(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Register ``"accel"`` with torch.distributed (idempotent; done on import)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:  # pyright: ignore[reportPrivateUsage]
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])  # pyright: ignore[reportUnknownMemberType]
+
+
+register()
