@@ -6,6 +6,7 @@ and what it expected, so that a bad input is never silently coerced or ignored.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 from collections.abc import Iterable, Sequence
@@ -131,6 +132,14 @@ def env_index(name: str) -> int | None:
     raw = os.environ.get(name)
     if raw is None:
         return None
+    return parse_env_index(name, raw)
+
+
+@functools.lru_cache(maxsize=64)
+def parse_env_index(name: str, raw: str) -> int:
+    """``raw``, the text of environment variable ``name``, as a non-negative ``int``."""
+    # Per-step callers (current_device reads LOCAL_RANK) see the same text every time:
+    # parse it once. Errors are not cached: lru_cache stores only returned values.
     text = raw.strip()
     if not _is_decimal(text) or int(text) > ENV_INT_MAX:
         raise ValueError(

@@ -13,7 +13,14 @@ import torch
 from typing_extensions import override
 
 from accel import _host
-from accel._validate import check_device, check_optional_index, env_index, parse_id_list
+from accel._validate import (
+    check_device,
+    check_index,
+    check_optional_index,
+    env_index,
+    parse_env_index,
+    parse_id_list,
+)
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
@@ -149,6 +156,14 @@ class CPUAccelerator(
         return local_size if local_size is not None else len(self.numa_nodes())
 
     @override
+    def device_name(self, device_index: int | None = None) -> str:
+        """``"cpu"`` for every slot: indices are checked, then ignored (host device names
+        carry none). Asked once per tensor made, so a valid index costs two comparisons."""
+        if device_index is not None and (type(device_index) is not int or device_index < 0):
+            check_index(device_index)  # raises, naming the bad value
+        return "cpu"
+
+    @override
     def current_device_name(self) -> str:
         """``"cpu"``: the host's device names carry no index (asked once per tensor made)."""
         return "cpu"
@@ -157,8 +172,8 @@ class CPUAccelerator(
         """The index given to :meth:`set_device`, else ``LOCAL_RANK``, else 0."""
         if self._selected_device is not None:
             return self._selected_device
-        local_rank = env_index("LOCAL_RANK")
-        return 0 if local_rank is None else local_rank
+        raw = os.environ.get("LOCAL_RANK")  # per step: one lookup, parsed once per value
+        return 0 if raw is None else parse_env_index("LOCAL_RANK", raw)
 
     def set_device(self, device_index: DeviceLike) -> None:
         """Record a device slot as current: an index, ``"cpu:<i>"`` or ``torch.device``.

@@ -1,10 +1,12 @@
 """DeepSpeed on accel vs native DeepSpeed: start-up, first ZeRO-2 offload step, optimizer
 step and inference all-reduce through DeepSpeed's own APIs.
 
-    python benchmarks/deepspeed.py startup              # interpreter start, hook on/off
-    python benchmarks/deepspeed.py first-step [--cold]  # process start -> first step
-    python benchmarks/deepspeed.py optimizer            # DeepSpeedCPUAdam / FusedAdam step
-    python benchmarks/deepspeed.py allreduce            # deepspeed.comm.inference_all_reduce
+    python benchmarks/deepspeed_integration.py startup      # interpreter start, hook on/off
+    python benchmarks/deepspeed_integration.py first-step   # process start -> first step
+    python benchmarks/deepspeed_integration.py optimizer    # DeepSpeedCPUAdam / FusedAdam
+    python benchmarks/deepspeed_integration.py allreduce    # deepspeed.comm.inference_all_reduce
+
+(``first-step --cold`` empties the JIT cache first.)
 
 Native DeepSpeed needs its JIT builds: they go to ``--extensions`` (default
 /tmp/ds-extensions; ``--cold`` empties it first, so the first native run pays the
