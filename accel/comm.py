@@ -244,3 +244,93 @@ def all_reduce_(
     else:  # eager: skip the op dispatcher (~12 us, more than a small all-reduce costs)
         _reduce(shm, tensor, float(timeout))
     return tensor
+
+
+def _check_call(tensor: object, timeout: object, what: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if not dist.is_initialized():
+        raise RuntimeError("accel.comm needs torch.distributed.init_process_group() first")
+
+
+def _movable(*tensors: torch.Tensor) -> bool:
+    """Whether this rank's tensors can be copied through the segment as raw bytes."""
+    return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+
+
+def all_gather_into_tensor_(
+    output: torch.Tensor,
+    tensor: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> torch.Tensor:
+    """Gather every rank's ``tensor`` into ``output`` (rank order, concatenated on the
+    first dimension), as ``dist.all_gather_into_tensor``; returns ``output``.
+
+    Through shared memory when the group is on this node and every rank's tensors are
+    contiguous CPU tensors (any dtype: bytes are copied, bit for bit); through
+    torch.distributed on every rank otherwise. Ranks that pass different sizes or dtypes
+    all get an error.
+    """
+    _check_call(output, timeout, "output")
+    _check_call(tensor, timeout, "tensor")
+    world = dist.get_world_size(group)
+    if output.dtype != tensor.dtype or output.numel() != tensor.numel() * world:
+        raise ValueError(
+            f"output must hold world size ({world}) x tensor's {tensor.numel()} elements of "
+            f"{tensor.dtype}, got {output.numel()} of {output.dtype}"
+        )
+    shm = _shm_group(group)  # collective setup on every rank
+    eligible = _movable(output, tensor)
+    done = shm is not None and shm.communicator.all_gather(
+        data=tensor.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
+        nbytes=tensor.numel() * tensor.element_size(), dtype=_wire_code(tensor.dtype),
+        eligible=eligible, timeout=float(timeout),
+    )  # fmt: skip
+    if not done:
+        dist.all_gather_single(output, tensor, group=group)  # pyright: ignore[reportUnknownMemberType]
+    return output
+
+
+def broadcast_(
+    tensor: torch.Tensor,
+    src: int,
+    group: dist.ProcessGroup | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> torch.Tensor:
+    """Copy ``tensor`` from global rank ``src`` to every rank of ``group``, in place, as
+    ``dist.broadcast``; returns ``tensor``. Shared memory under the same conditions as
+    :func:`all_gather_into_tensor_`."""
+    _check_call(tensor, timeout, "tensor")
+    if not isinstance(src, int) or isinstance(src, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"src must be a global rank (int), got {src!r}")
+    root = dist.get_group_rank(group, src) if group is not None else src
+    if not 0 <= root < dist.get_world_size(group):
+        raise ValueError(f"src {src} is not a rank of the group")
+    shm = _shm_group(group)
+    eligible = _movable(tensor)
+    done = shm is not None and shm.communicator.broadcast(
+        data=tensor.data_ptr() if eligible else 0, nbytes=tensor.numel() * tensor.element_size(),
+        dtype=_wire_code(tensor.dtype), root=root, eligible=eligible, timeout=float(timeout),
+    )  # fmt: skip
+    if not done:
+        dist.broadcast(tensor, src=src, group=group)
+    return tensor
+
+
+def barrier(group: dist.ProcessGroup | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Return once every rank of ``group`` has called it (shared memory when the group is
+    on this node, ``dist.barrier`` otherwise)."""
+    if not isinstance(timeout, (int, float)) or not timeout > 0:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if not dist.is_initialized():
+        raise RuntimeError("accel.comm needs torch.distributed.init_process_group() first")
+    shm = _shm_group(group)
+    if shm is None:
+        dist.barrier(group=group)  # pyright: ignore[reportUnknownMemberType]
+    else:
+        shm.communicator.barrier(timeout=float(timeout))

@@ -5,11 +5,12 @@
     model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged CPU DDP
 
 Every collective is gloo's (a gloo process group on the same store, so multi-node jobs,
-other ops and other dtypes work as before) except ``allreduce`` with ``SUM`` of one CPU
-tensor, which goes through :func:`accel.comm.all_reduce_`: shared memory when every rank
-of the group is on this node and holds a float32, bfloat16 or float16 tensor, gloo
-otherwise, decided by all ranks together on each call. DDP's gradient buckets are exactly
-such calls.
+other ops and other dtypes work as before) except, when every rank of the group is on
+this node: ``allreduce`` with ``SUM`` of one CPU tensor (:func:`accel.comm.all_reduce_`:
+shared memory for float32, bfloat16 and float16, gloo otherwise, decided by all ranks
+together on each call; DDP's gradient buckets are exactly such calls), and
+``all_gather_into_tensor``, one-tensor ``broadcast`` and ``barrier``, which copy bytes
+through the same segment. ``reduce_scatter`` stays gloo's.
 
 Like gloo's, these reductions are asynchronous: one worker thread per group runs them in
 the order they were issued (the native call releases the GIL), so DDP overlaps them with
@@ -24,6 +25,7 @@ import contextlib
 import importlib
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -80,6 +82,8 @@ class AccelProcessGroup(dist.ProcessGroup):
         self._last: Future[None] | None = None  # the newest queued reduction
         self.shared_reductions = 0
         """Reductions handed to shared memory so far (the rest went to gloo)."""
+        self.shared_collectives = 0
+        """all_gather / broadcast / barrier calls handed to shared memory so far."""
         self._closed = False
         # Threads left to the interpreter's final teardown abort the process ("terminate
         # called without an active exception"): stop them at exit at the latest.
@@ -100,6 +104,60 @@ class AccelProcessGroup(dist.ProcessGroup):
         finally:
             self._worker.shutdown(wait=True)
             self.gloo.shutdown()
+
+    def _uses_shared_memory(self) -> bool:
+        if self._shared is None:  # the setup is collective: in this thread, in order
+            self._drain()
+            self._inside.active = True
+            try:
+                self._shared = comm.uses_shared_memory(self)
+            finally:
+                self._inside.active = False
+        return self._shared
+
+    def _here(self, collective: Callable[[], object], result: list[torch.Tensor]) -> Any:
+        """Run a shared-memory collective now, in this thread, after the queued reductions."""
+        self.shared_collectives += 1
+        self._drain()
+        self._inside.active = True  # its own fallbacks go to gloo
+        try:
+            collective()
+        finally:
+            self._inside.active = False
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        future.set_result(result)
+        return _QueuedWork(future)
+
+    def _direct(self) -> bool:
+        """Whether a collective may use shared memory now (not from inside accel.comm)."""
+        return not getattr(self._inside, "active", False) and self._uses_shared_memory()
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
+        group is node-local; gloo's otherwise."""
+        if not self._direct():
+            self._drain()
+            return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
+        return self._here(lambda: comm.all_gather_into_tensor_(output, input, group=self), [output])
+
+    _allgather_base = all_gather_single  # the name torch releases before 2.10 call
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """One tensor from ``opts.rootRank`` through shared memory when node-local; gloo's
+        otherwise (and for several tensors)."""
+        opts = opts or dist.BroadcastOptions()
+        if len(tensors) != 1 or not self._direct():
+            self._drain()
+            return self.gloo.broadcast(tensors, opts)
+        source = dist.get_global_rank(self, opts.rootRank)
+        return self._here(lambda: comm.broadcast_(tensors[0], source, group=self), tensors)
+
+    def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Through shared memory when node-local; gloo's otherwise."""
+        if not self._direct():
+            self._drain()
+            return self.gloo.barrier(opts or dist.BarrierOptions())
+        return self._here(lambda: comm.barrier(group=self), [])
 
     def _reduce(self, tensor: torch.Tensor) -> None:
         self._inside.active = True  # this worker thread's collectives go to gloo
@@ -127,14 +185,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         ):
             self._drain()
             return self.gloo.allreduce(tensors, opts)
-        if self._shared is None:  # the setup is collective: in this thread, in order
-            self._drain()
-            self._inside.active = True
-            try:
-                self._shared = comm.uses_shared_memory(self)
-            finally:
-                self._inside.active = False
-        if not self._shared:
+        if not self._uses_shared_memory():
             return self.gloo.allreduce(tensors, opts)
         self.shared_reductions += 1
         future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
@@ -155,17 +206,25 @@ class AccelProcessGroup(dist.ProcessGroup):
 # Every other collective is gloo's, after the reductions queued before it. Generated, since
 # each is the same two lines (torch calls some positionally, some with keywords).
 _GLOO_COLLECTIVES = (
-    "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-    "allgather_into_tensor_coalesced", "broadcast", "barrier", "reduce", "reduce_scatter",
-    "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "gather", "scatter",
-    "alltoall", "alltoall_base", "send", "recv", "recv_anysource",
+    "allreduce_coalesced", "allgather", "allgather_coalesced", "reduce", "reduce_scatter",
+    "_reduce_scatter_base", "reduce_scatter_single", "gather", "scatter", "alltoall",
+    "alltoall_base", "all_to_all_single", "send", "recv", "recv_anysource",
 )  # fmt: skip
 
 
+# torch's newer names for what gloo's backend calls otherwise.
+_GLOO_NAMES = {
+    "reduce_scatter_single": "_reduce_scatter_base",
+    "all_to_all_single": "alltoall_base",
+}
+
+
 def _delegate(name: str) -> Any:
+    target = _GLOO_NAMES.get(name, name)
+
     def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
         self._drain()  # pyright: ignore[reportPrivateUsage]
-        return getattr(self.gloo, name)(*args, **kwargs)
+        return getattr(self.gloo, target)(*args, **kwargs)
 
     collective.__name__ = collective.__qualname__ = name
     collective.__doc__ = f"gloo's ``{name}``, after the reductions queued before it."

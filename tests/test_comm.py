@@ -213,7 +213,7 @@ def test_a_hung_peer_times_out_with_a_clear_error(tmp_path: Path) -> None:
     survivor = _spawn(tmp_path, "hung")[0]
     assert survivor["shm"] is True
     assert "timed out after 1.5" in str(survivor["error"])
-    assert "rank 1 did not reach all_reduce step" in str(survivor["error"])
+    assert "rank 1 did not reach collective step" in str(survivor["error"])
     assert 1.4 < float(survivor["seconds"]) < 5.0  # type: ignore[arg-type]
 
 

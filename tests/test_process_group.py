@@ -41,6 +41,7 @@ def test_every_collective_matches_gloo_and_ddp_losses_are_identical() -> None:
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["checked"]["all_reduce"] == 40
     assert facts["checked"]["broadcast"] == 40
+    assert facts["checked"]["all_gather_into_tensor"] == 40
     assert facts["ddp_losses_equal"] is True
     assert facts["shared_memory"] is True
     assert set(os.listdir("/dev/shm")) <= shm_before
@@ -92,3 +93,27 @@ def test_a_killed_peer_is_an_error_not_a_hang(tmp_path: pathlib.Path) -> None:
     # An exception on the surviving rank (from accel.comm or gloo, whichever notices the
     # dead peer first), well within the timeout: not a hang.
     assert "rank 0 error:" in result.stdout, result.stderr[-3000:]
+
+
+def test_ranks_in_different_collectives_get_an_error_naming_both(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "crossed.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch, torch.distributed as dist
+        import accel.process_group
+        dist.init_process_group("accel")
+        rank = dist.get_rank()
+        dist.barrier()  # sets the segment up
+        try:
+            if rank == 0:
+                dist.barrier()
+            else:
+                dist.broadcast(torch.ones(4), src=0)
+        except Exception as error:
+            print(f"rank {rank} error: {error}", flush=True)
+    """)
+    )
+    result = _torchrun(script, timeout=120)
+    assert "collective mismatch" in result.stdout, result.stderr[-3000:]
+    assert "barrier" in result.stdout
+    assert "broadcast" in result.stdout

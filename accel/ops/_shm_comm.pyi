@@ -31,3 +31,17 @@ class Communicator:
     def all_reduce(self, data: int, numel: int, dtype: int, eligible: bool, timeout: float) -> bool:
         """Sum a buffer across the ranks in place; False (nothing done) if any rank is not
         eligible. A size or dtype mismatch between ranks raises on every rank."""
+
+    def all_gather(
+        self, data: int, out: int, nbytes: int, dtype: int, eligible: bool, timeout: float
+    ) -> bool:
+        """Gather nbytes from every rank into out, in rank order; False (nothing done) if any
+        rank is not eligible. Mismatched sizes or dtypes raise on every rank."""
+
+    def broadcast(
+        self, data: int, nbytes: int, dtype: int, root: int, eligible: bool, timeout: float
+    ) -> bool:
+        """Copy nbytes from rank root to every rank; False if any rank is not eligible."""
+
+    def barrier(self, timeout: float) -> None:
+        """Return once every rank has entered."""

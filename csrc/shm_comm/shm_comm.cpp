@@ -45,7 +45,7 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6163636c73686d32ull;  // "acclshm2"
+constexpr uint64_t kMagic = 0x6163636c73686d33ull;  // "acclshm3" (Control gained op, root)
 // Calls from this many bytes on split the arithmetic across the ranks (reduce_share);
 // smaller ones are latency-bound, and the extra barrier would cost more than it saves.
 constexpr int64_t kSplitBytes = 128 << 10;
@@ -79,7 +79,22 @@ struct alignas(64) Control {
   uint64_t numel[2];
   int32_t dtype[2];
   int32_t eligible[2];  // 0: this rank's tensor cannot use the segment (see all_reduce)
+  int32_t op[2];        // which collective (Op): ranks in different collectives is an error
+  int32_t root[2];      // broadcast's source rank (0 for the others)
 };
+
+// The collectives, as announced in Control::op.
+enum Op : int32_t { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kBarrier = 4 };
+
+const char* op_name(int32_t op) {
+  switch (op) {
+    case kAllReduce: return "all_reduce";
+    case kAllGather: return "all_gather";
+    case kBroadcast: return "broadcast";
+    case kBarrier: return "barrier";
+    default: return "an unknown collective";
+  }
+}
 
 struct alignas(64) Header {
   std::atomic<uint64_t> magic;  // stored last by the creator: attachers see a complete header
@@ -247,20 +262,13 @@ class Communicator {
       Control& mine = control(rank_);
       const int64_t chunks = !eligible || numel == 0 ? 1 : (numel + per_chunk - 1) / per_chunk;
       for (int64_t c = 0; c < chunks; ++c) {
-        const uint64_t seq = ++sequence_;
+        const uint64_t seq = begin_step(timeout);
         const int64_t begin = c * per_chunk;
         const int64_t count = eligible ? std::min(per_chunk, numel - begin) : 0;
-        // The buffer we fill was last read in call seq - 2; wait until everyone is done with it.
-        if (seq > 2) wait_all(&Control::consumed, seq - 2, timeout, seq);
         char* slot = buffer(rank_, seq);
         char* tensor = reinterpret_cast<char*>(data) + begin * element;
         if (count > 0) std::memcpy(slot, tensor, static_cast<size_t>(count * element));
-        mine.numel[seq % 2] = static_cast<uint64_t>(numel);
-        mine.dtype[seq % 2] = dtype;
-        mine.eligible[seq % 2] = eligible ? 1 : 0;
-        mine.arrived.store(seq, std::memory_order_release);
-        wait_all(&Control::arrived, seq, timeout, seq);
-        check_peers(numel, dtype, seq);
+        announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout);
         if (c == 0 && !all_eligible(seq)) {  // every rank reads the same announcements
           mine.consumed.store(seq, std::memory_order_release);
           return false;
@@ -284,7 +292,114 @@ class Communicator {
     return true;
   }
 
+  // Gather `nbytes` from every rank into `out` (rank r's bytes at r * nbytes), in rank
+  // order. As all_reduce: ranks must agree on nbytes and dtype (an error on every rank
+  // otherwise) and return false together, touching nothing, when any is not eligible.
+  bool all_gather(uintptr_t data, uintptr_t out, int64_t nbytes, int dtype, bool eligible, double timeout) {
+    check_usable(nbytes, dtype, eligible, data, out);
+    py::gil_scoped_release released;
+    return guarded([&] {
+      return for_each_chunk(nbytes, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+        if (count > 0) std::memcpy(buffer(rank_, seq), reinterpret_cast<const char*>(data) + begin, static_cast<size_t>(count));
+        announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout);
+        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
+        for (int r = 0; r < world_ && count > 0; ++r)
+          std::memcpy(reinterpret_cast<char*>(out) + r * nbytes + begin, buffer(r, seq), static_cast<size_t>(count));
+        return finish_step(seq, true);
+      });
+    });
+  }
+
+  // Copy `nbytes` at `data` from rank `root` to every rank (agreement as all_gather).
+  bool broadcast(uintptr_t data, int64_t nbytes, int dtype, int root, bool eligible, double timeout) {
+    if (root < 0 || root >= world_) throw std::invalid_argument("root must be in [0, world)");
+    check_usable(nbytes, dtype, eligible, data, data);
+    py::gil_scoped_release released;
+    return guarded([&] {
+      return for_each_chunk(nbytes, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+        char* bytes = reinterpret_cast<char*>(data) + begin;
+        if (rank_ == root && count > 0) std::memcpy(buffer(rank_, seq), bytes, static_cast<size_t>(count));
+        announce(seq, kBroadcast, nbytes, dtype, eligible, root, timeout);
+        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
+        if (rank_ != root && count > 0) std::memcpy(bytes, buffer(root, seq), static_cast<size_t>(count));
+        return finish_step(seq, true);
+      });
+    });
+  }
+
+  // Return once every rank has entered the barrier.
+  void barrier(double timeout) {
+    if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
+    py::gil_scoped_release released;
+    guarded([&] {
+      const uint64_t seq = begin_step(timeout);
+      announce(seq, kBarrier, 0, 0, true, 0, timeout);
+      return finish_step(seq, true);
+    });
+  }
+
  private:
+  // Checks every collective makes before touching memory.
+  void check_usable(int64_t nbytes, int dtype, bool eligible, uintptr_t data, uintptr_t out) {
+    if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
+    if (nbytes < 0) throw std::invalid_argument("nbytes must be >= 0");
+    if (!is_wire_dtype(dtype)) throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is not one accel.comm knows");
+    if (eligible && nbytes > 0 && (data == 0 || out == 0)) throw std::invalid_argument("null tensor buffer");
+  }
+
+  // Run a collective's steps; any failure leaves the communicator unusable (peers may be
+  // anywhere in the protocol), so later calls fail at once instead of deadlocking.
+  template <typename Steps>
+  bool guarded(Steps steps) {
+    try {
+      return steps();
+    } catch (const std::exception& error) {
+      broken_ = error.what();
+      throw;
+    }
+  }
+
+  // Run `step(seq, chunk, begin, count)` over slot-sized chunks of `nbytes` (one step
+  // when this rank is not eligible or there is nothing to move); a step returning false
+  // (not every rank eligible) ends the collective with false.
+  template <typename Step>
+  bool for_each_chunk(int64_t nbytes, bool eligible, double timeout, Step step) {
+    const int64_t slot = static_cast<int64_t>(slot_bytes_);
+    const int64_t chunks = !eligible || nbytes == 0 ? 1 : (nbytes + slot - 1) / slot;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint64_t seq = begin_step(timeout);
+      const int64_t begin = c * slot;
+      if (!step(seq, c, begin, eligible ? std::min(slot, nbytes - begin) : int64_t{0})) return false;
+    }
+    return true;
+  }
+
+  // The next step's sequence number, once every rank has finished reading the buffer
+  // this step will fill (it was last used two steps ago).
+  uint64_t begin_step(double timeout) {
+    const uint64_t seq = ++sequence_;
+    if (seq > 2) wait_all(&Control::consumed, seq - 2, timeout, seq);
+    return seq;
+  }
+
+  bool finish_step(uint64_t seq, bool result) {
+    control(rank_).consumed.store(seq, std::memory_order_release);
+    return result;
+  }
+
+  // Publish this rank's view of the step, wait for every rank's, and check they agree.
+  void announce(uint64_t seq, int32_t op, int64_t numel, int dtype, bool eligible, int root, double timeout) {
+    Control& mine = control(rank_);
+    mine.numel[seq % 2] = static_cast<uint64_t>(numel);
+    mine.dtype[seq % 2] = dtype;
+    mine.eligible[seq % 2] = eligible ? 1 : 0;
+    mine.op[seq % 2] = op;
+    mine.root[seq % 2] = root;
+    mine.arrived.store(seq, std::memory_order_release);
+    wait_all(&Control::arrived, seq, timeout, seq);
+    check_peers(op, numel, dtype, root, seq);
+  }
+
   Control& control(int rank) {
     return reinterpret_cast<Control*>(base_ + sizeof(Header))[rank];
   }
@@ -300,15 +415,24 @@ class Communicator {
     return true;
   }
 
-  void check_peers(int64_t numel, int dtype, uint64_t seq) {
+  void check_peers(int32_t op, int64_t numel, int dtype, int root, uint64_t seq) {
     for (int r = 0; r < world_; ++r) {
       const Control& peer = control(r);
+      const int32_t peer_op = peer.op[seq % 2];
+      if (peer_op != op)
+        throw std::invalid_argument(std::string("collective mismatch: rank ") + std::to_string(rank_) + " is in " +
+                                    op_name(op) + ", rank " + std::to_string(r) + " in " + op_name(peer_op));
       const uint64_t peer_numel = peer.numel[seq % 2];
       const int peer_dtype = peer.dtype[seq % 2];
+      const char* unit = op == kAllReduce ? " elements of " : " bytes of ";
       if (peer_numel != static_cast<uint64_t>(numel) || peer_dtype != dtype)
-        throw std::invalid_argument("all_reduce mismatch: rank " + std::to_string(rank_) + " has " + std::to_string(numel) +
-                                    " elements of " + wire_name(dtype) + ", rank " + std::to_string(r) + " has " +
-                                    std::to_string(peer_numel) + " of " + wire_name(peer_dtype));
+        throw std::invalid_argument(std::string(op_name(op)) + " mismatch: rank " + std::to_string(rank_) + " has " +
+                                    std::to_string(numel) + unit + wire_name(dtype) + ", rank " + std::to_string(r) +
+                                    " has " + std::to_string(peer_numel) + " of " + wire_name(peer_dtype));
+      if (peer.root[seq % 2] != root)
+        throw std::invalid_argument(std::string(op_name(op)) + " mismatch: rank " + std::to_string(rank_) + " has root " +
+                                    std::to_string(root) + ", rank " + std::to_string(r) + " root " +
+                                    std::to_string(peer.root[seq % 2]));
     }
   }
 
@@ -381,11 +505,11 @@ class Communicator {
         const pid_t pid = static_cast<pid_t>(pids_[waiting_for]);
         if (has_exited(pid))
           throw std::runtime_error("rank " + std::to_string(waiting_for) + " (pid " + std::to_string(pid) +
-                                   ") exited while rank " + std::to_string(rank_) + " waited for it in all_reduce step " +
+                                   ") exited while rank " + std::to_string(rank_) + " waited for it in collective step " +
                                    std::to_string(seq));
         if (now >= deadline)
           throw std::runtime_error("timed out after " + std::to_string(timeout) + " s: rank " + std::to_string(waiting_for) +
-                                   " did not reach all_reduce step " + std::to_string(seq) + " (rank " +
+                                   " did not reach collective step " + std::to_string(seq) + " (rank " +
                                    std::to_string(rank_) + " waited)");
       }
       if (spins < 16384) {
@@ -425,5 +549,12 @@ PYBIND11_MODULE(_shm_comm, m) {
       .def("release", &Communicator::release, "Close the creating rank's descriptor (the mappings stay).")
       .def("all_reduce", &Communicator::all_reduce, py::arg("data"), py::arg("numel"), py::arg("dtype"),
            py::arg("eligible"), py::arg("timeout"),
-           "Sum a buffer across the ranks in place; False (nothing done) if any rank is not eligible.");
+           "Sum a buffer across the ranks in place; False (nothing done) if any rank is not eligible.")
+      .def("all_gather", &Communicator::all_gather, py::arg("data"), py::arg("out"), py::arg("nbytes"), py::arg("dtype"),
+           py::arg("eligible"), py::arg("timeout"),
+           "Gather nbytes from every rank into out, in rank order; False if any rank is not eligible.")
+      .def("broadcast", &Communicator::broadcast, py::arg("data"), py::arg("nbytes"), py::arg("dtype"), py::arg("root"),
+           py::arg("eligible"), py::arg("timeout"),
+           "Copy nbytes from rank root to every rank; False if any rank is not eligible.")
+      .def("barrier", &Communicator::barrier, py::arg("timeout"), "Return once every rank has entered.");
 }
