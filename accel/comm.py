@@ -225,6 +225,17 @@ def _unregister_op() -> None:
         library._destroy()
 
 
+def _check_call(call: str, timeout: object, **tensors: object) -> None:
+    """The checks every collective makes: tensors, timeout, an initialised process group."""
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if not dist.is_initialized():
+        raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
+
+
 def all_reduce_(
     tensor: torch.Tensor,
     group: dist.ProcessGroup | None = None,
@@ -241,12 +252,7 @@ def all_reduce_(
     is then unusable. As with torch.distributed, every rank calls collectives on a group
     in the same order, one thread at a time.
     """
-    if not isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-    if not dist.is_initialized():
-        raise RuntimeError("all_reduce_() needs torch.distributed.init_process_group() first")
+    _check_call("all_reduce_", timeout, tensor=tensor)
     shm = _shm_group(group)  # on every rank, whatever its tensor: the setup is collective
     if shm is None:
         dist.all_reduce(tensor, group=group)  # pyright: ignore[reportUnknownMemberType]
@@ -256,15 +262,6 @@ def all_reduce_(
     else:  # eager: skip the op dispatcher (~12 us, more than a small all-reduce costs)
         _reduce(shm, tensor, float(timeout))
     return tensor
-
-
-def _check_call(tensor: object, timeout: object, what: str) -> None:
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-    if not dist.is_initialized():
-        raise RuntimeError("accel.comm needs torch.distributed.init_process_group() first")
 
 
 def _movable(*tensors: torch.Tensor) -> bool:
@@ -287,8 +284,7 @@ def all_gather_into_tensor_(
     torch.distributed on every rank otherwise. Ranks that pass different sizes or dtypes
     all get an error.
     """
-    _check_call(output, timeout, "output")
-    _check_call(tensor, timeout, "tensor")
+    _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     world = dist.get_world_size(group)
     if output.dtype != tensor.dtype or output.numel() != tensor.numel() * world:
         raise ValueError(
@@ -317,7 +313,7 @@ def broadcast_(
     """Copy ``tensor`` from global rank ``src`` to every rank of ``group``, in place, as
     ``dist.broadcast``; returns ``tensor``. Shared memory under the same conditions as
     :func:`all_gather_into_tensor_`."""
-    _check_call(tensor, timeout, "tensor")
+    _check_call("broadcast_", timeout, tensor=tensor)
     if not isinstance(src, int) or isinstance(src, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"src must be a global rank (int), got {src!r}")
     root = dist.get_group_rank(group, src) if group is not None else src
@@ -337,10 +333,7 @@ def broadcast_(
 def barrier(group: dist.ProcessGroup | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
     """Return once every rank of ``group`` has called it (shared memory when the group is
     on this node, ``dist.barrier`` otherwise)."""
-    if not isinstance(timeout, (int, float)) or not timeout > 0:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-    if not dist.is_initialized():
-        raise RuntimeError("accel.comm needs torch.distributed.init_process_group() first")
+    _check_call("barrier", timeout)
     shm = _shm_group(group)
     if shm is None:
         dist.barrier(group=group)  # pyright: ignore[reportUnknownMemberType]

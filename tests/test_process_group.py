@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch.distributed as dist
 
 import accel.process_group
@@ -117,3 +118,39 @@ def test_ranks_in_different_collectives_get_an_error_naming_both(tmp_path: pathl
     assert "collective mismatch" in result.stdout, result.stderr[-3000:]
     assert "barrier" in result.stdout
     assert "broadcast" in result.stdout
+
+
+def test_bad_arguments_to_the_node_local_collectives_name_the_problem(
+    tmp_path: pathlib.Path,
+) -> None:
+    import torch
+
+    from accel import comm
+
+    with pytest.raises(TypeError, match=r"output must be a torch\.Tensor, got list"):
+        comm.all_gather_into_tensor_([1], torch.ones(1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be a number of seconds > 0, got 0"):
+        comm.broadcast_(torch.ones(1), 0, timeout=0)
+    if not dist.is_initialized():
+        with pytest.raises(
+            RuntimeError, match=r"barrier\(\) needs torch.distributed.init_process_group"
+        ):
+            comm.barrier()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"output must hold world size \(1\) x tensor's 3 elements of torch.float32, got 4 of torch.float32",
+        ):
+            comm.all_gather_into_tensor_(torch.empty(4), torch.ones(3))
+        with pytest.raises(TypeError, match="src must be a global rank"):
+            comm.broadcast_(torch.ones(1), "0")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="src 5 is not a rank of the group"):
+            comm.broadcast_(torch.ones(1), 5)
+        out = torch.empty(3)
+        assert torch.equal(comm.all_gather_into_tensor_(out, torch.arange(3.0)), torch.arange(3.0))
+        comm.barrier()  # one rank: nothing to wait for
+    finally:
+        dist.destroy_process_group()
