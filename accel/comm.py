@@ -30,6 +30,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from accel._dist_release import run_released
 from accel.ops._dtypes import dtype_codes
 
 SLOT_BYTES = 4 << 20  # per rank and buffer; messages larger than this go in chunks
@@ -89,7 +90,7 @@ def _gather_text(text: str, world: int, group: dist.ProcessGroup | None) -> list
     mine = torch.zeros(256, dtype=torch.uint8)
     mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
     gathered = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(gathered, mine, group=group)  # pyright: ignore[reportUnknownMemberType]
+    run_released(dist.all_gather, [mine, *gathered], group, gathered, mine)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return [_as_bytes(t).rstrip(b"\0").decode() for t in gathered]
 
 
@@ -147,7 +148,7 @@ def _setup(group: dist.ProcessGroup | None) -> _ShmGroup | None:
         else:
             offer[0] = -1  # tells the peers not to attach
     source = dist.get_global_rank(group, 0) if group is not None else 0
-    dist.broadcast(offer, src=source, group=group)
+    run_released(dist.broadcast, [offer], group, offer, src=source)
     if rank != 0 and int(offer[0]) >= 0:
         path = f"/proc/{pids[0]}/fd/{int(offer[0])}"
         communicator, error = _open(path, False, rank, world, int(offer[1]), pids)
@@ -155,7 +156,7 @@ def _setup(group: dist.ProcessGroup | None) -> _ShmGroup | None:
         error = "rank 0 could not create the segment"
     # Everyone must agree: one rank without the segment means all fall back.
     attached = torch.tensor([0 if error else 1], dtype=torch.int32)
-    dist.all_reduce(attached, op=dist.ReduceOp.MIN, group=group)  # pyright: ignore[reportUnknownMemberType]
+    run_released(dist.all_reduce, [attached], group, attached, op=dist.ReduceOp.MIN)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     if rank == 0 and communicator is not None:
         communicator.release()  # every rank has mapped it (or given up): no one else may open it
     if int(attached) == 0:
@@ -199,7 +200,7 @@ def _reduce(shm: _ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
         dtype=_wire_code(tensor.dtype), eligible=eligible, timeout=timeout,
     )  # fmt: skip
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
-        dist.all_reduce(tensor, group=shm.group)  # pyright: ignore[reportUnknownMemberType]
+        run_released(dist.all_reduce, [tensor], shm.group, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     elif work is not tensor:
         tensor.copy_(work)
 
@@ -255,7 +256,7 @@ def all_reduce_(
     _check_call("all_reduce_", timeout, tensor=tensor)
     shm = _shm_group(group)  # on every rank, whatever its tensor: the setup is collective
     if shm is None:
-        dist.all_reduce(tensor, group=group)  # pyright: ignore[reportUnknownMemberType]
+        run_released(dist.all_reduce, [tensor], group, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     elif torch.compiler.is_compiling():
         # Inside a compiled graph the call must be an op torch.compile can see.
         torch.ops.accel.shm_all_reduce_(tensor, shm.key, float(timeout))
@@ -299,7 +300,7 @@ def all_gather_into_tensor_(
         eligible=eligible, timeout=float(timeout),
     )  # fmt: skip
     if not done:
-        dist.all_gather_single(output, tensor, group=group)  # pyright: ignore[reportUnknownMemberType]
+        run_released(dist.all_gather_single, [output, tensor], group, output, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return output
 
 
@@ -326,7 +327,7 @@ def broadcast_(
         dtype=_wire_code(tensor.dtype), root=root, eligible=eligible, timeout=float(timeout),
     )  # fmt: skip
     if not done:
-        dist.broadcast(tensor, src=src, group=group)
+        run_released(dist.broadcast, [tensor], group, tensor, src=src)
     return tensor
 
 

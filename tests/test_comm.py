@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -125,7 +126,10 @@ RANK_SCRIPT = textwrap.dedent(
     elif scenario == "fallback":
         ints = torch.tensor([rank + 1, 10 * (rank + 1)])
         strided = torch.arange(6.0).reshape(2, 3).t() * (rank + 1)
-        result["ints"] = all_reduce_(ints).tolist()
+        held = ints._use_count()
+        all_reduce_(ints)
+        result["held_after_return"] = ints._use_count() - held  # gloo's worker let go?
+        result["ints"] = ints.tolist()
         result["strided"] = all_reduce_(strided).tolist()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
@@ -366,6 +370,9 @@ def test_works_under_torch_compile(tmp_path: Path) -> None:
 def test_unsupported_tensors_fall_back_to_torch_distributed(tmp_path: Path) -> None:
     reports = _spawn(tmp_path, "fallback")
     assert reports[0]["ints"] == [3, 30]
+    # gloo's worker holds no reference once the call returned: one left behind aborts the
+    # process if the interpreter is finalising when the worker drops it (accel._dist_release).
+    assert [r["held_after_return"] for r in reports] == [0, 0]
     expected = (torch.arange(6.0).reshape(2, 3).t() * 3).tolist()
     assert reports[0]["strided"] == expected
 
@@ -388,3 +395,42 @@ def test_the_cpu_backend_ships_the_builder() -> None:
     assert builder is not None
     assert builder.name() == "shm_comm"
     assert builder.load() is accel.comm
+
+
+def test_a_torch_collective_returns_once_the_backend_let_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel import _dist_release
+
+    monkeypatch.setattr(_dist_release, "_runs_on_gloo", lambda group: True)
+    tensor = torch.ones(3, requires_grad=True)
+    graphs: list[torch.Tensor] = []
+
+    def collective(t: torch.Tensor, group: object) -> None:
+        # Like gloo's worker: C++ references to the tensor (an autograd graph here), let go
+        # by another thread shortly after the call itself returned.
+        graphs.append((t * t).sum())
+        threading.Timer(0.05, graphs.clear).start()
+
+    _dist_release.run_released(collective, [tensor], None, tensor)
+    assert tensor._use_count() == 1
+
+
+def test_a_backend_that_keeps_the_tensor_is_waited_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel import _dist_release
+
+    tensor = torch.ones(3, requires_grad=True)
+    kept: list[torch.Tensor] = []
+
+    def collective(t: torch.Tensor, group: object) -> None:
+        kept.append((t * t).sum())  # never let go
+
+    monkeypatch.setattr(_dist_release, "_RELEASE_WAIT_S", 0.05)
+    for on_gloo, at_most in ((True, 2.0), (False, 0.04)):
+        monkeypatch.setattr(_dist_release, "_runs_on_gloo", lambda group, on=on_gloo: on)
+        started = time.monotonic()
+        _dist_release.run_released(collective, [tensor], None, tensor)
+        assert time.monotonic() - started < at_most
+    assert tensor._use_count() > 1  # still held: the call returned regardless
