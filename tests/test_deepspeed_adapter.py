@@ -345,8 +345,29 @@ def test_adam_rollback_undoes_an_adamw_step() -> None:
     ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v)
     for got, want in zip((p, m, v), before, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    with pytest.raises(TypeError, match="float32 params"):
-        ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p.bfloat16(), g, m, v)
+    with pytest.raises(
+        TypeError, match=r"params must be float32, bfloat16 or float16, got torch\.float64"
+    ):
+        ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p.double(), g, m, v)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_adam_rollback_undoes_a_half_precision_step_up_to_its_rounding(dtype: torch.dtype) -> None:
+    # DeepSpeed's kernel leaves half-precision tensors untouched and returns -1 (while
+    # DeepSpeedCPUAdam counts the step as undone); accel undoes it through float32 copies.
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(1, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, False)
+    p, g, m, v = (t.to(dtype) for t in _tensors(1000, 1))
+    before = [t.clone() for t in (p, m, v)]
+    ops.adam_update(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v)
+    moved = (p.float() - before[0].float()).abs().max()
+    assert moved > 0
+    assert ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v) == 0
+    assert all(t.dtype == dtype for t in (p, m, v))
+    # Back to within a few rounding steps of where it was, far closer than the step moved it.
+    assert (p.float() - before[0].float()).abs().max() < moved / 4
+    for got, want in zip((m, v), before[1:], strict=True):
+        torch.testing.assert_close(got.float(), want.float(), rtol=0.05, atol=1e-3)
 
 
 def test_fused_adam_equals_one_tensor_at_a_time() -> None:

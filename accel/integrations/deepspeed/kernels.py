@@ -72,6 +72,9 @@ def _fp32_contiguous(state: torch.Tensor) -> torch.Tensor:
     return state.float().contiguous()
 
 
+_ROLLBACK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _in_place(
     update: Callable[[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]], None],
     params: Sequence[torch.Tensor],
@@ -205,26 +208,33 @@ class CPUAdamKernels(_OptimizerModule):
         exp_avg: torch.Tensor,
         exp_avg_sq: torch.Tensor,
     ) -> int:
-        """Undo the AdamW step ``step`` (DeepSpeed's formula; float32 tensors only).
+        """Undo the AdamW step ``step`` (DeepSpeed's formula), in place.
 
-        DeepSpeed prints and returns -1 for other dtypes; this raises ``TypeError``, so a
-        rollback that did not happen cannot pass for one that did.
+        float32 tensors are restored up to float32 rounding. bfloat16/float16 ones go
+        through float32 copies, so they are restored up to the rounding the undone step
+        itself did. DeepSpeed's kernel takes float32 only: for the others it prints an
+        error and returns -1, and ``DeepSpeedCPUAdam.rollback_subgroup`` then counts the
+        step as undone although nothing changed (DeepSpeed's own test
+        ``test_rollback_subgroup_basic[bf16]`` checks only that count). Other dtypes
+        raise ``TypeError``.
         """
         self._optimizers.get(optimizer_id)
         tensors = {"params": params, "grads": grads, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
         for name, tensor in tensors.items():
-            if tensor.dtype != torch.float32:
-                raise TypeError(f"adam_rollback needs float32 {name}, got {tensor.dtype}")
+            if tensor.dtype not in _ROLLBACK_DTYPES:
+                expected = "float32, bfloat16 or float16"
+                raise TypeError(f"adam_rollback: {name} must be {expected}, got {tensor.dtype}")
         if step < 1:
             raise ValueError(f"adam_rollback: step must be >= 1 (the step to undo), got {step}")
         with torch.no_grad():
+            p, g, m, v = (t if t.dtype == torch.float32 else t.float() for t in tensors.values())
             bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
-            denominator = (exp_avg_sq / bias2).sqrt_().add_(epsilon)
-            update = (exp_avg / bias1).div_(denominator).mul_(lr)
-            restored = (params + update).div_(1.0 - lr * weight_decay)
+            denominator = (v / bias2).sqrt_().add_(epsilon)
+            update = (m / bias1).div_(denominator).mul_(lr)
+            restored = (p + update).div_(1.0 - lr * weight_decay)
             params.copy_(torch.where(restored.isfinite(), restored, 0.0))
-            exp_avg.sub_(grads, alpha=1.0 - beta1).div_(beta1)
-            exp_avg_sq.sub_(grads * grads, alpha=1.0 - beta2).div_(beta2)
+            exp_avg.copy_(m.sub_(g, alpha=1.0 - beta1).div_(beta1))
+            exp_avg_sq.copy_(v.sub_(g * g, alpha=1.0 - beta2).div_(beta2))
         return _SUCCESS
 
     def destroy_adam(self, optimizer_id: int) -> int:
