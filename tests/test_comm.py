@@ -29,7 +29,7 @@ RANK_SCRIPT = textwrap.dedent(
     """
     import os, sys, time, json
     import torch, torch.distributed as dist
-    from accel.comm import all_reduce_, uses_shared_memory
+    from accel.comm import SLOT_BYTES, all_reduce_, uses_shared_memory
 
     scenario, out = sys.argv[1], sys.argv[2]
     if "RANK" in os.environ:          # under torchrun / accel run
@@ -90,7 +90,8 @@ RANK_SCRIPT = textwrap.dedent(
         g = torch.Generator().manual_seed(rank)
         exact = True
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            for n in (0, 1, 1000, (4 << 20) // 2 + 3, 3 << 20):
+            # Across slot-sized chunks: fp32 3 chunks + 12 bytes, and exactly 3 chunks.
+            for n in (0, 1, 1000, SLOT_BYTES // 2 + 3, SLOT_BYTES * 3 // 4):
                 x = torch.randn(n, generator=g).to(dtype)
                 ref = x.clone()
                 dist.all_reduce(ref)
@@ -295,7 +296,7 @@ THREE_RANKS = textwrap.dedent(
     """
     import json, os, sys
     import torch, torch.distributed as dist
-    from accel.comm import all_reduce_, uses_shared_memory
+    from accel.comm import SLOT_BYTES, all_reduce_, uses_shared_memory
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -304,7 +305,7 @@ THREE_RANKS = textwrap.dedent(
     eps = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
     for dtype in eps:
         # Below and above the size where the ranks split the sums, and across a chunk.
-        for n in (1000, (256 << 10) // 2 + 7, (4 << 20) // 2 + 3):
+        for n in (1000, (256 << 10) // 2 + 7, SLOT_BYTES // 2 + 3):
             x = torch.randn(n, generator=g).to(dtype)
             total = x.float().clone()
             dist.all_reduce(total)
