@@ -13,7 +13,9 @@
 //   ranks never wait in different places;
 // - every wait checks the peers' pids (a dead peer is reported at once) and a deadline
 //   (a hung peer is reported after `timeout` seconds) instead of spinning forever;
-// - each rank sums every slot in rank order, in fp32: all ranks get identical results.
+// - sums run in rank order, in fp32 (small messages: every rank sums everything; large
+//   ones: each share is summed by one rank and copied by the others): all ranks get
+//   identical results.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
