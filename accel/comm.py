@@ -41,6 +41,20 @@ SLOT_BYTES = 16 << 20
 DEFAULT_TIMEOUT = 10.0  # seconds a rank waits for a live but silent peer
 
 
+def _collective(*names: str) -> Any:
+    """The first of ``names`` that torch.distributed has: torch 2.10+ renamed collectives
+    (``all_gather_single``) and deprecated the old names, which accel's floor, 2.4, has."""
+    for name in names:
+        found: Any = getattr(dist, name, None)
+        if found is not None:
+            return found
+    raise AttributeError(f"torch.distributed has none of {names}")
+
+
+_all_gather_single = _collective("all_gather_single", "all_gather_into_tensor")
+_reduce_scatter_single = _collective("reduce_scatter_single", "reduce_scatter_tensor")
+
+
 @dataclass
 class _ShmGroup:
     communicator: Any  # accel.ops._shm_comm.Communicator
@@ -304,8 +318,58 @@ def all_gather_into_tensor_(
         eligible=eligible, timeout=float(timeout),
     )  # fmt: skip
     if not done:
-        run_released(dist.all_gather_single, [output, tensor], group, output, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+        run_released(_all_gather_single, [output, tensor], group, output, tensor)
     return output
+
+
+def reduce_scatter_tensor_(
+    output: torch.Tensor,
+    input: torch.Tensor,  # torch.distributed's name for it
+    group: dist.ProcessGroup | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> torch.Tensor:
+    """Sum ``input`` (world size x ``output``'s elements, rank order) across ``group`` and
+    keep this rank's block in ``output``, as ``dist.reduce_scatter_tensor`` with ``SUM``;
+    returns ``output``.
+
+    Through shared memory, summed in rank order in fp32 (identical to :func:`all_reduce_`'s
+    bits), when the group is on this node and every rank's tensors are contiguous float32,
+    bfloat16 or float16 CPU tensors (``output`` may be this rank's block of ``input``);
+    torch.distributed on every rank otherwise (gloo has no float16 reduce_scatter). Ranks
+    that pass different sizes or dtypes all get an error.
+    """
+    _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
+    world = dist.get_world_size(group)
+    if output.dtype != input.dtype or input.numel() != output.numel() * world:
+        raise ValueError(
+            f"input must hold world size ({world}) x output's {output.numel()} elements of "
+            f"{output.dtype}, got {input.numel()} of {input.dtype}"
+        )
+    shm = _shm_group(group)  # collective setup on every rank
+    eligible = (
+        _movable(output, input)
+        and input.dtype in _shm_dtype_codes()
+        and _own_block_or_apart(output, input, dist.get_rank(group))
+    )
+    done = shm is not None and shm.communicator.reduce_scatter(
+        data=input.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
+        numel=output.numel(), dtype=_wire_code(input.dtype), eligible=eligible,
+        timeout=float(timeout),
+    )  # fmt: skip
+    if not done:
+        run_released(_reduce_scatter_single, [output, input], group, output, input)
+    return output
+
+
+def _own_block_or_apart(output: torch.Tensor, input: torch.Tensor, rank: int) -> bool:
+    """Whether ``output`` is exactly this rank's block of ``input`` or shares no bytes with
+    it (with any other overlap, bytes could be overwritten before they are read)."""
+    out_start, in_start = output.data_ptr(), input.data_ptr()
+    out_end = out_start + output.numel() * output.element_size()
+    in_end = in_start + input.numel() * input.element_size()
+    own = in_start + rank * output.numel() * output.element_size()
+    return out_start == own or out_end <= in_start or in_end <= out_start
 
 
 def broadcast_(

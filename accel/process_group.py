@@ -8,9 +8,10 @@ Every collective is gloo's (a gloo process group on the same store, so multi-nod
 other ops and other dtypes work as before) except, when every rank of the group is on
 this node: ``allreduce`` with ``SUM`` of one CPU tensor (:func:`accel.comm.all_reduce_`:
 shared memory for float32, bfloat16 and float16, gloo otherwise, decided by all ranks
-together on each call; DDP's gradient buckets are exactly such calls), and
+together on each call; DDP's gradient buckets are exactly such calls),
+``reduce_scatter_tensor`` with ``SUM`` (the same sums, same dtypes), and
 ``all_gather_into_tensor``, one-tensor ``broadcast`` and ``barrier``, which copy bytes
-through the same segment. ``reduce_scatter`` stays gloo's.
+through the same segment.
 
 Like gloo's, these reductions are asynchronous: one worker thread per group runs them in
 the order they were issued (the native call releases the GIL), so DDP overlaps them with
@@ -152,6 +153,22 @@ class AccelProcessGroup(dist.ProcessGroup):
         source = dist.get_global_rank(self, opts.rootRank)
         return self._here(lambda: comm.broadcast_(tensors[0], source, group=self), tensors)
 
+    def _reduce_scatter_base(
+        self, outputTensor: torch.Tensor, inputTensor: torch.Tensor, opts: Any = None
+    ) -> Any:
+        """``reduce_scatter_tensor`` with ``SUM`` through shared memory when node-local (sums
+        as ``allreduce``'s); gloo's otherwise and for other ops. (torch's parameter names.)"""
+        opts = opts or dist.ReduceScatterOptions()
+        if opts.reduceOp != dist.ReduceOp.SUM or not self._direct():
+            self._drain()
+            return self.gloo._reduce_scatter_base(outputTensor, inputTensor, opts)
+        return self._here(
+            lambda: comm.reduce_scatter_tensor_(outputTensor, inputTensor, group=self),
+            [outputTensor],
+        )
+
+    reduce_scatter_single = _reduce_scatter_base  # torch's newer name for it
+
     def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Through shared memory when node-local; gloo's otherwise."""
         if not self._direct():
@@ -207,14 +224,13 @@ class AccelProcessGroup(dist.ProcessGroup):
 # each is the same two lines (torch calls some positionally, some with keywords).
 _GLOO_COLLECTIVES = (
     "allreduce_coalesced", "allgather", "allgather_coalesced", "reduce", "reduce_scatter",
-    "_reduce_scatter_base", "reduce_scatter_single", "gather", "scatter", "alltoall",
+    "gather", "scatter", "alltoall",
     "alltoall_base", "all_to_all_single", "send", "recv", "recv_anysource",
 )  # fmt: skip
 
 
 # torch's newer names for what gloo's backend calls otherwise.
 _GLOO_NAMES = {
-    "reduce_scatter_single": "_reduce_scatter_base",
     "all_to_all_single": "alltoall_base",
 }
 

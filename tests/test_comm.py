@@ -29,7 +29,7 @@ RANK_SCRIPT = textwrap.dedent(
     """
     import os, sys, time, json
     import torch, torch.distributed as dist
-    from accel.comm import SLOT_BYTES, all_reduce_, uses_shared_memory
+    from accel.comm import SLOT_BYTES, all_reduce_, reduce_scatter_tensor_, uses_shared_memory
 
     scenario, out = sys.argv[1], sys.argv[2]
     if "RANK" in os.environ:          # under torchrun / accel run
@@ -98,6 +98,23 @@ RANK_SCRIPT = textwrap.dedent(
                 all_reduce_(x)
                 exact &= torch.equal(x.view(torch.uint8), ref.view(torch.uint8))
         result["exact"] = exact
+        # reduce_scatter_tensor_: gloo's result (gloo has no fp16 reduce_scatter: for fp16,
+        # the block all_reduce_ gives), across slot-sized pieces, and in place.
+        scattered = True
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for n in (1, 1000, SLOT_BYTES // (2 * dtype.itemsize) + 5):
+                x = torch.randn(2 * n, generator=g).to(dtype)
+                block = torch.empty(n, dtype=dtype)
+                all_reduce_(ref := x.clone())
+                ref = ref[rank * n:(rank + 1) * n]
+                if dtype != torch.float16:
+                    dist.reduce_scatter_single(ref, x.clone())
+                reduce_scatter_tensor_(block, x)
+                scattered &= torch.equal(block.view(torch.uint8), ref.view(torch.uint8))
+                y = x.clone()
+                reduce_scatter_tensor_(y[rank * n:(rank + 1) * n], y)
+                scattered &= torch.equal(y[rank * n:(rank + 1) * n], block)
+        result["reduce_scatter_exact"] = scattered
     elif scenario in ("dead", "hung", "killed"):
         x = torch.ones(1024)
         all_reduce_(x)                # set up and prove the path works
@@ -191,6 +208,7 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert [r["exact"] for r in reports] == [True, True]
+    assert [r["reduce_scatter_exact"] for r in reports] == [True, True]
     assert [r["shm"] for r in reports] == [True, True]
     assert _shm_names() == before  # nothing left in /dev/shm
 

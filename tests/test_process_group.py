@@ -151,6 +151,16 @@ def test_bad_arguments_to_the_node_local_collectives_name_the_problem(
             comm.broadcast_(torch.ones(1), 5)
         out = torch.empty(3)
         assert torch.equal(comm.all_gather_into_tensor_(out, torch.arange(3.0)), torch.arange(3.0))
+        with pytest.raises(TypeError, match=r"input must be a torch\.Tensor, got list"):
+            comm.reduce_scatter_tensor_(torch.empty(1), [1.0])  # type: ignore[arg-type]
+        with pytest.raises(
+            ValueError,
+            match=r"input must hold world size \(1\) x output's 3 elements of torch.float32, got 3 of torch.bfloat16",
+        ):
+            comm.reduce_scatter_tensor_(torch.empty(3), torch.ones(3, dtype=torch.bfloat16))
+        assert torch.equal(
+            comm.reduce_scatter_tensor_(out, torch.arange(3.0) * 2), torch.arange(3.0) * 2
+        )
         comm.barrier()  # one rank: nothing to wait for
     finally:
         dist.destroy_process_group()

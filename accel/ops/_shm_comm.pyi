@@ -43,5 +43,12 @@ class Communicator:
     ) -> bool:
         """Copy nbytes from rank root to every rank; False if any rank is not eligible."""
 
+    def reduce_scatter(
+        self, data: int, out: int, numel: int, dtype: int, eligible: bool, timeout: float
+    ) -> bool:
+        """Sum block r (numel elements) of every rank's data into rank r's out, in rank
+        order; False (nothing done) if any rank is not eligible. Mismatched sizes or dtypes
+        raise on every rank."""
+
     def barrier(self, timeout: float) -> None:
         """Return once every rank has entered."""

@@ -86,7 +86,7 @@ struct alignas(64) Control {
 };
 
 // The collectives, as announced in Control::op.
-enum Op : int32_t { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kBarrier = 4 };
+enum Op : int32_t { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kBarrier = 4, kReduceScatter = 5 };
 
 const char* op_name(int32_t op) {
   switch (op) {
@@ -94,6 +94,7 @@ const char* op_name(int32_t op) {
     case kAllGather: return "all_gather";
     case kBroadcast: return "broadcast";
     case kBarrier: return "barrier";
+    case kReduceScatter: return "reduce_scatter";
     default: return "an unknown collective";
   }
 }
@@ -398,6 +399,44 @@ class Communicator {
     });
   }
 
+  // Sum block r of every rank's `data` (world blocks of `numel` elements) into rank r's
+  // `out` (numel elements), in rank order. Each step carries a piece of every block: a
+  // rank copies the pieces the others sum into its slot, then sums its own piece (its
+  // term from `data`) into `out`; one barrier per step. Agreement as all_reduce. `out` may
+  // be this rank's own block of `data`.
+  bool reduce_scatter(uintptr_t data, uintptr_t out, int64_t numel, int dtype, bool eligible, double timeout) {
+    check_usable(numel, dtype, eligible, data, out);
+    if (eligible && !accel::is_dtype(dtype))
+      throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
+    const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
+    const int64_t per_piece = static_cast<int64_t>(slot_bytes_) / (world_ * element);
+    const char* input = reinterpret_cast<const char*>(data);
+    py::gil_scoped_release released;
+    return guarded([&] {
+      const int64_t pieces = !eligible || numel == 0 ? 1 : (numel + per_piece - 1) / per_piece;
+      for (int64_t c = 0; c < pieces; ++c) {
+        const uint64_t seq = begin_step(timeout);
+        const int64_t begin = c * per_piece;
+        const int64_t count = eligible ? std::min(per_piece, numel - begin) : 0;
+        char* slot = buffer(rank_, seq);
+        for (int q = 0; q < world_ && count > 0; ++q)
+          if (q != rank_)
+            copy_bytes(slot + q * per_piece * element, input + (q * numel + begin) * element,
+                       static_cast<size_t>(count * element));
+        announce(seq, kReduceScatter, numel, dtype, eligible, 0, timeout);
+        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
+        if (count > 0) {
+          std::vector<const char*> terms(world_);
+          for (int r = 0; r < world_; ++r)
+            terms[r] = r == rank_ ? input + (rank_ * numel + begin) * element : buffer(r, seq) + rank_ * per_piece * element;
+          sum_terms(reinterpret_cast<char*>(out) + begin * element, nullptr, terms, count, dtype);
+        }
+        finish_step(seq, true);
+      }
+      return true;
+    });
+  }
+
   // Return once every rank has entered the barrier.
   void barrier(double timeout) {
     if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
@@ -495,7 +534,7 @@ class Communicator {
                                     op_name(op) + ", rank " + std::to_string(r) + " in " + op_name(peer_op));
       const uint64_t peer_numel = peer.numel[seq % 2];
       const int peer_dtype = peer.dtype[seq % 2];
-      const char* unit = op == kAllReduce ? " elements of " : " bytes of ";
+      const char* unit = op == kAllReduce || op == kReduceScatter ? " elements of " : " bytes of ";
       if (peer_numel != static_cast<uint64_t>(numel) || peer_dtype != dtype)
         throw std::invalid_argument(std::string(op_name(op)) + " mismatch: rank " + std::to_string(rank_) + " has " +
                                     std::to_string(numel) + unit + wire_name(dtype) + ", rank " + std::to_string(r) +
@@ -530,18 +569,25 @@ class Communicator {
   void reduce_share(char* tensor, uint64_t seq, int64_t count, int dtype) {
     const auto [begin, end] = share(rank_, count);
     if (end <= begin) return;
+    const int64_t element = accel::dtype_size(dtype);
+    char* mine = tensor + begin * element;
+    std::vector<const char*> terms(world_);
+    for (int r = 0; r < world_; ++r) terms[r] = r == rank_ ? mine : buffer(r, seq) + begin * element;
+    sum_terms(mine, buffer(rank_, seq) + begin * element, terms, end - begin, dtype);
+  }
+
+  // out (and a non-null out2) = the sum of `terms` in rank order (fp32 arithmetic for
+  // 16-bit dtypes); out may be one of the terms, element for element.
+  void sum_terms(char* out, char* out2, const std::vector<const char*>& terms, int64_t count, int dtype) const {
     if (dtype == kFloat32) {
-      float* mine = reinterpret_cast<float*>(tensor) + begin;
-      std::vector<const float*> terms(world_);
-      for (int r = 0; r < world_; ++r) terms[r] = r == rank_ ? mine : reinterpret_cast<const float*>(buffer(r, seq)) + begin;
-      sum_f32_blocked(mine, reinterpret_cast<float*>(buffer(rank_, seq)) + begin, terms.data(), world_, end - begin);
+      std::vector<const float*> floats(terms.size());
+      for (size_t r = 0; r < terms.size(); ++r) floats[r] = reinterpret_cast<const float*>(terms[r]);
+      sum_f32_blocked(reinterpret_cast<float*>(out), reinterpret_cast<float*>(out2), floats.data(), world_, count);
     } else {
-      uint16_t* mine = reinterpret_cast<uint16_t*>(tensor) + begin;
-      std::vector<const uint16_t*> terms(world_);
-      for (int r = 0; r < world_; ++r)
-        terms[r] = r == rank_ ? mine : reinterpret_cast<const uint16_t*>(buffer(r, seq)) + begin;
-      // sum_half reads each block of every term before it writes that block: `mine` is both.
-      sum_half(mine, reinterpret_cast<uint16_t*>(buffer(rank_, seq)) + begin, terms.data(), world_, end - begin, dtype);
+      std::vector<const uint16_t*> halves(terms.size());
+      for (size_t r = 0; r < terms.size(); ++r) halves[r] = reinterpret_cast<const uint16_t*>(terms[r]);
+      // sum_half reads each block of every term before it writes that block.
+      sum_half(reinterpret_cast<uint16_t*>(out), reinterpret_cast<uint16_t*>(out2), halves.data(), world_, count, dtype);
     }
   }
 
@@ -645,5 +691,8 @@ PYBIND11_MODULE(_shm_comm, m) {
       .def("broadcast", &Communicator::broadcast, py::arg("data"), py::arg("nbytes"), py::arg("dtype"), py::arg("root"),
            py::arg("eligible"), py::arg("timeout"),
            "Copy nbytes from rank root to every rank; False if any rank is not eligible.")
+      .def("reduce_scatter", &Communicator::reduce_scatter, py::arg("data"), py::arg("out"), py::arg("numel"),
+           py::arg("dtype"), py::arg("eligible"), py::arg("timeout"),
+           "Sum block r of every rank's data into rank r's out; False if any rank is not eligible.")
       .def("barrier", &Communicator::barrier, py::arg("timeout"), "Return once every rank has entered.");
 }
