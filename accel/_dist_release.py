@@ -60,7 +60,7 @@ def run_released(
     Only CPU tensors on gloo-run groups are waited for: other backends release their
     tensors on their own schedule (NCCL's watchdog, for one) and are not waited for.
     """
-    watched = [t for t in tensors if t.device.type == "cpu"] if _runs_on_gloo(group) else []
+    watched = [t for t in tensors if t.is_cpu] if _runs_on_gloo(group) else []
     counts = [_use_count(t) for t in watched]
     collective(*args, group=group, **kwargs)
     deadline = time.monotonic() + _RELEASE_WAIT_S

@@ -211,11 +211,12 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
 
 def _reduce(shm: _ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
     """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank."""
-    eligible = tensor.device.type == "cpu" and tensor.dtype in _shm_dtype_codes()
+    eligible = tensor.is_cpu and tensor.dtype in _shm_dtype_codes()  # is_cpu: 5x device.type
     work = tensor if not eligible or tensor.is_contiguous() else tensor.contiguous()
+    # Positional: pybind11 matches keywords by name, ~0.4 us of a 4 KiB call's ~6.
     done = shm.communicator.all_reduce(
-        data=work.data_ptr() if eligible else 0, numel=work.numel(),
-        dtype=_wire_code(tensor.dtype), eligible=eligible, timeout=timeout,
+        work.data_ptr() if eligible else 0, work.numel(), _wire_code(tensor.dtype), eligible,
+        timeout,
     )  # fmt: skip
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
         run_released(dist.all_reduce, [tensor], shm.group, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
@@ -285,7 +286,7 @@ def all_reduce_(
 
 def _movable(*tensors: torch.Tensor) -> bool:
     """Whether this rank's tensors can be copied through the segment as raw bytes."""
-    return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+    return all(t.is_cpu and t.is_contiguous() for t in tensors)
 
 
 def all_gather_into_tensor_(
