@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingModuleSource]
+from torch.distributed.distributed_c10d import GroupName
 
 from accel import comm
 
@@ -93,6 +94,20 @@ class AccelProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         """``"accel"``."""
         return BACKEND_NAME
+
+    # torch keeps a group's name on its C++ backends, which a Python process group has
+    # none of: the name torch sets is kept here, so that DeviceMesh (FSDP2, DTensor) can
+    # name and find this group.
+    def _set_group_name(self, name: str) -> None:
+        self._name = GroupName(name)
+
+    @property
+    def group_name(self) -> GroupName:
+        """The name torch gave this group (``init_process_group``/``new_group``)."""
+        name: GroupName | None = getattr(self, "_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
 
     def shutdown(self) -> None:
         """Finish the queued reductions and stop the worker and gloo (``destroy_process_group``

@@ -35,7 +35,7 @@ def test_backend_is_registered_once() -> None:
     assert dist.Backend("accel") == "accel"
 
 
-def test_every_collective_matches_gloo_and_ddp_losses_are_identical() -> None:
+def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_are_identical() -> None:
     shm_before = set(os.listdir("/dev/shm"))
     result = _torchrun(ROOT / "tests" / "dist_scripts" / "process_group_check.py")
     assert result.returncode == 0, result.stderr[-4000:]
@@ -43,7 +43,9 @@ def test_every_collective_matches_gloo_and_ddp_losses_are_identical() -> None:
     assert facts["checked"]["all_reduce"] == 40
     assert facts["checked"]["broadcast"] == 40
     assert facts["checked"]["all_gather_into_tensor"] == 40
+    assert facts["checked"]["reduce_scatter"] > 0
     assert facts["ddp_losses_equal"] is True
+    assert facts["fsdp_losses_equal"] is True
     assert facts["shared_memory"] is True
     assert set(os.listdir("/dev/shm")) <= shm_before
 

@@ -110,24 +110,52 @@ def main() -> None:
         losses[name] = run
     assert losses["accel"] == losses["gloo"], losses
 
-    # FSDP is not checked: FSDP1 refuses CPU-only jobs, and FSDP2's DeviceMesh.from_group
-    # needs a group name torch does not set on Python process groups (open in issue 12).
+    # FSDP2 (fully_shard; FSDP1 refuses CPU-only jobs): the same through both groups.
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    world_group = dist.group.WORLD
+    assert isinstance(world_group, accel.process_group.AccelProcessGroup)
+    before_fsdp = world_group.shared_collectives
+    fsdp_losses = {}
+    for name, group in (("accel", world_group), ("gloo", gloo)):
+        mesh = DeviceMesh.from_group(group, "cpu")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)
+        )
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(rank)
+        run = []
+        for _ in range(4):
+            loss = model(torch.randn(16, 64, generator=gen)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            run.append(loss.item())
+        fsdp_losses[name] = run
+    assert fsdp_losses["accel"] == fsdp_losses["gloo"], fsdp_losses
+    # FSDP's all-gathers and reduce-scatters went through shared memory.
+    assert world_group.shared_collectives - before_fsdp >= 8, world_group.shared_collectives
+
     from accel import comm
 
     shared = comm.uses_shared_memory(dist.group.WORLD)
-    world_group = dist.group.WORLD
-    assert isinstance(world_group, accel.process_group.AccelProcessGroup)
     # DDP's buckets and the float sums above really went through shared memory.
     assert world_group.shared_reductions >= 10, world_group.shared_reductions
-    # all_gather_into_tensor, broadcast and barrier (40 examples each, plus DDP's) too.
-    assert world_group.shared_collectives >= 120, world_group.shared_collectives
+    # all_gather_into_tensor, reduce_scatter_tensor, broadcast and barrier (40 examples
+    # each, reduce_scatter's without fp16), plus DDP's and FSDP's, too.
+    assert world_group.shared_collectives >= 150, world_group.shared_collectives
     if rank == 0:
         print(
             json.dumps(
                 {
                     "checked": checked,
-                    "ddp_losses_equal": True,
-                    "fsdp_losses_equal": True,
+                    "ddp_losses_equal": losses["accel"] == losses["gloo"],
+                    "fsdp_losses_equal": fsdp_losses["accel"] == fsdp_losses["gloo"],
                     "shared_memory": shared,
                 }
             )
