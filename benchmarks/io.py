@@ -9,7 +9,9 @@ from the disk), then fio with the same file, size, block size and depth
 rounds in GB/s (1e9 bytes/s). The file is laid out at full size before any timing, as
 fio does on its own, and accel's threads are started before its timing. DeepSpeed's aio
 joins when ``deepspeed`` is installed and its ``AsyncIOBuilder`` is compatible (it needs
-libaio and a JIT build); it is skipped otherwise.
+libaio and a JIT build); it is skipped otherwise. "kernel AIO" is Linux AIO, fio's engine,
+driven on the tensor's own memory (``_kernel_aio.py``): fio rewrites a few MiB of its own
+buffers, which stay in the CPU caches, so it is the like-for-like baseline for a tensor.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import shutil
 import subprocess
 import time
 
+import _kernel_aio  # beside this script: on sys.path when it runs
 import torch
 
 from accel.io import AsyncIO, aligned_empty
@@ -104,9 +107,15 @@ def main() -> None:
     have_fio = shutil.which("fio") is not None
     ds = _deepspeed_aio()
     path = args.dir / "accel-io-bench.bin"
+    kernel = _kernel_aio.available()
     print("| size | block | depth | accel write | fio write | accel read | fio read |"
+          + (" kernel AIO write | kernel AIO read |" if kernel else "")
           + (" DeepSpeed write | DeepSpeed read |" if ds else ""))  # fmt: skip
-    print("|---|---|---|---|---|---|---|" + ("---|---|" if ds else ""))
+    print(
+        "|---|---|---|---|---|---|---|"
+        + ("---|---|" if kernel else "")
+        + ("---|---|" if ds else "")
+    )
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             buffer = aligned_empty(size * MiB, torch.uint8)
@@ -119,6 +128,8 @@ def main() -> None:
                         runs = {"accel": _accel(path, buffer, block, depth)}
                         if have_fio:
                             runs["fio"] = _fio(path, size * MiB, block, depth)
+                        if kernel:
+                            runs["kernel"] = _kernel_aio.write_read(str(path), buffer, block, depth)
                         if ds:
                             runs["ds"] = _ds(ds, path, buffer, block, depth)
                         for name, (w, r) in runs.items():
@@ -128,6 +139,8 @@ def main() -> None:
                     ours = best["accel"]
                     row = (f"| {size} MiB | {block // MiB} MiB | {depth} | {ours[0]:.2f} | "
                            f"{fio[0]:.2f} | {ours[1]:.2f} | {fio[1]:.2f} |")  # fmt: skip
+                    if kernel:
+                        row += f" {best['kernel'][0]:.2f} | {best['kernel'][1]:.2f} |"
                     if ds:
                         row += f" {best['ds'][0]:.2f} | {best['ds'][1]:.2f} |"
                     print(row, flush=True)
