@@ -5,7 +5,9 @@
 Trains the same ~100M-parameter MLP (6 x Linear(4096, 4096)) with unmodified
 DistributedDataParallel, one torchrun job per backend, alternating ``--rounds`` times;
 each job reports the median step time (after one warm-up step) and its losses, which must
-be identical between the backends.
+be identical between the backends. A third job, "no exchange", runs the same ranks and
+steps without DDP (no gradient communication at all): the floor no backend can beat, so
+gloo / floor bounds the speed-up any backend can reach on the machine.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ WORKER = r"""
 import json, os, sys, time, torch, torch.distributed as dist
 import accel.process_group  # registers "accel"
 backend, width, layers, batch, steps = sys.argv[1], *map(int, sys.argv[2:6])
-dist.init_process_group(backend)
+dist.init_process_group("gloo" if backend == "none" else backend)
 rank = dist.get_rank()
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
-ddp = torch.nn.parallel.DistributedDataParallel(model)
+ddp = model if backend == "none" else torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 gen = torch.Generator().manual_seed(rank)
 times, losses = [], []
@@ -56,14 +58,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    results: dict[str, list[dict[str, object]]] = {"gloo": [], "accel": []}
+    results: dict[str, list[dict[str, object]]] = {"gloo": [], "accel": [], "none": []}
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "ddp_worker.py")
         with open(script, "w") as out:
             out.write(WORKER)
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         for _ in range(args.rounds):
-            for backend in ("gloo", "accel"):
+            for backend in ("gloo", "accel", "none"):
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                        f"--nproc-per-node={args.ranks}", script, backend, str(args.width),
                        str(args.layers), str(args.batch), str(args.steps)]  # fmt: skip
@@ -74,6 +76,7 @@ def main() -> None:
                 results[backend].append(json.loads(line[len("RESULT ") :]))
     gloo = statistics.median(float(r["step_s"]) for r in results["gloo"])  # type: ignore[arg-type]
     ours = statistics.median(float(r["step_s"]) for r in results["accel"])  # type: ignore[arg-type]
+    floor = statistics.median(float(r["step_s"]) for r in results["none"])  # type: ignore[arg-type]
     same = all(
         a["losses"] == b["losses"] for a, b in zip(results["gloo"], results["accel"], strict=True)
     )
@@ -83,7 +86,9 @@ def main() -> None:
     print("|---|---|")
     print(f"| gloo | {gloo:.3f} |")
     print(f"| accel | {ours:.3f} |")
-    print(f"\nspeed-up {gloo / ours:.2f}x; losses identical: {same}")
+    print(f"| no exchange (floor) | {floor:.3f} |")
+    bound = gloo / floor
+    print(f"\nspeed-up {gloo / ours:.2f}x (at most {bound:.2f}x here); losses identical: {same}")
 
 
 if __name__ == "__main__":
