@@ -166,3 +166,27 @@ def test_bad_arguments_to_the_node_local_collectives_name_the_problem(
         comm.barrier()  # one rank: nothing to wait for
     finally:
         dist.destroy_process_group()
+
+
+def test_ranks_that_reduce_scatter_different_sizes_get_an_error_naming_both(
+    tmp_path: pathlib.Path,
+) -> None:
+    script = tmp_path / "sizes.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch, torch.distributed as dist
+        import accel.process_group
+        dist.init_process_group("accel")
+        rank = dist.get_rank()
+        dist.barrier()  # sets the segment up
+        n = 4 + 2 * rank
+        try:
+            dist.reduce_scatter_single(torch.empty(n), torch.ones(2 * n))
+        except Exception as error:
+            print(f"rank {rank} error: {error}", flush=True)
+    """)
+    )
+    result = _torchrun(script, timeout=120)
+    assert "reduce_scatter mismatch: rank 0 has 4 elements of float32, rank 1 has 6" in (
+        result.stdout
+    ), result.stderr[-3000:]
