@@ -289,6 +289,17 @@ def _movable(*tensors: torch.Tensor) -> bool:
     return all(t.is_cpu and t.is_contiguous() for t in tensors)
 
 
+def _check_world_multiple(
+    whole_name: str, whole: torch.Tensor, part_name: str, part: torch.Tensor, world: int
+) -> None:
+    """``whole`` must hold ``world`` x ``part``'s elements, of ``part``'s dtype."""
+    if whole.dtype != part.dtype or whole.numel() != part.numel() * world:
+        raise ValueError(
+            f"{whole_name} must hold world size ({world}) x {part_name}'s {part.numel()} "
+            f"elements of {part.dtype}, got {whole.numel()} of {whole.dtype}"
+        )
+
+
 def all_gather_into_tensor_(
     output: torch.Tensor,
     tensor: torch.Tensor,
@@ -305,12 +316,7 @@ def all_gather_into_tensor_(
     all get an error.
     """
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
-    world = dist.get_world_size(group)
-    if output.dtype != tensor.dtype or output.numel() != tensor.numel() * world:
-        raise ValueError(
-            f"output must hold world size ({world}) x tensor's {tensor.numel()} elements of "
-            f"{tensor.dtype}, got {output.numel()} of {output.dtype}"
-        )
+    _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
     shm = _shm_group(group)  # collective setup on every rank
     eligible = _movable(output, tensor)
     done = shm is not None and shm.communicator.all_gather(
@@ -341,12 +347,7 @@ def reduce_scatter_tensor_(
     that pass different sizes or dtypes all get an error.
     """
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
-    world = dist.get_world_size(group)
-    if output.dtype != input.dtype or input.numel() != output.numel() * world:
-        raise ValueError(
-            f"input must hold world size ({world}) x output's {output.numel()} elements of "
-            f"{output.dtype}, got {input.numel()} of {input.dtype}"
-        )
+    _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
     shm = _shm_group(group)  # collective setup on every rank
     eligible = (
         _movable(output, input)

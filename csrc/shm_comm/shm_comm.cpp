@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <new>
 #include <cerrno>
@@ -582,7 +583,11 @@ class Communicator {
     if (dtype == kFloat32) {
       std::vector<const float*> floats(terms.size());
       for (size_t r = 0; r < terms.size(); ++r) floats[r] = reinterpret_cast<const float*>(terms[r]);
-      sum_f32_blocked(reinterpret_cast<float*>(out), reinterpret_cast<float*>(out2), floats.data(), world_, count);
+      float* sums = reinterpret_cast<float*>(out);
+      // One output that is none of the terms: straight into it, no block buffer.
+      if (out2 == nullptr && std::find(terms.begin(), terms.end(), out) == terms.end())
+        return sum_f32(sums, floats.data(), world_, count);
+      sum_f32_blocked(sums, reinterpret_cast<float*>(out2), floats.data(), world_, count);
     } else {
       std::vector<const uint16_t*> halves(terms.size());
       for (size_t r = 0; r < terms.size(); ++r) halves[r] = reinterpret_cast<const uint16_t*>(terms[r]);
@@ -603,15 +608,9 @@ class Communicator {
   }
 
   void reduce(char* out, uint64_t seq, int64_t count, int dtype) {
-    if (dtype == kFloat32) {
-      std::vector<const float*> slots(world_);
-      for (int r = 0; r < world_; ++r) slots[r] = reinterpret_cast<const float*>(buffer(r, seq));
-      sum_f32(reinterpret_cast<float*>(out), slots.data(), world_, count);
-    } else {
-      std::vector<const uint16_t*> slots(world_);
-      for (int r = 0; r < world_; ++r) slots[r] = reinterpret_cast<const uint16_t*>(buffer(r, seq));
-      sum_half(reinterpret_cast<uint16_t*>(out), nullptr, slots.data(), world_, count, dtype);
-    }
+    std::vector<const char*> slots(world_);
+    for (int r = 0; r < world_; ++r) slots[r] = buffer(r, seq);
+    sum_terms(out, nullptr, slots, count, dtype);
   }
 
   // Wait until every rank's `field` reaches `target`: spin briefly (latency), then yield

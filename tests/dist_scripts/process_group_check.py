@@ -29,6 +29,20 @@ def _data(numel: int, dtype: torch.dtype, rank: int, seed: int) -> torch.Tensor:
     return torch.randint(-8, 8, (numel,), generator=gen).to(dtype)
 
 
+def _train(model: torch.nn.Module, steps: int, width: int, seed: int) -> list[float]:
+    """SGD steps on this rank's random batches; the losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        loss = model(torch.randn(16, width, generator=gen)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 def main() -> None:
     dist.init_process_group("accel")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -98,16 +112,7 @@ def main() -> None:
             torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64)
         )
         ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=1)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        gen = torch.Generator().manual_seed(rank)
-        run = []
-        for _ in range(5):
-            loss = ddp(torch.randn(16, 256, generator=gen)).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            run.append(loss.item())
-        losses[name] = run
+        losses[name] = _train(ddp, steps=5, width=256, seed=rank)
     assert losses["accel"] == losses["gloo"], losses
 
     # FSDP2 (fully_shard; FSDP1 refuses CPU-only jobs): the same through both groups.
@@ -127,16 +132,7 @@ def main() -> None:
         for layer in (model[0], model[2]):
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        gen = torch.Generator().manual_seed(rank)
-        run = []
-        for _ in range(4):
-            loss = model(torch.randn(16, 64, generator=gen)).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            run.append(loss.item())
-        fsdp_losses[name] = run
+        fsdp_losses[name] = _train(model, steps=4, width=64, seed=rank)
     assert fsdp_losses["accel"] == fsdp_losses["gloo"], fsdp_losses
     # FSDP's all-gathers and reduce-scatters went through shared memory.
     assert world_group.shared_collectives - before_fsdp >= 8, world_group.shared_collectives
