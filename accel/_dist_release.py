@@ -17,6 +17,7 @@ Every synchronous torch.distributed call in accel goes through here.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -26,18 +27,21 @@ import torch.distributed as dist
 # (by design, or a worker starved of CPU for this long) is not waited for any further.
 _RELEASE_WAIT_S = 1.0
 
-_gloo_cpu: dict[object, bool] = {}  # group -> whether gloo's threads run its CPU collectives
+# group -> whether gloo's threads run its CPU collectives. Weak: a destroyed group is not
+# kept alive (with its gloo context and, in accel.comm, its shared segment).
+_gloo_cpu: weakref.WeakKeyDictionary[dist.ProcessGroup, bool] = weakref.WeakKeyDictionary()
 
 
 def _runs_on_gloo(group: dist.ProcessGroup | None) -> bool:
     """Whether CPU collectives on ``group`` run on gloo's worker threads ("gloo",
     "cpu:gloo,cuda:nccl", or accel's backend, which delegates to gloo)."""
-    key: object = group if group is not None else dist.group.WORLD
-    known = _gloo_cpu.get(key)
+    key = group if group is not None else dist.group.WORLD
+    known = _gloo_cpu.get(key) if key is not None else None
     if known is None:
         backend = str(dist.get_backend(group))
         known = backend in ("gloo", "accel") or "cpu:gloo" in backend
-        _gloo_cpu[key] = known
+        if key is not None:
+            _gloo_cpu[key] = known
     return known
 
 

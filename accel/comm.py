@@ -19,19 +19,24 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import os
 import secrets
 import socket
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
 
 from accel._dist_release import run_released
 from accel.ops._dtypes import dtype_codes
+
+if TYPE_CHECKING:
+    from accel.process_group import AccelProcessGroup
 
 # Per rank and buffer; messages larger than this go in chunks, with two rank barriers per
 # chunk. 16 MiB: on this 2-vCPU VM, 64 MiB took 22-24 ms in 4 MiB chunks and 11-14 ms in
@@ -58,13 +63,34 @@ _reduce_scatter_single = _collective("reduce_scatter_single", "reduce_scatter_te
 @dataclass
 class _ShmGroup:
     communicator: Any  # accel.ops._shm_comm.Communicator
-    key: int
-    group: dist.ProcessGroup | None
+    key: int  # names the group to the compiled op (accel::shm_all_reduce_)
+    # A weak reference: the segment lives as long as its process group, not longer (None:
+    # the caller passed no group, which means whatever group is the default one).
+    group_ref: weakref.ref[dist.ProcessGroup] | None
+    codes: dict[torch.dtype, int]  # the dtypes the segment sums, and their codes
+    # An "accel" process group, whose queued reductions run on its worker thread: a call
+    # made straight to accel.comm with it waits for them (one order on the segment).
+    owner: weakref.ref[AccelProcessGroup] | None = None
+
+    def finish_queued(self) -> None:
+        """Wait for the owning "accel" group's queued reductions, if any."""
+        owner = self.owner() if self.owner is not None else None
+        if owner is not None:
+            owner.wait_queued()
+
+    @property
+    def group(self) -> dist.ProcessGroup | None:
+        """The group, as the caller named it (None: the default group)."""
+        return self.group_ref() if self.group_ref is not None else None
 
 
 _lock = threading.Lock()
-_groups: dict[object, _ShmGroup | None] = {}  # None: the group is not node-local
+# Keyed by id() of the process group; an entry leaves when its group is garbage (see
+# _remember), so a destroyed group's segment is unmapped instead of kept for the process's
+# lifetime. None: the group is not node-local.
+_groups: dict[int, _ShmGroup | None] = {}
 _by_key: dict[int, _ShmGroup] = {}
+_keys = itertools.count(1)
 
 
 @functools.cache
@@ -127,13 +153,18 @@ def _open(
         return None, f"{type(failure).__name__}: {failure}"
 
 
+def _as_accel_group(process_group: dist.ProcessGroup) -> AccelProcessGroup | None:
+    """``process_group`` if it is an "accel" one, else None."""
+    from accel.process_group import AccelProcessGroup  # imports this module: not at the top
+
+    return process_group if isinstance(process_group, AccelProcessGroup) else None
+
+
 def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
     """Whether ``group`` runs collectives on CPU tensors (not so for a pure NCCL group)."""
     process_group = group if group is not None else dist.group.WORLD
     assert process_group is not None  # initialised: all_reduce_ checked
-    from accel.process_group import AccelProcessGroup  # imports this module: not at the top
-
-    if isinstance(process_group, AccelProcessGroup):  # gloo underneath
+    if _as_accel_group(process_group) is not None:  # gloo underneath
         return True
     try:
         process_group._get_backend(torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
@@ -184,21 +215,62 @@ def _setup(group: dist.ProcessGroup | None) -> _ShmGroup | None:
                 stacklevel=3,
             )
         return None
-    return _ShmGroup(communicator, key=len(_by_key) + 1, group=group)
+    return _ShmGroup(
+        communicator, key=next(_keys), group_ref=weakref.ref(group) if group is not None else None,
+        codes=_shm_dtype_codes(),
+    )  # fmt: skip
 
 
-def _shm_group(group: dist.ProcessGroup | None) -> _ShmGroup | None:
-    key: object = group if group is not None else dist.group.WORLD
-    known = _groups.get(key, _groups)  # lock-free fast path once the group is set up
-    if known is not _groups:
-        return known  # type: ignore[return-value]
+def _shm_group(group: dist.ProcessGroup | None, call: str) -> _ShmGroup | None:
+    """The group's segment (None: the group is not node-local); the first call on a group
+    sets it up, collectively. ``call`` names the caller in the error for no process group."""
+    # One dict lookup once the group is known (an uninitialised default group is None,
+    # whose id is never a key, so the check below still runs).
+    process_group = group if group is not None else dist.group.WORLD
+    try:
+        known = _groups[id(process_group)]
+    except KeyError:
+        pass
+    else:
+        if known is not None and known.owner is not None:
+            known.finish_queued()
+        return known
+    if process_group is None or not dist.is_initialized():
+        raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
+    accel_group = _as_accel_group(process_group)
+    if accel_group is not None and not accel_group.in_own_collective():
+        # Called straight, not by the group: the group sets the segment up (it comes back
+        # here from inside), so that the setup's own collectives go to its gloo; set up
+        # from here, they would come back through the group and wait on _lock.
+        accel_group.uses_shared_memory()
+        return _groups[id(process_group)]
     with _lock:
-        if key not in _groups:
+        if id(process_group) not in _groups:
             shm = _setup(group)
-            _groups[key] = shm
-            if shm is not None:
-                _by_key[shm.key] = shm
-        return _groups[key]
+            _remember(process_group, shm)
+        return _groups[id(process_group)]
+
+
+def _remember(process_group: dist.ProcessGroup, shm: _ShmGroup | None) -> None:
+    """Keep ``shm`` for ``process_group`` until the group is garbage."""
+    ident = id(process_group)
+    _groups[ident] = shm
+    if shm is not None:
+        _by_key[shm.key] = shm
+        accel_group = _as_accel_group(process_group)
+        if accel_group is not None:
+            shm.owner = weakref.ref(accel_group)
+    # Runs when the group object dies (torch drops it in destroy_process_group), before
+    # its id can be reused; the Communicator unmaps the segment when the last reference
+    # to it goes (a collective still running holds one).
+    forget = weakref.finalize(process_group, _forget, ident, shm.key if shm else None)
+    forget.atexit = False  # at exit the mappings go with the process
+
+
+def _forget(ident: int, key: int | None) -> None:
+    _groups.pop(ident, None)
+    if key is not None:
+        _by_key.pop(key, None)
 
 
 def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
@@ -206,17 +278,18 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
 
     Collective: every rank of the group must call it the first time.
     """
-    return _shm_group(group) is not None
+    return _shm_group(group, "uses_shared_memory") is not None
 
 
 def _reduce(shm: _ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
     """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank."""
-    eligible = tensor.is_cpu and tensor.dtype in _shm_dtype_codes()  # is_cpu: 5x device.type
+    code = shm.codes.get(tensor.dtype)
+    eligible = code is not None and tensor.is_cpu  # is_cpu: 5x faster than device.type
     work = tensor if not eligible or tensor.is_contiguous() else tensor.contiguous()
     # Positional: pybind11 matches keywords by name, ~0.4 us of a 4 KiB call's ~6.
     done = shm.communicator.all_reduce(
-        work.data_ptr() if eligible else 0, work.numel(), _wire_code(tensor.dtype), eligible,
-        timeout,
+        work.data_ptr() if eligible else 0, work.numel(),
+        code if code is not None else _wire_code(tensor.dtype), eligible, timeout,
     )  # fmt: skip
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
         run_released(dist.all_reduce, [tensor], shm.group, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
@@ -239,7 +312,8 @@ def _unregister_op() -> None:
     # Left registered, the op's Python kernel is released by torch's dispatcher during the
     # interpreter's final teardown. Importing accel.comm into a 2-rank native DeepSpeed job
     # made its exit abort ("terminate called without an active exception") in 7 of 8 runs;
-    # with this, 3 of 8: it helps, it is not the whole cause (open; issue 9 note).
+    # with this, 3 of 8. The rest was gloo's worker dropping tensors during teardown,
+    # fixed by accel._dist_release (docs/deepspeed.md).
     library: Any = getattr(_shm_all_reduce_op, "_lib", None)
     if library is not None:
         library._destroy()
@@ -272,8 +346,12 @@ def all_reduce_(
     is then unusable. As with torch.distributed, every rank calls collectives on a group
     in the same order, one thread at a time.
     """
-    _check_call("all_reduce_", timeout, tensor=tensor)
-    shm = _shm_group(group)  # on every rank, whatever its tensor: the setup is collective
+    # The common call (a tensor, a float timeout) is screened in ~0.1 us; anything else
+    # gets the full checks, which name what is wrong (an int timeout passes them).
+    if not isinstance(tensor, torch.Tensor) or type(timeout) is not float or not timeout > 0:  # pyright: ignore[reportUnnecessaryIsInstance]
+        _check_call("all_reduce_", timeout, tensor=tensor)
+    # On every rank, whatever its tensor: the setup is collective.
+    shm = _shm_group(group, "all_reduce_")
     if shm is None:
         run_released(dist.all_reduce, [tensor], group, tensor)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     elif torch.compiler.is_compiling():
@@ -317,7 +395,7 @@ def all_gather_into_tensor_(
     """
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
-    shm = _shm_group(group)  # collective setup on every rank
+    shm = _shm_group(group, "all_gather_into_tensor_")  # collective setup on every rank
     eligible = _movable(output, tensor)
     done = shm is not None and shm.communicator.all_gather(
         data=tensor.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
@@ -348,7 +426,7 @@ def reduce_scatter_tensor_(
     """
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
-    shm = _shm_group(group)  # collective setup on every rank
+    shm = _shm_group(group, "reduce_scatter_tensor_")  # collective setup on every rank
     eligible = (
         _movable(output, input)
         and input.dtype in _shm_dtype_codes()
@@ -390,7 +468,7 @@ def broadcast_(
     root = dist.get_group_rank(group, src) if group is not None else src
     if not 0 <= root < dist.get_world_size(group):
         raise ValueError(f"src {src} is not a rank of the group")
-    shm = _shm_group(group)
+    shm = _shm_group(group, "broadcast_")
     eligible = _movable(tensor)
     done = shm is not None and shm.communicator.broadcast(
         data=tensor.data_ptr() if eligible else 0, nbytes=tensor.numel() * tensor.element_size(),
@@ -405,7 +483,7 @@ def barrier(group: dist.ProcessGroup | None = None, *, timeout: float = DEFAULT_
     """Return once every rank of ``group`` has called it (shared memory when the group is
     on this node, ``dist.barrier`` otherwise)."""
     _check_call("barrier", timeout)
-    shm = _shm_group(group)
+    shm = _shm_group(group, "barrier")
     if shm is None:
         dist.barrier(group=group)  # pyright: ignore[reportUnknownMemberType]
     else:

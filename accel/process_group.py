@@ -116,14 +116,17 @@ class AccelProcessGroup(dist.ProcessGroup):
             return
         self._closed = True
         try:
-            self._drain()
+            self.wait_queued()
         finally:
             self._worker.shutdown(wait=True)
             self.gloo.shutdown()
 
-    def _uses_shared_memory(self) -> bool:
+    def uses_shared_memory(self) -> bool:
+        """Whether this group's collectives go through shared memory. The first call
+        decides, collectively (every rank makes it, as torch's first collective on the
+        group does), after the reductions queued before it."""
         if self._shared is None:  # the setup is collective: in this thread, in order
-            self._drain()
+            self.wait_queued()
             self._inside.active = True
             try:
                 self._shared = comm.uses_shared_memory(self)
@@ -134,7 +137,7 @@ class AccelProcessGroup(dist.ProcessGroup):
     def _here(self, collective: Callable[[], object], result: list[torch.Tensor]) -> Any:
         """Run a shared-memory collective now, in this thread, after the queued reductions."""
         self.shared_collectives += 1
-        self._drain()
+        self.wait_queued()
         self._inside.active = True  # its own fallbacks go to gloo
         try:
             collective()
@@ -144,15 +147,20 @@ class AccelProcessGroup(dist.ProcessGroup):
         future.set_result(result)
         return _QueuedWork(future)
 
+    def in_own_collective(self) -> bool:
+        """Whether this thread is inside one of this group's own accel.comm calls, whose
+        torch.distributed calls (setup, fallbacks) must go straight to gloo."""
+        return bool(getattr(self._inside, "active", False))
+
     def _direct(self) -> bool:
         """Whether a collective may use shared memory now (not from inside accel.comm)."""
-        return not getattr(self._inside, "active", False) and self._uses_shared_memory()
+        return not self.in_own_collective() and self.uses_shared_memory()
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
         group is node-local; gloo's otherwise."""
         if not self._direct():
-            self._drain()
+            self.wait_queued()
             return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
         return self._here(lambda: comm.all_gather_into_tensor_(output, input, group=self), [output])
 
@@ -163,7 +171,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         otherwise (and for several tensors)."""
         opts = opts or dist.BroadcastOptions()
         if len(tensors) != 1 or not self._direct():
-            self._drain()
+            self.wait_queued()
             return self.gloo.broadcast(tensors, opts)
         source = dist.get_global_rank(self, opts.rootRank)
         return self._here(lambda: comm.broadcast_(tensors[0], source, group=self), tensors)
@@ -175,7 +183,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         as ``allreduce``'s); gloo's otherwise and for other ops. (torch's parameter names.)"""
         opts = opts or dist.ReduceScatterOptions()
         if opts.reduceOp != dist.ReduceOp.SUM or not self._direct():
-            self._drain()
+            self.wait_queued()
             return self.gloo._reduce_scatter_base(outputTensor, inputTensor, opts)
         return self._here(
             lambda: comm.reduce_scatter_tensor_(outputTensor, inputTensor, group=self),
@@ -187,7 +195,7 @@ class AccelProcessGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Through shared memory when node-local; gloo's otherwise."""
         if not self._direct():
-            self._drain()
+            self.wait_queued()
             return self.gloo.barrier(opts or dist.BarrierOptions())
         return self._here(lambda: comm.barrier(group=self), [])
 
@@ -198,10 +206,11 @@ class AccelProcessGroup(dist.ProcessGroup):
         finally:
             self._inside.active = False
 
-    def _drain(self) -> None:
-        """Wait for the queued reductions (before any gloo collective: one order)."""
+    def wait_queued(self) -> None:
+        """Wait for the reductions queued so far (before any other collective: one order;
+        accel.comm calls it too when called directly with this group)."""
         last = self._last
-        if last is not None and not getattr(self._inside, "active", False):
+        if last is not None and not self.in_own_collective():
             last.result()
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
@@ -210,14 +219,14 @@ class AccelProcessGroup(dist.ProcessGroup):
         if opts is None:
             opts = dist.AllreduceOptions()
         if (
-            getattr(self._inside, "active", False)
+            self.in_own_collective()
             or len(tensors) != 1
             or opts.reduceOp != dist.ReduceOp.SUM
             or tensors[0].device.type != "cpu"
         ):
-            self._drain()
+            self.wait_queued()
             return self.gloo.allreduce(tensors, opts)
-        if not self._uses_shared_memory():
+        if not self.uses_shared_memory():
             return self.gloo.allreduce(tensors, opts)
         self.shared_reductions += 1
         future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
@@ -254,7 +263,7 @@ def _delegate(name: str) -> Any:
     target = _GLOO_NAMES.get(name, name)
 
     def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
-        self._drain()  # pyright: ignore[reportPrivateUsage]
+        self.wait_queued()
         return getattr(self.gloo, target)(*args, **kwargs)
 
     collective.__name__ = collective.__qualname__ = name

@@ -219,16 +219,18 @@ def _torchrun(
     )  # fmt: skip
 
 
-def test_inference_all_reduce_through_deepspeed_comm(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("backend", ["gloo", "accel"])
+def test_inference_all_reduce_through_deepspeed_comm(tmp_path: pathlib.Path, backend: str) -> None:
     shm_before = set(os.listdir("/dev/shm"))
     result = _torchrun(
-        SCRIPTS / "ds_inference_all_reduce.py", 2, _env(tmp_path, ACCEL_DEEPSPEED="1")
+        SCRIPTS / "ds_inference_all_reduce.py", 2, _env(tmp_path, ACCEL_DEEPSPEED="1"), backend
     )
     assert _last_json(result) == {
         "checked": 20,
         "world": 2,
         "owner": "accel",
         "shared_memory": True,
+        "backend": backend,
     }
     assert set(os.listdir("/dev/shm")) <= shm_before  # nothing left behind
     _assert_no_jit(tmp_path)

@@ -1,12 +1,13 @@
 """Run under torchrun: the "accel" backend against gloo, collective by collective, and DDP.
 
-Both ranks draw the same hypothesis examples (derandomized, no database), so every
+Any number of ranks (the test runs 2 and 3). All ranks draw the same hypothesis examples (derandomized, no database), so every
 example is one collective call on every rank. Prints one JSON line on rank 0.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import torch
@@ -41,6 +42,15 @@ def _train(model: torch.nn.Module, steps: int, width: int, seed: int) -> list[fl
         opt.zero_grad()
         losses.append(loss.item())
     return losses
+
+
+def _matching(ours: list[float], gloos: list[float], world: int) -> bool:
+    """Whether training through "accel" gave gloo's losses. With 2 ranks a gradient is one
+    sum of two terms, so the bits must match; with more, gloo adds in its own (ring) order
+    and accel in rank order, so a gradient's last bit, and a later loss's, may differ."""
+    if world == 2:
+        return ours == gloos
+    return all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(ours, gloos, strict=True))
 
 
 def main() -> None:
@@ -113,7 +123,7 @@ def main() -> None:
         )
         ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=1)
         losses[name] = _train(ddp, steps=5, width=256, seed=rank)
-    assert losses["accel"] == losses["gloo"], losses
+    assert _matching(losses["accel"], losses["gloo"], world), losses
 
     # FSDP2 (fully_shard; FSDP1 refuses CPU-only jobs): the same through both groups.
     from torch.distributed.device_mesh import DeviceMesh
@@ -133,7 +143,7 @@ def main() -> None:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         fsdp_losses[name] = _train(model, steps=4, width=64, seed=rank)
-    assert fsdp_losses["accel"] == fsdp_losses["gloo"], fsdp_losses
+    assert _matching(fsdp_losses["accel"], fsdp_losses["gloo"], world), fsdp_losses
     # FSDP's all-gathers and reduce-scatters went through shared memory.
     assert world_group.shared_collectives - before_fsdp >= 8, world_group.shared_collectives
 
@@ -150,8 +160,11 @@ def main() -> None:
             json.dumps(
                 {
                     "checked": checked,
-                    "ddp_losses_equal": losses["accel"] == losses["gloo"],
-                    "fsdp_losses_equal": fsdp_losses["accel"] == fsdp_losses["gloo"],
+                    "world": world,
+                    "ddp_losses_match": _matching(losses["accel"], losses["gloo"], world),
+                    "fsdp_losses_match": _matching(
+                        fsdp_losses["accel"], fsdp_losses["gloo"], world
+                    ),
                     "shared_memory": shared,
                 }
             )

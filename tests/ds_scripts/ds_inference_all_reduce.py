@@ -3,20 +3,31 @@
 With the integration active the op is accel's (torch.ops.deepspeed.inference_all_reduce_
 defined by accel.integrations.deepspeed.comm_ops); every result is checked against the
 exact sum, in every dtype DeepSpeed's op accepts and two it silently skips.
+
+    torchrun --nproc-per-node 2 ds_inference_all_reduce.py [gloo|accel]
+
+The argument is the torch.distributed backend DeepSpeed initialises (default gloo).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import torch
+import torch.distributed
 
 
 def main() -> None:
     import deepspeed
     import deepspeed.comm as dist
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    backend = sys.argv[1] if len(sys.argv) > 1 else "gloo"
+    if backend == "accel":
+        import accel.process_group  # noqa: F401  # registers the backend
+
+    # With "accel", the first collective is accel.comm's, straight on the accel group.
+    deepspeed.init_distributed(dist_backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     checked = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32):
@@ -43,6 +54,7 @@ def main() -> None:
                     "world": world,
                     "owner": comm_ops.owner(),
                     "shared_memory": shared,
+                    "backend": str(torch.distributed.get_backend()),
                 }
             )
         )
