@@ -4,7 +4,8 @@
 
 Run under a launcher; rank 0 prints a markdown table. For each message size the methods
 are timed in alternating rounds in the same job (the machine is noisy), and the median per
-call is reported. Bus bandwidth is 2 * (n - 1) / n * bytes / time, as nccl-tests define it.
+call is reported; a ratio column is the median of the per-round ratios. Bus bandwidth is
+2 * (n - 1) / n * bytes / time, as nccl-tests define it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,29 @@ def _deepspeed() -> Callable[[torch.Tensor], object] | None:
     return lambda t: torch.ops.deepspeed.inference_all_reduce_(t)
 
 
+def _native_call() -> Callable[[torch.Tensor], object]:
+    """The segment's native call with nothing around it: what ``all_reduce_`` costs beyond
+    it is its Python entry (checks, group lookup, dispatch). Uses accel.comm's internals."""
+    from accel import comm
+
+    shm = comm._shm_group(None, "benchmarks/allreduce.py")  # pyright: ignore[reportPrivateUsage]
+    assert shm is not None
+    native, codes = shm.communicator, shm.codes
+
+    def call(tensor: torch.Tensor) -> object:
+        return native.all_reduce(
+            tensor.data_ptr(), tensor.numel(), codes[tensor.dtype], True, comm.DEFAULT_TIMEOUT
+        )
+
+    return call
+
+
+def _microseconds(seconds: float) -> str:
+    """One decimal where whole microseconds would hide the difference (small messages)."""
+    micro = seconds * 1e6
+    return f"{micro:.1f}" if micro < 100 else f"{micro:.0f}"
+
+
 def main() -> None:
     """Time every size and print the table on rank 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,12 +89,19 @@ def main() -> None:
     parser.add_argument(
         "--skip-gloo", action="store_true", help="leave gloo out (it dominates the run time)"
     )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="also time the native call alone (the floor under all_reduce_'s Python entry)",
+    )
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     assert uses_shared_memory(), "the shared-memory path is not available in this job"
     methods: dict[str, Callable[[torch.Tensor], object]] = {"accel shm": all_reduce_}
+    if args.native:
+        methods["accel native call"] = _native_call()
     if not args.skip_gloo:
         methods["gloo"] = dist.all_reduce
     deepspeed = _deepspeed()
@@ -87,11 +118,19 @@ def main() -> None:
             for name, method in methods.items():
                 samples[name].append(_time(lambda m=method, t=tensor: m(t), iters))
         medians = {name: statistics.median(times) for name, times in samples.items()}
-        rows.append((size, medians))
+        # The ratios pair each round's times: the machine flips between quiet and busy
+        # spells lasting seconds, which shift every method in a round alike.
+        ratios = {
+            name: statistics.median(
+                peer / ours for peer, ours in zip(times, samples["accel shm"], strict=True)
+            )
+            for name, times in samples.items()
+        }
+        rows.append((size, medians, ratios))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, {args.dtype}, "
-            f"median of {args.rounds} rounds"
+            f"median of {args.rounds} rounds (ratios: median of the rounds' ratios)"
         )
         names = list(methods)
         peers = [n for n in names if n != "accel shm"]
@@ -99,10 +138,10 @@ def main() -> None:
         ratios = " | ".join(f"{n} / accel" for n in peers)
         print(f"| size | {columns} | {ratios} | accel bus GB/s |")
         print("|---|" + "---|" * (len(names) + len(peers) + 1))
-        for size, medians in rows:
+        for size, medians, paired in rows:
             label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-            times = " | ".join(f"{medians[n] * 1e6:.0f}" for n in names)
-            speedups = " | ".join(f"{medians[n] / medians['accel shm']:.2f}x" for n in peers)
+            times = " | ".join(_microseconds(medians[n]) for n in names)
+            speedups = " | ".join(f"{paired[n]:.2f}x" for n in peers)
             bus = 2 * (world - 1) / world * size / medians["accel shm"] / 1e9
             print(f"| {label} | {times} | {speedups} | {bus:.1f} |")
     dist.destroy_process_group()
