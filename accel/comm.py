@@ -10,7 +10,8 @@ The shared segment is set up on the group's first call, whatever the tensor (one
 round trip): rank 0 creates an anonymous segment (``memfd_create``), the peers open it
 through rank 0's ``/proc/<pid>/fd/<fd>``, then rank 0 closes that descriptor. The segment
 never has a name in /dev/shm, so nothing can be left there however a job ends, and no
-other job can open it. Each call then decides the path for all ranks at once: a rank
+other job can open it; it is unmapped when the group is destroyed (torch drops the group
+object). Each call then decides the path for all ranks at once: a rank
 whose tensor cannot use shared memory says so in the segment, and all ranks fall back
 together, so ranks never wait in different collectives.
 """
