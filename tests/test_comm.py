@@ -399,11 +399,13 @@ def test_unsupported_tensors_fall_back_to_torch_distributed(tmp_path: Path) -> N
 def test_bad_calls_are_rejected() -> None:
     with pytest.raises(TypeError, match=r"tensor must be a torch\.Tensor"):
         all_reduce_([1.0])  # type: ignore[arg-type]
-    for timeout in (0, -1.0, "5"):
+    for timeout in (0, -1.0, float("nan"), "5"):
         with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
             all_reduce_(torch.ones(2), timeout=timeout)  # type: ignore[arg-type]
     if not dist.is_initialized():
-        with pytest.raises(RuntimeError, match="init_process_group"):
+        with pytest.raises(
+            RuntimeError, match=r"all_reduce_\(\) needs torch.distributed.init_process_group"
+        ):
             all_reduce_(torch.ones(2))
 
 
