@@ -233,7 +233,8 @@ def _shm_group(group: dist.ProcessGroup | None, call: str) -> _ShmGroup | None:
     except KeyError:
         pass
     else:
-        if known is not None and known.owner is not None:
+        # (While torch.compile traces, the op waits instead, when the graph runs.)
+        if known is not None and known.owner is not None and not torch.compiler.is_compiling():
             known.finish_queued()
         return known
     if process_group is None or not dist.is_initialized():
@@ -300,7 +301,9 @@ def _reduce(shm: _ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
 
 @torch.library.custom_op("accel::shm_all_reduce_", mutates_args=("tensor",))
 def _shm_all_reduce_op(tensor: torch.Tensor, group_key: int, timeout: float) -> None:
-    _reduce(_by_key[group_key], tensor, timeout)
+    shm = _by_key[group_key]
+    shm.finish_queued()  # a compiled graph calls this op without passing through _shm_group
+    _reduce(shm, tensor, timeout)
 
 
 @_shm_all_reduce_op.register_fake  # pyright: ignore[reportUnknownMemberType]

@@ -228,11 +228,19 @@ def test_accel_comm_called_straight_with_an_accel_group_sets_up_and_keeps_order(
         direct = comm.all_reduce_(torch.full((4,), 10.0 * (rank + 1)), timeout=20)
         for work in works:
             work.wait()
+        # The same from a compiled graph, which calls accel's op without the Python entry.
+        compiled = torch.compile(lambda t: comm.all_reduce_(t * 1), backend="aot_eager")
+        compiled(torch.ones(2))
+        works = [dist.all_reduce(t, async_op=True) for t in queued]
+        in_graph = compiled(torch.full((4,), 100.0 * (rank + 1)))
+        for work in works:
+            work.wait()
         group = dist.group.WORLD
         with open(f"OUT/rank{rank}.json", "w") as out:
             json.dump({
                 "first": first.tolist(),
                 "direct": direct.tolist(),
+                "in_graph": in_graph.tolist(),
                 "queued": [t[0].item() for t in queued] + [t[-1].item() for t in queued],
                 "shared": group.shared_reductions,
                 "uses_shared_memory": group.uses_shared_memory(),
@@ -245,8 +253,10 @@ def test_accel_comm_called_straight_with_an_accel_group_sets_up_and_keeps_order(
     for rank_facts in facts:
         assert rank_facts["first"] == [3.0] * 8
         assert rank_facts["direct"] == [30.0] * 4
-        assert rank_facts["queued"] == [2.0 * i + 1 for i in range(6)] * 2
-        assert rank_facts["shared"] == 6
+        assert rank_facts["in_graph"] == [300.0] * 4
+        # Each queued tensor reduced twice: (r0 + r1) summed, then that doubled.
+        assert rank_facts["queued"] == [2 * (2.0 * i + 1) for i in range(6)] * 2
+        assert rank_facts["shared"] == 12
         assert rank_facts["uses_shared_memory"] is True
 
 
