@@ -14,7 +14,6 @@ import argparse
 import importlib.util
 import os
 import statistics
-import time
 import warnings
 from collections.abc import Callable
 
@@ -22,18 +21,11 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from _collective_timing import seconds_per_call  # noqa: E402  # beside this script
 
 from accel.comm import all_reduce_, uses_shared_memory  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-
-
-def _time(call: Callable[[], object], iters: int) -> float:
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        call()
-    return (time.perf_counter() - start) / iters
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -116,7 +108,7 @@ def main() -> None:
             method(tensor)  # warm up
         for _ in range(args.rounds):
             for name, method in methods.items():
-                samples[name].append(_time(lambda m=method, t=tensor: m(t), iters))
+                samples[name].append(seconds_per_call(lambda m=method, t=tensor: m(t), iters))
         medians = {name: statistics.median(times) for name, times in samples.items()}
         # The ratios pair each round's times: the machine flips between quiet and busy
         # spells lasting seconds, which shift every method in a round alike.

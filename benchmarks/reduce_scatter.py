@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 import warnings
 from collections.abc import Callable
 
@@ -20,18 +19,11 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from _collective_timing import seconds_per_call  # noqa: E402  # beside this script
 
 from accel.comm import reduce_scatter_tensor_, uses_shared_memory  # noqa: E402
 
 SIZES = [64 << 10, 1 << 20, 16 << 20, 64 << 20]
-
-
-def _time(call: Callable[[], object], iters: int) -> float:
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        call()
-    return (time.perf_counter() - start) / iters
 
 
 def main() -> None:
@@ -57,7 +49,7 @@ def main() -> None:
             method()  # warm up
         for _ in range(args.rounds):
             for name, method in methods.items():
-                samples[name].append(_time(method, iters))
+                samples[name].append(seconds_per_call(method, iters))
         rows.append((size, {name: statistics.median(times) for name, times in samples.items()}))
     if dist.get_rank() == 0:
         print(f"{world} ranks, torch {torch.__version__}, float32, median of {args.rounds} rounds")
