@@ -314,22 +314,13 @@ class Communicator {
   // rank first checks that all ranks pass the same numel and dtype (an error on every rank
   // otherwise); if any rank is not eligible, all return false, touching no data.
   bool all_reduce(uintptr_t data, int64_t numel, int dtype, bool eligible, double timeout) {
-    if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
-    if (numel < 0) throw std::invalid_argument("numel must be >= 0");
-    if (!is_wire_dtype(dtype)) throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is not one accel.comm knows");
-    if (eligible && !accel::is_dtype(dtype))
-      throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
-    if (eligible && numel > 0 && data == 0) throw std::invalid_argument("null tensor buffer");
+    check_usable("numel", numel, dtype, eligible, data, data);
+    check_summable(dtype, eligible);
     const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
-    const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
     py::gil_scoped_release released;
-    try {
-      Control& mine = control(rank_);
-      const int64_t chunks = !eligible || numel == 0 ? 1 : (numel + per_chunk - 1) / per_chunk;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const uint64_t seq = begin_step(timeout);
-        const int64_t begin = c * per_chunk;
-        const int64_t count = eligible ? std::min(per_chunk, numel - begin) : 0;
+    return guarded([&] {
+      const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
+      return for_each_chunk(numel, per_chunk, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
         char* slot = buffer(rank_, seq);
         char* tensor = reinterpret_cast<char*>(data) + begin * element;
         // Ranks agree on count and dtype (announce checks it), so they agree on the split.
@@ -340,39 +331,32 @@ class Communicator {
           copy_bytes(slot, tensor, static_cast<size_t>(count * element));
         }
         announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout);
-        if (c == 0 && !all_eligible(seq)) {  // every rank reads the same announcements
-          mine.consumed.store(seq, std::memory_order_release);
-          return false;
-        }
+        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);  // every rank reads the same announcements
         if (split) {
           // Each rank sums its own share of the elements (its tensor's part and the peers'
           // copies of it) into its tensor and its slot, then copies the peers' summed
           // shares from their slots: the arithmetic is done once, and every byte is
           // copied into and out of the segment once, not world times.
           reduce_share(tensor, seq, count, dtype);
-          mine.reduced.store(seq, std::memory_order_release);
+          control(rank_).reduced.store(seq, std::memory_order_release);
           wait_all(&Control::reduced, seq, timeout, seq);
           gather_other_shares(tensor, seq, count, element);
         } else if (count > 0) {
           reduce(tensor, seq, count, dtype);
         }
-        mine.consumed.store(seq, std::memory_order_release);
-      }
-    } catch (const std::exception& error) {
-      broken_ = error.what();
-      throw;
-    }
-    return true;
+        return finish_step(seq, true);
+      });
+    });
   }
 
   // Gather `nbytes` from every rank into `out` (rank r's bytes at r * nbytes), in rank
   // order. As all_reduce: ranks must agree on nbytes and dtype (an error on every rank
   // otherwise) and return false together, touching nothing, when any is not eligible.
   bool all_gather(uintptr_t data, uintptr_t out, int64_t nbytes, int dtype, bool eligible, double timeout) {
-    check_usable(nbytes, dtype, eligible, data, out);
+    check_usable("nbytes", nbytes, dtype, eligible, data, out);
     py::gil_scoped_release released;
     return guarded([&] {
-      return for_each_chunk(nbytes, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+      return for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
         if (count > 0) copy_bytes(buffer(rank_, seq), reinterpret_cast<const char*>(data) + begin, static_cast<size_t>(count));
         announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout);
         if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
@@ -386,10 +370,10 @@ class Communicator {
   // Copy `nbytes` at `data` from rank `root` to every rank (agreement as all_gather).
   bool broadcast(uintptr_t data, int64_t nbytes, int dtype, int root, bool eligible, double timeout) {
     if (root < 0 || root >= world_) throw std::invalid_argument("root must be in [0, world)");
-    check_usable(nbytes, dtype, eligible, data, data);
+    check_usable("nbytes", nbytes, dtype, eligible, data, data);
     py::gil_scoped_release released;
     return guarded([&] {
-      return for_each_chunk(nbytes, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+      return for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
         char* bytes = reinterpret_cast<char*>(data) + begin;
         if (rank_ == root && count > 0) copy_bytes(buffer(rank_, seq), bytes, static_cast<size_t>(count));
         announce(seq, kBroadcast, nbytes, dtype, eligible, root, timeout);
@@ -406,19 +390,14 @@ class Communicator {
   // term from `data`) into `out`; one barrier per step. Agreement as all_reduce. `out` may
   // be this rank's own block of `data`.
   bool reduce_scatter(uintptr_t data, uintptr_t out, int64_t numel, int dtype, bool eligible, double timeout) {
-    check_usable(numel, dtype, eligible, data, out);
-    if (eligible && !accel::is_dtype(dtype))
-      throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
+    check_usable("numel", numel, dtype, eligible, data, out);
+    check_summable(dtype, eligible);
     const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
-    const int64_t per_piece = static_cast<int64_t>(slot_bytes_) / (world_ * element);
     const char* input = reinterpret_cast<const char*>(data);
     py::gil_scoped_release released;
     return guarded([&] {
-      const int64_t pieces = !eligible || numel == 0 ? 1 : (numel + per_piece - 1) / per_piece;
-      for (int64_t c = 0; c < pieces; ++c) {
-        const uint64_t seq = begin_step(timeout);
-        const int64_t begin = c * per_piece;
-        const int64_t count = eligible ? std::min(per_piece, numel - begin) : 0;
+      const int64_t per_piece = static_cast<int64_t>(slot_bytes_) / (world_ * element);
+      return for_each_chunk(numel, per_piece, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
         char* slot = buffer(rank_, seq);
         for (int q = 0; q < world_ && count > 0; ++q)
           if (q != rank_)
@@ -432,9 +411,8 @@ class Communicator {
             terms[r] = r == rank_ ? input + (rank_ * numel + begin) * element : buffer(r, seq) + rank_ * per_piece * element;
           sum_terms(reinterpret_cast<char*>(out) + begin * element, nullptr, terms, count, dtype);
         }
-        finish_step(seq, true);
-      }
-      return true;
+        return finish_step(seq, true);
+      });
     });
   }
 
@@ -451,11 +429,18 @@ class Communicator {
 
  private:
   // Checks every collective makes before touching memory.
-  void check_usable(int64_t nbytes, int dtype, bool eligible, uintptr_t data, uintptr_t out) {
+  // (`size_name` names `size` in the error: "numel" or "nbytes".)
+  void check_usable(const char* size_name, int64_t size, int dtype, bool eligible, uintptr_t data, uintptr_t out) {
     if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
-    if (nbytes < 0) throw std::invalid_argument("nbytes must be >= 0");
+    if (size < 0) throw std::invalid_argument(std::string(size_name) + " must be >= 0");
     if (!is_wire_dtype(dtype)) throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is not one accel.comm knows");
-    if (eligible && nbytes > 0 && (data == 0 || out == 0)) throw std::invalid_argument("null tensor buffer");
+    if (eligible && size > 0 && (data == 0 || out == 0)) throw std::invalid_argument("null tensor buffer");
+  }
+
+  // The reductions' extra check: an eligible rank's dtype must be one the segment sums.
+  static void check_summable(int dtype, bool eligible) {
+    if (eligible && !accel::is_dtype(dtype))
+      throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
   }
 
   // Run a collective's steps; any failure leaves the communicator unusable (peers may be
@@ -470,17 +455,16 @@ class Communicator {
     }
   }
 
-  // Run `step(seq, chunk, begin, count)` over slot-sized chunks of `nbytes` (one step
-  // when this rank is not eligible or there is nothing to move); a step returning false
-  // (not every rank eligible) ends the collective with false.
+  // Run `step(seq, chunk, begin, count)` over chunks of at most `per_chunk` of the `total`
+  // units (bytes or elements; one step when this rank is not eligible or there is nothing
+  // to move); a step returning false (not every rank eligible) ends the collective.
   template <typename Step>
-  bool for_each_chunk(int64_t nbytes, bool eligible, double timeout, Step step) {
-    const int64_t slot = static_cast<int64_t>(slot_bytes_);
-    const int64_t chunks = !eligible || nbytes == 0 ? 1 : (nbytes + slot - 1) / slot;
+  bool for_each_chunk(int64_t total, int64_t per_chunk, bool eligible, double timeout, Step step) {
+    const int64_t chunks = !eligible || total == 0 ? 1 : (total + per_chunk - 1) / per_chunk;
     for (int64_t c = 0; c < chunks; ++c) {
       const uint64_t seq = begin_step(timeout);
-      const int64_t begin = c * slot;
-      if (!step(seq, c, begin, eligible ? std::min(slot, nbytes - begin) : int64_t{0})) return false;
+      const int64_t begin = c * per_chunk;
+      if (!step(seq, c, begin, eligible ? std::min(per_chunk, total - begin) : int64_t{0})) return false;
     }
     return true;
   }
