@@ -274,6 +274,31 @@ def test_the_segment_has_no_name_and_a_foreign_session_is_refused() -> None:
     del peer, owner
 
 
+def test_the_native_collectives_check_again_what_python_checked() -> None:
+    # accel.comm validates first; the extension refuses bad calls on its own too (before
+    # touching the segment, so the communicator stays usable).
+    from accel.ops import _shm_comm
+
+    comm = _shm_comm.Communicator("", True, 0, 2, 4096, 1, [os.getpid(), os.getpid()])
+    fp32 = _shm_comm.DTYPES["float32"]
+    int64 = _shm_comm.OTHER_DTYPES["int64"]
+    with pytest.raises(ValueError, match="numel must be >= 0"):
+        comm.all_reduce(0, -1, fp32, True, 1.0)
+    with pytest.raises(ValueError, match="numel must be >= 0"):
+        comm.reduce_scatter(0, 0, -1, fp32, True, 1.0)
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        comm.all_gather(0, 0, -1, fp32, True, 1.0)
+    with pytest.raises(ValueError, match="int64 cannot be summed in shared memory"):
+        comm.all_reduce(1, 4, int64, True, 1.0)
+    with pytest.raises(ValueError, match="int64 cannot be summed in shared memory"):
+        comm.reduce_scatter(1, 1, 4, int64, True, 1.0)
+    with pytest.raises(ValueError, match="null tensor buffer"):
+        comm.all_reduce(0, 4, fp32, True, 1.0)
+    with pytest.raises(ValueError, match=r"dtype code 99 is not one accel\.comm knows"):
+        comm.broadcast(0, 0, 99, 0, False, 1.0)
+    del comm
+
+
 def test_a_segment_whose_mapping_fails_is_an_error_and_leaves_nothing() -> None:
     # mmap fails under a small address-space limit after the segment is made and sized.
     before = _shm_names()
