@@ -51,8 +51,9 @@ def _native_call() -> Callable[[torch.Tensor], object]:
     """The segment's native call with nothing around it: what ``all_reduce_`` costs beyond
     it is its Python entry (checks, group lookup, dispatch). Uses accel.comm's internals."""
     from accel import comm
+    from accel.comm import _segment
 
-    shm = comm._shm_group(None, "benchmarks/allreduce.py")  # pyright: ignore[reportPrivateUsage]
+    shm = _segment.shm_group(None, "benchmarks/allreduce.py")
     assert shm is not None
     native, codes = shm.communicator, shm.codes
 

@@ -63,9 +63,9 @@ RANK_SCRIPT = textwrap.dedent(
         result["sums"], result["errors"] = sums, errors
         result["shm"] = uses_shared_memory()
     elif scenario.startswith("kill:"):
-        import accel.comm as comm
+        from accel.comm import _segment
         _, victim, step = scenario.split(":")
-        calls = {"_open": comm._open, "release": None}
+        calls = {"_open": _segment._open, "release": None}
         def hooked_open(path, create, *args):
             if rank == int(victim) and step == ("before-create" if create else "before-attach"):
                 os.kill(os.getpid(), 9)
@@ -80,7 +80,7 @@ RANK_SCRIPT = textwrap.dedent(
                     def release(self): os.kill(os.getpid(), 9)
                 return Dying(), opened[1]
             return opened
-        comm._open = hooked_open
+        _segment._open = hooked_open
         try:
             all_reduce_(torch.ones(8), timeout=2)
             result["error"] = None
@@ -415,7 +415,7 @@ def test_unsupported_tensors_fall_back_to_torch_distributed(tmp_path: Path) -> N
     reports = _spawn(tmp_path, "fallback")
     assert reports[0]["ints"] == [3, 30]
     # gloo's worker holds no reference once the call returned: one left behind aborts the
-    # process if the interpreter is finalising when the worker drops it (accel._dist_release).
+    # process if the interpreter is finalising when the worker drops it (accel.comm._release).
     assert [r["held_after_return"] for r in reports] == [0, 0]
     expected = (torch.arange(6.0).reshape(2, 3).t() * 3).tolist()
     assert reports[0]["strided"] == expected
@@ -446,9 +446,9 @@ def test_the_cpu_backend_ships_the_builder() -> None:
 def test_a_torch_collective_returns_once_the_backend_let_go(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from accel import _dist_release
+    from accel.comm import _release
 
-    monkeypatch.setattr(_dist_release, "_runs_on_gloo", lambda group: True)
+    monkeypatch.setattr(_release, "_runs_on_gloo", lambda group: True)
     tensor = torch.ones(3, requires_grad=True)
     graphs: list[torch.Tensor] = []
 
@@ -458,14 +458,14 @@ def test_a_torch_collective_returns_once_the_backend_let_go(
         graphs.append((t * t).sum())
         threading.Timer(0.05, graphs.clear).start()
 
-    _dist_release.run_released(collective, [tensor], None, tensor)
+    _release.run_released(collective, [tensor], None, tensor)
     assert tensor._use_count() == 1
 
 
 def test_a_backend_that_keeps_the_tensor_is_waited_for_a_bounded_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from accel import _dist_release
+    from accel.comm import _release
 
     tensor = torch.ones(3, requires_grad=True)
     kept: list[torch.Tensor] = []
@@ -473,10 +473,10 @@ def test_a_backend_that_keeps_the_tensor_is_waited_for_a_bounded_time(
     def collective(t: torch.Tensor, group: object) -> None:
         kept.append((t * t).sum())  # never let go
 
-    monkeypatch.setattr(_dist_release, "_RELEASE_WAIT_S", 0.05)
+    monkeypatch.setattr(_release, "_RELEASE_WAIT_S", 0.05)
     for on_gloo, at_most in ((True, 2.0), (False, 0.04)):
-        monkeypatch.setattr(_dist_release, "_runs_on_gloo", lambda group, on=on_gloo: on)
+        monkeypatch.setattr(_release, "_runs_on_gloo", lambda group, on=on_gloo: on)
         started = time.monotonic()
-        _dist_release.run_released(collective, [tensor], None, tensor)
+        _release.run_released(collective, [tensor], None, tensor)
         assert time.monotonic() - started < at_most
     assert tensor._use_count() > 1  # still held: the call returned regardless

@@ -37,7 +37,7 @@ from accel.mixins import (
     TensorPlacementMixin,
 )
 from accel.mixins.dtype import matmul_runs
-from accel.ops.builders import CPU_OP_BUILDERS
+from accel.ops.prebuilt import CPU_OP_BUILDERS
 from accel.protocols.device import DeviceLike, DeviceProperties
 from accel.protocols.op_builder import OpBuilder
 
@@ -65,11 +65,11 @@ def _without_oneccl() -> str:
     # gloo is, and faster when ranks share a node. It needs the native segment code.
     try:
         importlib.import_module("accel.ops._shm_comm")
-        import accel.process_group  # registers "accel" with torch.distributed
+        import accel.comm.process_group  # registers "accel" with torch.distributed
     except ImportError:
         logger.info("accel's shared-memory extension is missing; the CPU uses gloo")
         return "gloo"
-    return accel.process_group.BACKEND_NAME
+    return accel.comm.process_group.BACKEND_NAME
 
 
 @functools.cache

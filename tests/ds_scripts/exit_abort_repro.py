@@ -8,14 +8,14 @@ needs the GIL; the interpreter is finalising, so Python 3.11 ends the thread wit
 ``pthread_exit`` inside a ``noexcept`` destructor, and libstdc++ calls ``std::terminate``.
 It is torch's race, not DeepSpeed's or accel's: any script whose last collective runs on
 gloo can hit it. accel's synchronous torch.distributed calls now return only once gloo has
-let go (``accel/_dist_release.py``).
+let go (``accel/comm/_release.py``).
 
 Run each way 10 times (commands from the repository root):
 
     # torch alone, the last act a gloo all_reduce: aborts in 6 and 7 of 10 (torch 2.13)
     torchrun --standalone --nproc-per-node=2 tests/ds_scripts/exit_abort_repro.py torch
     # DeepSpeed with accel's integration (float64 goes to gloo through accel.comm):
-    # 3 of 6 before accel/_dist_release.py, 0 of 10 after
+    # 3 of 6 before accel/comm/_release.py, 0 of 10 after
     ACCEL_DEEPSPEED=1 TORCH_EXTENSIONS_DIR=$(mktemp -d) \
         torchrun --standalone --nproc-per-node=2 tests/ds_scripts/exit_abort_repro.py
     # native DeepSpeed (its op skips float64, leaving it unreduced: no gloo call, no abort)

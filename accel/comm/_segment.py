@@ -1,0 +1,294 @@
+"""A process group's shared segment: set up on first use, found by group, freed with it.
+
+Rank 0 creates an anonymous segment (``memfd_create``), the peers open it through rank 0's
+``/proc/<pid>/fd/<fd>``, then rank 0 closes that descriptor. The segment never has a name
+in /dev/shm, so nothing can be left there however a job ends, and no other job can open
+it; it is unmapped when torch drops the group object.
+
+This layer knows nothing of accel's process group. A group class whose own collectives run
+on the segment (``accel.comm.process_group.AccelProcessGroup``) registers itself with
+:func:`register_group_owner`; the segment then lets such a group set itself up and waits
+for the reductions it has queued, through the small :class:`GroupOwner` protocol.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import os
+import secrets
+import socket
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import torch
+import torch.distributed as dist
+
+from accel.comm import _torch_dist as tdist
+from accel.comm._release import run_released
+from accel.ops._dtypes import dtype_codes
+
+# Per rank and buffer; larger messages go in chunks, with two rank barriers per chunk.
+# Fewer, larger chunks mean fewer barriers (docs/benchmarks.md, "Slot size"); the segment
+# (2 buffers x world x this) is memfd memory, allocated only where touched.
+SLOT_BYTES = 16 << 20
+
+
+class GroupOwner(Protocol):
+    """What the segment layer needs from a process group that runs collectives on it."""
+
+    def uses_shared_memory(self) -> bool:
+        """Set the group's segment up (collectively, on first call); whether it has one."""
+        ...
+
+    def in_own_collective(self) -> bool:
+        """Whether this thread is inside one of the group's own segment calls."""
+        ...
+
+    def wait_queued(self) -> None:
+        """Wait for the reductions the group has queued."""
+        ...
+
+
+_owner_types: tuple[type, ...] = ()
+
+
+def register_group_owner(group_type: type[GroupOwner]) -> None:
+    """Declare ``group_type`` (a ``dist.ProcessGroup`` subclass) a :class:`GroupOwner`:
+    direct calls with such a group let it set its segment up and keep its queue's order."""
+    global _owner_types
+    if group_type not in _owner_types:
+        _owner_types = (*_owner_types, group_type)
+
+
+def _as_owner(process_group: dist.ProcessGroup) -> GroupOwner | None:
+    """``process_group`` if its class registered as an owner, else None."""
+    return cast(GroupOwner, process_group) if isinstance(process_group, _owner_types) else None
+
+
+@dataclass
+class ShmGroup:
+    """One group's segment, and what a call on it needs to know."""
+
+    communicator: Any  # accel.ops._shm_comm.Communicator
+    key: int  # names the group to the compiled op (accel::shm_all_reduce_)
+    # A weak reference: the segment lives as long as its process group, not longer (None:
+    # the caller passed no group, which means whatever group is the default one).
+    group_ref: weakref.ref[dist.ProcessGroup] | None
+    codes: dict[torch.dtype, int]  # the dtypes the segment sums, and their codes
+    # A group whose queued reductions run on its worker thread: a call made straight to
+    # accel.comm with it waits for them (one order on the segment).
+    owner: weakref.ref[GroupOwner] | None = None
+
+    def finish_queued(self) -> None:
+        """Wait for the owning group's queued reductions, if any."""
+        owner = self.owner() if self.owner is not None else None
+        if owner is not None:
+            owner.wait_queued()
+
+    @property
+    def group(self) -> dist.ProcessGroup | None:
+        """The group, as the caller named it (None: the default group)."""
+        return self.group_ref() if self.group_ref is not None else None
+
+
+_lock = threading.Lock()
+# Keyed by id() of the process group; an entry leaves when its group is garbage (see
+# _remember), so a destroyed group's segment is unmapped instead of kept for the process's
+# lifetime. None: the group is not node-local.
+_groups: dict[int, ShmGroup | None] = {}
+_by_key: dict[int, ShmGroup] = {}
+_keys = itertools.count(1)
+
+
+@functools.cache
+def summable_codes() -> dict[torch.dtype, int]:
+    """The dtypes the shared-memory path sums; none when the extension is not built."""
+    try:
+        from accel.ops import _shm_comm
+    except ImportError:
+        return {}
+    return dtype_codes(_shm_comm)
+
+
+@functools.cache
+def wire_code(dtype: torch.dtype) -> int:
+    """A dtype's code in the segment's announcements (summable or not)."""
+    from accel.ops import _shm_comm
+
+    name = str(dtype).removeprefix("torch.")
+    return summable_codes().get(dtype, _shm_comm.OTHER_DTYPES.get(name, _shm_comm.UNKNOWN_DTYPE))
+
+
+def by_key(key: int) -> ShmGroup:
+    """The segment whose :attr:`ShmGroup.key` is ``key`` (how the compiled op finds it)."""
+    return _by_key[key]
+
+
+def _node_identity() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        boot_id = ""
+    return f"{socket.gethostname()}/{boot_id}"
+
+
+def _gather_text(text: str, world: int, group: dist.ProcessGroup | None) -> list[str]:
+    # Plain tensor collectives: the *_object ones need numpy, which accel does not.
+    data = text.encode()
+    if len(data) > 256:
+        raise ValueError(f"identity too long to exchange: {text!r}")
+    mine = torch.zeros(256, dtype=torch.uint8)
+    mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    run_released(tdist.all_gather, [mine, *gathered], group, gathered, mine)
+    return [ctypes.string_at(t.data_ptr(), t.numel()).rstrip(b"\0").decode() for t in gathered]
+
+
+def _open(
+    path: str, create: bool, rank: int, world: int, session: int, pids: list[int]
+) -> tuple[Any, str]:
+    try:
+        from accel.ops import _shm_comm
+
+        communicator = _shm_comm.Communicator(
+            path=path, create=create, rank=rank, world=world, slot_bytes=SLOT_BYTES,
+            session=session, pids=pids,
+        )  # fmt: skip
+        return communicator, ""
+    except (ImportError, RuntimeError, OSError) as failure:
+        return None, f"{type(failure).__name__}: {failure}"
+
+
+def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
+    """Whether ``group`` runs collectives on CPU tensors (not so for a pure NCCL group)."""
+    process_group = group if group is not None else dist.group.WORLD
+    assert process_group is not None  # initialised: the caller checked
+    if _as_owner(process_group) is not None:  # gloo underneath
+        return True
+    try:
+        process_group._get_backend(torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
+    except (RuntimeError, AttributeError):
+        return False
+    return True
+
+
+def _setup(group: dist.ProcessGroup | None) -> ShmGroup | None:
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if world == 1 or not _cpu_capable(group):
+        return None  # nothing to exchange, or no CPU collectives to exchange it with
+    identities = _gather_text(f"{_node_identity()} {os.getpid()}", world, group)
+    if any(
+        identity.rsplit(" ", 1)[0] != identities[0].rsplit(" ", 1)[0] for identity in identities
+    ):
+        return None  # ranks on several nodes: shared memory cannot reach them all
+    pids = [int(identity.rsplit(" ", 1)[1]) for identity in identities]
+    offer = torch.zeros(2, dtype=torch.int64)  # rank 0's descriptor, the session id
+    communicator: Any = None
+    error = ""
+    if rank == 0:
+        # Create before announcing: the broadcast is what lets peers attach.
+        session = secrets.randbits(63)
+        communicator, error = _open("", True, rank, world, session, pids)
+        if communicator is not None:
+            offer[0] = int(communicator.path().rsplit("/", 1)[1])
+            offer[1] = session
+        else:
+            offer[0] = -1  # tells the peers not to attach
+    source = dist.get_global_rank(group, 0) if group is not None else 0
+    run_released(tdist.broadcast, [offer], group, offer, src=source)
+    if rank != 0 and int(offer[0]) >= 0:
+        path = f"/proc/{pids[0]}/fd/{int(offer[0])}"
+        communicator, error = _open(path, False, rank, world, int(offer[1]), pids)
+    elif rank != 0:
+        error = "rank 0 could not create the segment"
+    # Everyone must agree: one rank without the segment means all fall back.
+    attached = torch.tensor([0 if error else 1], dtype=torch.int32)
+    run_released(tdist.all_reduce, [attached], group, attached, op=dist.ReduceOp.MIN)
+    if rank == 0 and communicator is not None:
+        communicator.release()  # every rank has mapped it (or given up): no one else may open it
+    if int(attached) == 0:
+        if error:
+            warnings.warn(
+                f"accel.comm: shared memory unavailable ({error}); using torch.distributed",
+                stacklevel=3,
+            )
+        return None
+    return ShmGroup(
+        communicator, key=next(_keys), group_ref=weakref.ref(group) if group is not None else None,
+        codes=summable_codes(),
+    )  # fmt: skip
+
+
+def shm_group(group: dist.ProcessGroup | None, call: str) -> ShmGroup | None:
+    """The group's segment (None: the group is not node-local); the first call on a group
+    sets it up, collectively. ``call`` names the caller in the error for no process group."""
+    # One dict lookup once the group is known (an uninitialised default group is None,
+    # whose id is never a key, so the check below still runs).
+    process_group = group if group is not None else dist.group.WORLD
+    try:
+        known = _groups[id(process_group)]
+    except KeyError:
+        pass
+    else:
+        # (While torch.compile traces, the op waits instead, when the graph runs.)
+        if known is not None and known.owner is not None and not torch.compiler.is_compiling():
+            known.finish_queued()
+        return known
+    if process_group is None or not dist.is_initialized():
+        raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
+    owner = _as_owner(process_group)
+    if owner is not None and not owner.in_own_collective():
+        # Called straight, not by the group: the group sets the segment up (it comes back
+        # here from inside), so that the setup's own collectives go to its gloo; set up
+        # from here, they would come back through the group and wait on _lock.
+        owner.uses_shared_memory()
+        return _groups[id(process_group)]
+    with _lock:
+        if id(process_group) not in _groups:
+            _remember(process_group, _setup(group))
+        return _groups[id(process_group)]
+
+
+def _remember(process_group: dist.ProcessGroup, shm: ShmGroup | None) -> None:
+    """Keep ``shm`` for ``process_group`` until the group is garbage."""
+    ident = id(process_group)
+    _groups[ident] = shm
+    if shm is not None:
+        _by_key[shm.key] = shm
+        owner = _as_owner(process_group)
+        if owner is not None:
+            shm.owner = weakref.ref(owner)
+    # Runs when the group object dies (torch drops it in destroy_process_group), before
+    # its id can be reused; the Communicator unmaps the segment when the last reference
+    # to it goes (a collective still running holds one).
+    forget = weakref.finalize(process_group, _forget, ident, shm.key if shm else None)
+    forget.atexit = False  # at exit the mappings go with the process
+
+
+def _forget(ident: int, key: int | None) -> None:
+    _groups.pop(ident, None)
+    if key is not None:
+        _by_key.pop(key, None)
+
+
+def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
+    """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank."""
+    code = shm.codes.get(tensor.dtype)
+    eligible = code is not None and tensor.is_cpu  # is_cpu: 5x faster than device.type
+    work = tensor if not eligible or tensor.is_contiguous() else tensor.contiguous()
+    # Positional: pybind11 matches keywords by name, a measurable share of a small call.
+    done = shm.communicator.all_reduce(
+        work.data_ptr() if eligible else 0, work.numel(),
+        code if code is not None else wire_code(tensor.dtype), eligible, timeout,
+    )  # fmt: skip
+    if not done:  # some rank's tensor cannot use the segment: all ranks fall back
+        run_released(tdist.all_reduce, [tensor], shm.group, tensor)
+    elif work is not tensor:
+        tensor.copy_(work)

@@ -1,0 +1,302 @@
+"""The ``"accel"`` torch.distributed backend: shared-memory all-reduce, gloo for the rest.
+
+    import accel.process_group  # registers the backend (idempotent); also accel.comm.process_group
+    dist.init_process_group("accel")
+    model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged CPU DDP
+
+Every collective is gloo's (a gloo process group on the same store, so multi-node jobs,
+other ops and other dtypes work as before) except, when every rank of the group is on
+this node: ``allreduce`` with ``SUM`` of one CPU tensor (:func:`accel.comm.all_reduce_`:
+shared memory for float32, bfloat16 and float16, gloo otherwise, decided by all ranks
+together on each call; DDP's gradient buckets are exactly such calls),
+``reduce_scatter_tensor`` with ``SUM`` (the same sums, same dtypes), and
+``all_gather_into_tensor``, one-tensor ``broadcast`` and ``barrier``, which copy bytes
+through the same segment.
+
+Like gloo's, these reductions are asynchronous: one worker thread per group runs them in
+the order they were issued (the native call releases the GIL), so DDP overlaps them with
+the rest of the backward pass. Any other collective first waits for the reductions
+before it, so the group's operations keep one order on every rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingModuleSource]
+from torch.distributed.distributed_c10d import GroupName
+
+from accel import comm
+from accel.comm._segment import register_group_owner
+
+BACKEND_NAME = "accel"
+# torch's stubs lack these (PrefixStore, _create_work_from_future) or type them too
+# narrowly (ProcessGroup.__init__(rank, size)); the tests run them for real.
+_c10d: Any = importlib.import_module("torch._C._distributed_c10d")
+
+
+class _QueuedWork(_c10d.Work):  # type: ignore[misc]
+    """The ``Work`` of a queued reduction: ``wait()`` raises what the reduction raised
+    (torch's future-wrapping Work returns True even for a failed future)."""
+
+    def __init__(self, future: torch.futures.Future[list[torch.Tensor]]) -> None:
+        super().__init__()  # pyright: ignore[reportUnknownMemberType]
+        self._future = future
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Block until the reduction ends; raise its error, if any."""
+        self._future.wait()
+        return True
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        """The reduction's future (DDP chains its bucket hooks on it)."""
+        return self._future
+
+    def is_completed(self) -> bool:
+        """Whether the reduction has ended."""
+        return self._future.done()
+
+
+class AccelProcessGroup(dist.ProcessGroup):
+    """A process group that reduces through shared memory and does everything else with
+    gloo. Created by ``init_process_group("accel")`` / ``new_group(backend="accel")``."""
+
+    def __init__(self, store: Store, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+        prefixed = _c10d.PrefixStore("accel/gloo/", store)
+        # torch's stubs omit most of ProcessGroupGloo's methods: typed as Any, checked by
+        # tests/test_process_group.py against gloo itself.
+        self.gloo: Any = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
+        # accel.comm's own setup and fallback collectives come back through this group;
+        # inside them every call must go straight to gloo.
+        self._inside = threading.local()
+        self._shared: bool | None = None  # decided by the first SUM (a collective setup)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-pg")
+        self._last: Future[None] | None = None  # the newest queued reduction
+        self.shared_reductions = 0
+        """Reductions handed to shared memory so far (the rest went to gloo)."""
+        self.shared_collectives = 0
+        """all_gather / broadcast / barrier calls handed to shared memory so far."""
+        self._closed = False
+        # Threads left to the interpreter's final teardown abort the process ("terminate
+        # called without an active exception"): stop them at exit at the latest.
+        _live.add(self)
+
+    def getBackendName(self) -> str:
+        """``"accel"``."""
+        return BACKEND_NAME
+
+    # torch keeps a group's name on its C++ backends, which a Python process group has
+    # none of: the name torch sets is kept here, so that DeviceMesh (FSDP2, DTensor) can
+    # name and find this group.
+    def _set_group_name(self, name: str) -> None:
+        self._name = GroupName(name)
+
+    @property
+    def group_name(self) -> GroupName:
+        """The name torch gave this group (``init_process_group``/``new_group``)."""
+        name: GroupName | None = getattr(self, "_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
+    def shutdown(self) -> None:
+        """Finish the queued reductions and stop the worker and gloo (``destroy_process_group``
+        calls this; so does interpreter exit, while Python can still run it)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.wait_queued()
+        finally:
+            self._worker.shutdown(wait=True)
+            self.gloo.shutdown()
+
+    def uses_shared_memory(self) -> bool:
+        """Whether this group's collectives go through shared memory. The first call
+        decides, collectively (every rank makes it, as torch's first collective on the
+        group does), after the reductions queued before it."""
+        if self._shared is None:  # the setup is collective: in this thread, in order
+            self.wait_queued()
+            self._inside.active = True
+            try:
+                self._shared = comm.uses_shared_memory(self)
+            finally:
+                self._inside.active = False
+        return self._shared
+
+    def _here(self, collective: Callable[[], object], result: list[torch.Tensor]) -> Any:
+        """Run a shared-memory collective now, in this thread, after the queued reductions."""
+        self.shared_collectives += 1
+        self.wait_queued()
+        self._inside.active = True  # its own fallbacks go to gloo
+        try:
+            collective()
+        finally:
+            self._inside.active = False
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        future.set_result(result)
+        return _QueuedWork(future)
+
+    def in_own_collective(self) -> bool:
+        """Whether this thread is inside one of this group's own accel.comm calls, whose
+        torch.distributed calls (setup, fallbacks) must go straight to gloo."""
+        return bool(getattr(self._inside, "active", False))
+
+    def _direct(self) -> bool:
+        """Whether a collective may use shared memory now (not from inside accel.comm)."""
+        return not self.in_own_collective() and self.uses_shared_memory()
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
+        group is node-local; gloo's otherwise."""
+        if not self._direct():
+            self.wait_queued()
+            return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
+        return self._here(lambda: comm.all_gather_into_tensor_(output, input, group=self), [output])
+
+    _allgather_base = all_gather_single  # the name torch releases before 2.10 call
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """One tensor from ``opts.rootRank`` through shared memory when node-local; gloo's
+        otherwise (and for several tensors)."""
+        opts = opts or dist.BroadcastOptions()
+        if len(tensors) != 1 or not self._direct():
+            self.wait_queued()
+            return self.gloo.broadcast(tensors, opts)
+        source = dist.get_global_rank(self, opts.rootRank)
+        return self._here(lambda: comm.broadcast_(tensors[0], source, group=self), tensors)
+
+    def _reduce_scatter_base(
+        self, outputTensor: torch.Tensor, inputTensor: torch.Tensor, opts: Any = None
+    ) -> Any:
+        """``reduce_scatter_tensor`` with ``SUM`` through shared memory when node-local (sums
+        as ``allreduce``'s); gloo's otherwise and for other ops. (torch's parameter names.)"""
+        opts = opts or dist.ReduceScatterOptions()
+        if opts.reduceOp != dist.ReduceOp.SUM or not self._direct():
+            self.wait_queued()
+            return self.gloo._reduce_scatter_base(outputTensor, inputTensor, opts)
+        return self._here(
+            lambda: comm.reduce_scatter_tensor_(outputTensor, inputTensor, group=self),
+            [outputTensor],
+        )
+
+    reduce_scatter_single = _reduce_scatter_base  # torch's newer name for it
+
+    def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Through shared memory when node-local; gloo's otherwise."""
+        if not self._direct():
+            self.wait_queued()
+            return self.gloo.barrier(opts or dist.BarrierOptions())
+        return self._here(lambda: comm.barrier(group=self), [])
+
+    def _reduce(self, tensor: torch.Tensor) -> None:
+        self._inside.active = True  # this worker thread's collectives go to gloo
+        try:
+            comm.all_reduce_(tensor, group=self)
+        finally:
+            self._inside.active = False
+
+    def wait_queued(self) -> None:
+        """Wait for the reductions queued so far (before any other collective: one order;
+        accel.comm calls it too when called directly with this group)."""
+        last = self._last
+        if last is not None and not self.in_own_collective():
+            last.result()
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Sum one CPU tensor through shared memory, asynchronously; anything else through
+        gloo."""
+        if opts is None:
+            opts = dist.AllreduceOptions()
+        if (
+            self.in_own_collective()
+            or len(tensors) != 1
+            or opts.reduceOp != dist.ReduceOp.SUM
+            or tensors[0].device.type != "cpu"
+        ):
+            self.wait_queued()
+            return self.gloo.allreduce(tensors, opts)
+        if not self.uses_shared_memory():
+            return self.gloo.allreduce(tensors, opts)
+        self.shared_reductions += 1
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        tensor = tensors[0]
+
+        def run() -> None:
+            try:
+                self._reduce(tensor)
+            except BaseException as error:  # reported through the Work, as gloo does
+                future.set_exception(error)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+                raise
+            future.set_result(tensors)
+
+        self._last = self._worker.submit(run)
+        return _QueuedWork(future)
+
+
+# Every other collective is gloo's, after the reductions queued before it. Generated, since
+# each is the same two lines (torch calls some positionally, some with keywords).
+_GLOO_COLLECTIVES = (
+    "allreduce_coalesced", "allgather", "allgather_coalesced", "reduce", "reduce_scatter",
+    "gather", "scatter", "alltoall",
+    "alltoall_base", "all_to_all_single", "send", "recv", "recv_anysource",
+)  # fmt: skip
+
+
+# torch's newer names for what gloo's backend calls otherwise.
+_GLOO_NAMES = {
+    "all_to_all_single": "alltoall_base",
+}
+
+
+def _delegate(name: str) -> Any:
+    target = _GLOO_NAMES.get(name, name)
+
+    def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        self.wait_queued()
+        return getattr(self.gloo, target)(*args, **kwargs)
+
+    collective.__name__ = collective.__qualname__ = name
+    collective.__doc__ = f"gloo's ``{name}``, after the reductions queued before it."
+    return collective
+
+
+for _name in _GLOO_COLLECTIVES:
+    setattr(AccelProcessGroup, _name, _delegate(_name))
+
+
+_live: weakref.WeakSet[AccelProcessGroup] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for group in list(_live):
+        with contextlib.suppress(Exception):  # exiting: a failed shutdown changes nothing
+            group.shutdown()
+
+
+def _create(store: Store, rank: int, size: int, timeout: timedelta) -> AccelProcessGroup:
+    return AccelProcessGroup(store, rank, size, timeout)
+
+
+register_group_owner(AccelProcessGroup)
+
+
+def register() -> None:
+    """Register ``"accel"`` with torch.distributed (idempotent; done on import)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:  # pyright: ignore[reportPrivateUsage]
+        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])  # pyright: ignore[reportUnknownMemberType]
+
+
+register()
