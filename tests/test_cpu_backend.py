@@ -241,7 +241,7 @@ def test_builder_modules_take_tensors_and_reject_what_is_not_one(acc: CPUAcceler
 
 
 def test_a_missing_native_module_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accel.ops.builders import CPUAdamBuilder
+    from accel.ops.prebuilt import CPUAdamBuilder
 
     monkeypatch.setattr(CPUAdamBuilder, "native_module", "accel.ops._not_built")
     builder = CPUAdamBuilder()

@@ -26,7 +26,7 @@ from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator  # noqa: E402
 
 from accel.backends.cpu import CPUAccelerator  # noqa: E402
 from accel.backends.cuda import CUDAAccelerator  # noqa: E402
-from accel.integrations.deepspeed import builders, comm_ops, kernels  # noqa: E402
+from accel.integrations.deepspeed import comm_ops, kernels, op_builders  # noqa: E402
 from accel.integrations.deepspeed.adapter import AccelDeepSpeedAccelerator  # noqa: E402
 
 
@@ -145,13 +145,13 @@ def test_builders_on_the_cpu_are_accels_and_others_fall_back(
     for name in ("AsyncIOBuilder", "CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder",
                  "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder"):  # fmt: skip
         builder = cpu.create_op_builder(name)
-        assert isinstance(builder, builders.AccelOpBuilder), name
+        assert isinstance(builder, op_builders.AccelOpBuilder), name
         assert builder.is_compatible()
         assert builder.sources() == []
     fallback = cpu.get_op_builder("PinMemoryBuilder")
     assert fallback is CPU_Accelerator().get_op_builder("PinMemoryBuilder")
     with pytest.raises(RuntimeError, match="prebuilt"):
-        builders.CPUAdamBuilder().builder()
+        op_builders.CPUAdamBuilder().builder()
 
 
 def test_cuda_adapter_uses_cuda_semantics_without_a_gpu() -> None:
@@ -164,11 +164,11 @@ def test_cuda_adapter_uses_cuda_semantics_without_a_gpu() -> None:
     assert cuda.visible_devices_envs()[0] == "CUDA_VISIBLE_DEVICES"
     assert cuda.Stream is not None
     assert cuda.Event is not None
-    assert cuda.get_op_builder("CPUAdamBuilder") is builders.CPUAdamBuilder  # host-side
+    assert cuda.get_op_builder("CPUAdamBuilder") is op_builders.CPUAdamBuilder  # host-side
     fused = cuda.get_op_builder("FusedAdamBuilder")
     assert fused is not None
-    assert not issubclass(fused, builders.AccelOpBuilder)
-    assert cuda.get_op_builder("ShareMemCommBuilder") is not builders.ShareMemCommBuilder
+    assert not issubclass(fused, op_builders.AccelOpBuilder)
+    assert cuda.get_op_builder("ShareMemCommBuilder") is not op_builders.ShareMemCommBuilder
 
 
 class _Recorder:
@@ -433,7 +433,7 @@ def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
 
 
 def test_shm_comm_module_checks_its_arguments() -> None:
-    shm = builders.ShareMemCommBuilder().load()
+    shm = op_builders.ShareMemCommBuilder().load()
     assert shm.vector_kernel_level() == 2
     shm.initialize(2, 1)
     with pytest.raises(ValueError, match="rank must be an integer in \\[0, 2\\)"):
@@ -462,7 +462,7 @@ def test_functions_accel_lacks_come_from_deepspeeds_own_module() -> None:
 def test_aio_handle_has_deepspeeds_methods_and_counts(tmp_path: pathlib.Path) -> None:
     from accel.integrations.deepspeed.aio import aio_handle
 
-    handle = builders.AsyncIOBuilder().load().aio_handle(1 << 16, 4, False, True, 2)
+    handle = op_builders.AsyncIOBuilder().load().aio_handle(1 << 16, 4, False, True, 2)
     assert isinstance(handle, aio_handle)
     assert (handle.get_block_size(), handle.get_queue_depth(), handle.get_single_submit(),
             handle.get_overlap_events(), handle.get_intra_op_parallelism(),

@@ -69,7 +69,7 @@ PROBE = """
         "compatible": deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"],
     }}))
 """
-ACCEL_BUILDERS = ["accel.integrations.deepspeed.builders"]
+ACCEL_BUILDERS = ["accel.integrations.deepspeed.op_builders"]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accel.io import ALIGNMENT, AsyncIO, aligned_empty
-from accel.ops.builders import CPU_OP_BUILDERS, HOST_OP_BUILDERS
+from accel.ops.prebuilt import CPU_OP_BUILDERS, HOST_OP_BUILDERS
 
 DTYPES = [
     torch.float32,

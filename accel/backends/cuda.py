@@ -30,7 +30,7 @@ from accel.mixins import (
     TorchStreamMixin,
 )
 from accel.mixins.dtype import triton_runs_on
-from accel.ops.builders import HOST_OP_BUILDERS
+from accel.ops.prebuilt import HOST_OP_BUILDERS
 from accel.protocols.op_builder import OpBuilder
 
 logger = logging.getLogger(__name__)

@@ -18,16 +18,31 @@ import os
 from types import ModuleType
 from typing import ClassVar
 
+from accel.ops.catalog import PrebuiltOp, prebuilt_op, served_on
+
 logger = logging.getLogger(__name__)
 
 
 class PrebuiltOpBuilder:
-    """A builder whose module was compiled by ``pip install``; subclasses name the op, the
-    extension (``native_module``) and the module ``load()`` returns (``module_name``)."""
+    """A builder whose module was compiled by ``pip install``; each subclass is one row
+    (``spec``) of :data:`accel.ops.catalog.PREBUILT_OPS`."""
+
+    spec: ClassVar[PrebuiltOp]
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        spec = cls.__dict__.get("spec")
+        if spec is not None:  # the names older code reads, from the one table
+            cls.op_name, cls.native_module, cls.module_name = (
+                spec.op_name, spec.native_module, spec.module,
+            )  # fmt: skip
 
     op_name: ClassVar[str]
+    """The op's name (``spec.op_name``)."""
     native_module: ClassVar[str]
+    """The module that must import (``spec.native_module``)."""
     module_name: ClassVar[str]
+    """The module ``load()`` returns (``spec.module``)."""
 
     def name(self) -> str:
         """The op's name, e.g. ``"cpu_adam"``."""
@@ -65,39 +80,36 @@ class PrebuiltOpBuilder:
 class CPUOptimBuilder(PrebuiltOpBuilder):
     """The CPU optimizer kernels: one extension, front door ``accel.ops.cpu_optim``."""
 
-    native_module: ClassVar[str] = "accel.ops._cpu_optim"
-    module_name: ClassVar[str] = "accel.ops.cpu_optim"
-
 
 class CPUAdamBuilder(CPUOptimBuilder):
     """Adam and AdamW steps on the CPU (ZeRO-Offload)."""
 
-    op_name: ClassVar[str] = "cpu_adam"
+    spec = prebuilt_op("CPUAdamBuilder")
 
 
 class FusedAdamBuilder(CPUAdamBuilder):
     """DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel."""
 
-    op_name: ClassVar[str] = "fused_adam"
+    spec = prebuilt_op("FusedAdamBuilder")
 
 
 class CPUAdagradBuilder(CPUOptimBuilder):
     """Adagrad steps on the CPU."""
 
-    op_name: ClassVar[str] = "cpu_adagrad"
+    spec = prebuilt_op("CPUAdagradBuilder")
 
 
 class CPULionBuilder(CPUOptimBuilder):
     """Lion steps on the CPU."""
 
-    op_name: ClassVar[str] = "cpu_lion"
+    spec = prebuilt_op("CPULionBuilder")
 
 
 class FusedLionBuilder(CPUOptimBuilder):
     """Multi-tensor Lion on the CPU (``lion_step`` takes every tensor in one call), the
     CPU kernel DeepSpeed's FusedLion lacks."""
 
-    op_name: ClassVar[str] = "fused_lion"
+    spec = prebuilt_op("FusedLionBuilder")
 
 
 class AsyncIOBuilder(PrebuiltOpBuilder):
@@ -107,9 +119,7 @@ class AsyncIOBuilder(PrebuiltOpBuilder):
     release the GIL (docs/io.md has the measurements behind that choice).
     """
 
-    op_name: ClassVar[str] = "async_io"
-    native_module: ClassVar[str] = "accel.io"
-    module_name: ClassVar[str] = "accel.io"
+    spec = prebuilt_op("AsyncIOBuilder")
 
     def incompatibility_reason(self) -> str | None:
         """``None`` on POSIX systems (``os.pread``/``os.pwrite`` exist), else why not."""
@@ -123,9 +133,7 @@ class CCLCommBuilder(PrebuiltOpBuilder):
     oneCCL's torch bindings installed, ``load()`` returns DeepSpeed's builder's module (which
     DeepSpeed compiles, as without accel); without them it is incompatible, saying why."""
 
-    op_name: ClassVar[str] = "ccl_comm"
-    native_module: ClassVar[str] = "oneccl_bindings_for_pytorch"
-    module_name: ClassVar[str] = "oneccl_bindings_for_pytorch"
+    spec = prebuilt_op("CCLCommBuilder")
 
     def incompatibility_reason(self) -> str | None:
         """Why oneCCL cannot be used here, or ``None``."""
@@ -152,12 +160,10 @@ class CCLCommBuilder(PrebuiltOpBuilder):
 class ShareMemCommBuilder(PrebuiltOpBuilder):
     """Shared-memory all-reduce for the ranks of one node (use accel.comm.all_reduce_)."""
 
-    op_name: ClassVar[str] = "shm_comm"
-    native_module: ClassVar[str] = "accel.ops._shm_comm"
-    module_name: ClassVar[str] = "accel.comm"
+    spec = prebuilt_op("ShareMemCommBuilder")
 
 
-CPU_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
+_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
     builder.__name__: builder
     for builder in (
         AsyncIOBuilder, CCLCommBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder,
@@ -165,5 +171,18 @@ CPU_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
     )
 }  # fmt: skip
 
-HOST_OP_BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {"AsyncIOBuilder": AsyncIOBuilder}
-"""What every device backend can offer: file I/O runs on the host whatever the device."""
+
+def prebuilt_builder(name: str) -> type[PrebuiltOpBuilder]:
+    """accel's builder class named ``name`` (``KeyError`` when there is none)."""
+    return _BUILDERS[name]
+
+
+def op_builders_for(device_type: str) -> dict[str, type[PrebuiltOpBuilder]]:
+    """The builders a backend whose device is ``device_type`` offers, by class name."""
+    return {op.builder: _BUILDERS[op.builder] for op in served_on(device_type)}
+
+
+CPU_OP_BUILDERS = op_builders_for("cpu")
+"""What the CPU backend offers: every prebuilt op."""
+HOST_OP_BUILDERS = op_builders_for("host")
+"""What every other device backend offers: the ops whose kernels run on the host."""

@@ -167,7 +167,7 @@ def _rebind_accelerator(previous: object, adapter: object) -> None:
 def _rebind_builders(adapter: Any) -> None:
     if "deepspeed.ops.op_builder" not in sys.modules:
         return  # nothing bound yet: DeepSpeed will ask the adapter when it binds them
-    from accel.integrations.deepspeed.builders import accel_builders
+    from accel.integrations.deepspeed.op_builders import accel_builders
 
     replacements = accel_builders(adapter.device_name())
     for module in _deepspeed_modules():

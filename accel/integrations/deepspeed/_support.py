@@ -56,14 +56,3 @@ def unsupported_reason(version: str | None) -> str | None:
             f"supported: deepspeed{SUPPORTED_RANGE}"
         )
     return None
-
-
-HOST_BUILDERS = ("AsyncIOBuilder", "CPUAdagradBuilder", "CPUAdamBuilder", "CPULionBuilder")
-"""DeepSpeed builders accel serves on every device (their kernels run on the host)."""
-CPU_BUILDERS = (*HOST_BUILDERS, "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder")
-"""DeepSpeed builders accel serves when the device is the CPU."""
-
-
-def accel_builder_names(device_type: str) -> tuple[str, ...]:
-    """Names of the DeepSpeed builders accel serves for ``device_type``."""
-    return CPU_BUILDERS if device_type == "cpu" else HOST_BUILDERS

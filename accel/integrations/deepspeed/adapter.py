@@ -96,14 +96,16 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         self._name: str = self.device_type  # DeepSpeed reads the device type from _name
         self._communication_backend_name: str = acc.communication_backend_name()
         self._compile_backend: str = acc.get_compile_backend()
-        self._native: Any | None = native_backend(self._name)
+        self.native_accelerator: Any | None = native_backend(self._name)
+        """DeepSpeed's own accelerator for the device (what serves the ops and extras accel
+        does not replace); None where DeepSpeed has none."""
         # DeepSpeed counts page-locked bytes only on devices that really pin host memory.
         self._torch_pins_host_memory: bool = self._name != "cpu"
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the class does not define: DeepSpeed's own backend's
         # extras. Private names are never forwarded (and may not exist yet in __init__).
-        native = self.__dict__.get("_native")
+        native = self.__dict__.get("native_accelerator")
         if name.startswith("_") or native is None:
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
         return getattr(native, name)
@@ -304,9 +306,9 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
 
     def is_fp64_supported(self) -> bool:
         """DeepSpeed's own answer for the device (only MPS says no); True for others."""
-        if self._native is None:
+        if self.native_accelerator is None:
             return True
-        return bool(self._native.is_fp64_supported())
+        return bool(self.native_accelerator.is_fp64_supported())
 
     def supported_dtypes(self) -> list[torch.dtype]:
         """Floating-point types training may use."""
@@ -397,21 +399,21 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
     # Op builders --------------------------------------------------------------------
     def op_builder_dir(self) -> str:
         """DeepSpeed's builder package for the device (DeepSpeed lists builder names there)."""
-        if self._native is not None:
-            return str(self._native.op_builder_dir())
+        if self.native_accelerator is not None:
+            return str(self.native_accelerator.op_builder_dir())
         return "deepspeed.ops.op_builder"
 
     def get_op_builder(self, class_name: str) -> type[Any] | None:
         """accel's prebuilt builder for ``class_name`` where there is one, otherwise
         DeepSpeed's own builder for the device (so nothing that worked before breaks)."""
-        from accel.integrations.deepspeed.builders import accel_builder
+        from accel.integrations.deepspeed.op_builders import accel_builder
 
         builder = accel_builder(self._name, class_name)
         if builder is not None:
             return builder
-        if self._native is None:
+        if self.native_accelerator is None:
             return None
-        native: type[Any] | None = self._native.get_op_builder(class_name)
+        native: type[Any] | None = self.native_accelerator.get_op_builder(class_name)
         return native
 
     def create_op_builder(self, class_name: str) -> Any | None:
@@ -437,15 +439,15 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         NUMA node ids (accel's ``ACCEL_VISIBLE_NUMA_NODES``), so the CPU keeps
         DeepSpeed's own variables; other devices use accel's.
         """
-        if self._name == "cpu" and self._native is not None:
-            return list(self._native.visible_devices_envs())
+        if self._name == "cpu" and self.native_accelerator is not None:
+            return list(self.native_accelerator.visible_devices_envs())
         return self.accel.visible_devices_envs()
 
     def set_visible_devices_envs(
         self, current_env: MutableMapping[str, str], local_accelerator_ids: Sequence[int]
     ) -> None:
         """Write ``local_accelerator_ids`` into :meth:`visible_devices_envs`."""
-        if self._name == "cpu" and self._native is not None:
-            self._native.set_visible_devices_envs(current_env, local_accelerator_ids)
+        if self._name == "cpu" and self.native_accelerator is not None:
+            self.native_accelerator.set_visible_devices_envs(current_env, local_accelerator_ids)
             return
         self.accel.set_visible_devices_envs(current_env, list(local_accelerator_ids))

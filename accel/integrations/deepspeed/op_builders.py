@@ -13,7 +13,8 @@ import importlib
 from typing import Any, ClassVar
 
 from accel.integrations.deepspeed import comm_ops, kernels
-from accel.integrations.deepspeed._support import CPU_BUILDERS, HOST_BUILDERS
+from accel.ops.catalog import deepspeed_builders, prebuilt_op
+from accel.ops.prebuilt import prebuilt_builder
 
 # Untyped in DeepSpeed; taken as Any so that the annotations below are what is checked.
 OpBuilder: Any = importlib.import_module("deepspeed.ops.op_builder.builder").OpBuilder
@@ -24,30 +25,21 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
 
     NAME: ClassVar[str]
     BUILD_VAR: ClassVar[str]
-    native_module: ClassVar[str]
-    """The accel extension the kernels run in (what must import for ``is_compatible``)."""
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name=self.NAME if name is None else name)  # pyright: ignore[reportUnknownMemberType]
 
     def absolute_name(self) -> str:
         """Where the kernels live (accel's module, not a DeepSpeed build product)."""
-        return f"{self.native_module} (accel, prebuilt)"
+        return f"{prebuilt_op(type(self).__name__).native_module} (accel, prebuilt)"
 
     def sources(self) -> list[str]:
         """None: the kernels were compiled when accel was installed."""
         return []
 
     def incompatibility_reason(self) -> str | None:
-        """Why the kernels cannot load here, or ``None``."""
-        try:
-            importlib.import_module(self.native_module)
-        except ImportError as error:
-            return (
-                f"accel's {self.native_module} was not built for this platform ({error}); "
-                "reinstall accel with a C++17 compiler on Linux"
-            )
-        return None
+        """Why the kernels cannot load here, or ``None`` (accel's own builder decides)."""
+        return prebuilt_builder(type(self).__name__)().incompatibility_reason()
 
     def is_compatible(self, verbose: bool = False) -> bool:
         """Whether :meth:`load` will succeed (prints the reason when ``verbose``, as
@@ -80,6 +72,14 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
         raise NotImplementedError
 
 
+def _deepspeed_name(builder: str) -> str:
+    """The ``NAME`` of DeepSpeed's builder ``builder`` replaces (from the catalog)."""
+    name = prebuilt_op(builder).deepspeed_name
+    if name is None:
+        raise LookupError(f"the catalog says accel does not replace DeepSpeed's {builder}")
+    return name
+
+
 _singles: dict[type[Any], Any] = {}
 
 
@@ -88,7 +88,7 @@ def _native_module(class_name: str) -> Any:
     its builder for the device, compiled on first use as without accel."""
     real_accelerator = importlib.import_module("deepspeed.accelerator.real_accelerator")
     current: Any = real_accelerator.get_accelerator()
-    native: Any = getattr(current, "_native", current)  # accel's adapter keeps DeepSpeed's
+    native: Any = getattr(current, "native_accelerator", current)  # accel's adapter: DeepSpeed's
     builder = native.get_op_builder(class_name) if native is not None else None
     if builder is None:
         raise AttributeError(f"DeepSpeed has no {class_name} for this device to fall back to")
@@ -105,7 +105,6 @@ def _single(kernels_class: type[Any], class_name: str) -> Any:
 class _CPUOptimBuilder(AccelOpBuilder):
     """The optimizer builders: one extension, one kernels object per class per process."""
 
-    native_module: ClassVar[str] = "accel.ops._cpu_optim"
     kernels_class: ClassVar[type[Any]]
 
     def _kernels(self) -> Any:
@@ -115,7 +114,7 @@ class _CPUOptimBuilder(AccelOpBuilder):
 class CPUAdamBuilder(_CPUOptimBuilder):
     """DeepSpeed's ``CPUAdamBuilder`` (ZeRO-Offload's Adam) on accel's kernels."""
 
-    NAME = "cpu_adam"
+    NAME = _deepspeed_name("CPUAdamBuilder")
     BUILD_VAR = "DS_BUILD_CPU_ADAM"
     kernels_class = kernels.CPUAdamKernels
 
@@ -123,7 +122,7 @@ class CPUAdamBuilder(_CPUOptimBuilder):
 class CPUAdagradBuilder(_CPUOptimBuilder):
     """DeepSpeed's ``CPUAdagradBuilder`` on accel's kernels."""
 
-    NAME = "cpu_adagrad"
+    NAME = _deepspeed_name("CPUAdagradBuilder")
     BUILD_VAR = "DS_BUILD_CPU_ADAGRAD"
     kernels_class = kernels.CPUAdagradKernels
 
@@ -131,7 +130,7 @@ class CPUAdagradBuilder(_CPUOptimBuilder):
 class CPULionBuilder(_CPUOptimBuilder):
     """DeepSpeed's ``CPULionBuilder`` on accel's kernels."""
 
-    NAME = "cpu_lion"
+    NAME = _deepspeed_name("CPULionBuilder")
     BUILD_VAR = "DS_BUILD_CPU_LION"
     kernels_class = kernels.CPULionKernels
 
@@ -139,7 +138,7 @@ class CPULionBuilder(_CPUOptimBuilder):
 class FusedAdamBuilder(_CPUOptimBuilder):
     """DeepSpeed's ``FusedAdamBuilder`` on the CPU (``multi_tensor_adam``)."""
 
-    NAME = "fused_adam"
+    NAME = _deepspeed_name("FusedAdamBuilder")
     BUILD_VAR = "DS_BUILD_FUSED_ADAM"
     kernels_class = kernels.FusedAdamKernels
 
@@ -147,7 +146,7 @@ class FusedAdamBuilder(_CPUOptimBuilder):
 class FusedLionBuilder(_CPUOptimBuilder):
     """``multi_tensor_lion`` on the CPU, which DeepSpeed's CPU backend does not have."""
 
-    NAME = "fused_lion"
+    NAME = _deepspeed_name("FusedLionBuilder")
     BUILD_VAR = "DS_BUILD_FUSED_LION"
     kernels_class = kernels.FusedLionKernels
 
@@ -156,9 +155,8 @@ class ShareMemCommBuilder(AccelOpBuilder):
     """DeepSpeed's ``ShareMemCommBuilder``: ``initialize`` plus the
     ``torch.ops.deepspeed.inference_all_reduce(_)`` ops, on accel's shared memory."""
 
-    NAME = "deepspeed_shm_comm"
+    NAME = _deepspeed_name("ShareMemCommBuilder")
     BUILD_VAR = "DS_BUILD_SHM_COMM"
-    native_module = "accel.ops._shm_comm"
 
     def _kernels(self) -> Any:
         comm_ops.register_ops()
@@ -169,9 +167,8 @@ class AsyncIOBuilder(AccelOpBuilder):
     """DeepSpeed's ``AsyncIOBuilder`` (ZeRO-Infinity's NVMe swapping) on :mod:`accel.io`:
     no libaio, no compiler."""
 
-    NAME = "async_io"
+    NAME = _deepspeed_name("AsyncIOBuilder")
     BUILD_VAR = "DS_BUILD_AIO"
-    native_module = "accel.io"
 
     def _kernels(self) -> Any:
         from accel.integrations.deepspeed.aio import AsyncIOKernels
@@ -179,26 +176,21 @@ class AsyncIOBuilder(AccelOpBuilder):
         return _single(AsyncIOKernels, type(self).__name__)
 
 
-# Host-side kernels serve every device (ZeRO-Offload steps on the host whatever the
-# accelerator); the fused and comm ones replace DeepSpeed's only on the CPU. The names
-# live in _support, which `accel report` reads without importing deepspeed.
-_ALL = {
+_ALL: dict[str, type[AccelOpBuilder]] = {
     builder.__name__: builder
     for builder in (
         AsyncIOBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder,
         FusedLionBuilder, ShareMemCommBuilder,
     )
 }  # fmt: skip
-_HOST_BUILDERS = {name: _ALL[name] for name in HOST_BUILDERS}
-_CPU_BUILDERS = {name: _ALL[name] for name in CPU_BUILDERS}
 
 
 def accel_builders(device_type: str) -> dict[str, type[AccelOpBuilder]]:
-    """accel's builders for DeepSpeed on ``device_type``, by DeepSpeed class name."""
-    return dict(_CPU_BUILDERS if device_type == "cpu" else _HOST_BUILDERS)
+    """accel's builders for DeepSpeed on ``device_type``, by DeepSpeed class name (which
+    ones: :func:`accel.ops.catalog.deepspeed_builders`)."""
+    return {name: _ALL[name] for name in deepspeed_builders(device_type)}
 
 
 def accel_builder(device_type: str, class_name: str) -> type[AccelOpBuilder] | None:
     """accel's builder named ``class_name`` for ``device_type``, or ``None``."""
-    table = _CPU_BUILDERS if device_type == "cpu" else _HOST_BUILDERS
-    return table.get(class_name)
+    return accel_builders(device_type).get(class_name)

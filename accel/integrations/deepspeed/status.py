@@ -9,10 +9,10 @@ from accel.integrations.deepspeed import _install
 from accel.integrations.deepspeed._support import (
     ENV,
     SUPPORTED_RANGE,
-    accel_builder_names,
     installed_version,
     unsupported_reason,
 )
+from accel.ops.catalog import deepspeed_builders
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def collect(device_type: str) -> DeepSpeedStatus:
     """The status for the selected device type (reads metadata; imports no deepspeed)."""
     version = installed_version()
     reason = unsupported_reason(version)
-    names = sorted(accel_builder_names(device_type)) if reason is None else []
+    names = sorted(deepspeed_builders(device_type)) if reason is None else []
     return DeepSpeedStatus(
         version=version,
         supported=reason is None,
