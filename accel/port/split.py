@@ -129,13 +129,30 @@ def ends_leading_block(chunk: str, *, first: bool) -> bool:
     return not (is_docstring or _IMPORT.match(statement))
 
 
-def with_import(chunks: list[str], newline: str = "\n") -> list[str]:
-    """``chunks`` with ``from accel import get_accelerator`` added once.
+def with_import(pieces: list[str], newline: str = "\n") -> list[str]:
+    """``pieces`` (runs of whole top-level statements, in order) with ``from accel import
+    get_accelerator`` added once.
 
     It goes after the module's leading docstring and import statements, directly below
     the last of them (before the blank lines that follow it); nothing is added if the
-    module already imports it at top level.
+    module already imports it there. Only the leading pieces are cut into statements
+    again, as far as the first statement that is neither.
     """
+    head: list[str] = []
+    seen_statement = False
+    for count, piece in enumerate(pieces, start=1):
+        chunks = [chunk.text for chunk in top_level_chunks(piece)]
+        head.extend(chunks)
+        for chunk in chunks:
+            if ends_leading_block(chunk, first=not seen_statement):
+                return _insert_import(head, newline) + pieces[count:]
+            seen_statement = seen_statement or is_statement(chunk)
+    return _insert_import(head, newline)
+
+
+def _insert_import(chunks: list[str], newline: str) -> list[str]:
+    """``chunks`` (single statements: the leading block and the statement after it) with
+    the import below the last docstring or import statement."""
     if any(_HAS_IMPORT.match(chunk) for chunk in chunks):
         return chunks
     after = -1  # index of the last chunk of the leading docstring/import block

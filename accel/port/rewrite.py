@@ -1,0 +1,123 @@
+"""The driver of ``accel port``: one module's source in, the ported source and findings out.
+
+Only the top-level statements that can match a rule (:mod:`accel.port.rules`) are parsed,
+in batches, with guards that refuse what libcst cannot parse safely; every other statement
+is copied as it is. ``from accel import get_accelerator`` is added once where a rule
+rewrote something.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from accel.port.facts import ModuleFacts, analyse
+from accel.port.rules import RULES, Finding, PortTransformer
+from accel.port.split import Chunk, top_level_chunks, with_import
+
+__all__ = ["MAX_LINE_TOKENS", "RULES", "Finding", "PortError", "PortResult", "port_source"]
+
+
+@dataclass(frozen=True)
+class PortResult:
+    """The rewritten source and what was found."""
+
+    source: str
+    findings: list[Finding]
+
+    @property
+    def changed(self) -> bool:
+        """Whether any rule rewrote something."""
+        return any(f.rewritten for f in self.findings)
+
+
+# Every rule matches code that contains one of these; statements without them are copied
+# as they are, unparsed.
+TRIGGERS = ("cuda", "nccl", "pin_memory")
+# Statements are parsed in batches of about this many characters: small enough that
+# libcst's memory stays bounded, large enough that its per-call cost does not matter.
+BATCH_CHARS = 64 * 1024
+# libcst's visitors recurse once per nesting level of an expression (a 400-term sum is
+# 400 levels deep); CPython 3.11 runs Python-to-Python recursion without growing the C
+# stack, so a higher limit is safe here.
+RECURSION_LIMIT = 20_000
+# libcst's parser crashed the interpreter on one logical line of 12,000 tokens (a 6,000-
+# long attribute chain; measured with libcst 1.x), parsed every shape tried at 8,000, and
+# is superlinear on long chains (a 3,000-term sum: 10 s; 20,000 terms: 295 s, then a
+# crash). A statement with a longer logical line is refused, naming its line, in no time.
+MAX_LINE_TOKENS = 8_000
+
+
+class PortError(ValueError):
+    """A statement the rewriter cannot process; the message names its line."""
+
+
+def port_source(source: str) -> PortResult:
+    """Port one module's source text.
+
+    ``SourceError`` or ``PortError`` (both ``ValueError``, naming the line) when it
+    cannot, e.g. for a statement with a logical line of more than ``MAX_LINE_TOKENS``
+    tokens. Cost is linear in the size of the source.
+    """
+    chunks = top_level_chunks(source)
+    facts = analyse(source)
+    triggers = TRIGGERS + facts.triggers
+    pieces: list[str] = []
+    findings: list[Finding] = []
+    batch: list[Chunk] = []
+
+    def flush() -> None:
+        if batch:
+            text, batch_findings = _port_batch(batch, facts)
+            pieces.append(text)
+            findings.extend(batch_findings)
+            batch.clear()
+
+    for chunk in chunks:
+        if any(trigger in chunk.text for trigger in triggers):
+            if chunk.longest > MAX_LINE_TOKENS:
+                raise PortError(
+                    f"line {chunk.line}: a logical line of {chunk.longest} tokens is more than "
+                    f"the rewriter parses safely ({MAX_LINE_TOKENS}); port it by hand"
+                )
+            batch.append(chunk)
+            if sum(len(c.text) for c in batch) >= BATCH_CHARS:
+                flush()
+        else:
+            flush()
+            pieces.append(chunk.text)
+    flush()
+    findings.sort(key=lambda f: (f.line, f.column))
+    if any(f.rewritten for f in findings):
+        newline = "\r\n" if "\r\n" in source else "\n"
+        pieces = with_import(pieces, newline)
+    return PortResult("".join(pieces), findings)
+
+
+def _port_batch(batch: list[Chunk], facts: ModuleFacts) -> tuple[str, list[Finding]]:
+    first_line = batch[0].line
+    text = "".join(chunk.text for chunk in batch)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
+    try:
+        # unsafe_skip_copy: the tree was just parsed and is not shared, so the deep copy
+        # MetadataWrapper makes by default (a third of the time) buys nothing.
+        wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
+        transformer = PortTransformer(facts)
+        module = wrapper.visit(transformer)
+        code = module.code
+    except RecursionError:
+        raise PortError(
+            f"line {first_line}: an expression nests too deeply for the rewriter "
+            "(it is left unported)"
+        ) from None
+    except cst.ParserSyntaxError as error:
+        line = error.raw_line + first_line - 1  # the batch starts at first_line
+        raise PortError(f"line {line}: syntax error: {error.message}") from None
+    finally:
+        sys.setrecursionlimit(limit)
+    shift = first_line - 1
+    return code, [replace(f, line=f.line + shift) for f in transformer.findings]
