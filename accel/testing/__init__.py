@@ -17,10 +17,11 @@ from typing import cast
 from accel.backends.base import BackendClass
 from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator
 
-# Importing the check modules registers their checks in CHECKS.
-from accel.testing import core_checks, optional_checks
+# Importing the checks registers them in CHECKS; core_checks and optional_checks are the
+# names accel 0.1 exported them under.
+from accel.testing import checks, core_checks, optional_checks
 from accel.testing._framework import CHECKS, Check, KitConfig, Report, Violation
-from accel.testing.optional_checks import members_are_real, no_partial_capabilities
+from accel.testing.checks.generic import members_are_real, no_partial_capabilities
 
 CORE = CORE_PROTOCOLS
 OPTIONAL = OPTIONAL_PROTOCOLS
@@ -33,6 +34,7 @@ __all__ = [
     "Report",
     "Violation",
     "check_backend",
+    "checks",
     "core_checks",
     "optional_checks",
     "run_check",
@@ -106,7 +108,7 @@ def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Rep
                 generic(accelerator, protocol)
             except Exception as error:
                 report.violations.append(_violation(protocol, "*", generic.__name__, error))
-        for registered in CHECKS:
+        for registered in sorted(CHECKS, key=lambda c: (*CORE, *OPTIONAL).index(c.protocol)):
             if registered.protocol in claimed:
                 report.checks_run += 1
                 violation = run_check(accelerator, registered)

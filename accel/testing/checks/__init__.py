@@ -1,0 +1,31 @@
+"""The kit's checks, one module per capability (``protocols/X.py`` + ``mixins/X.py`` +
+``testing/checks/X.py``). Importing this package registers every check in
+:data:`accel.testing.CHECKS` (the kit runs them in protocol order, core first)."""
+
+from accel.testing.checks import (
+    device,
+    dtype,
+    generic,
+    graph,
+    memory,
+    op_builder,
+    profiler,
+    rng,
+    runtime,
+    stream,
+    tensor,
+)
+
+__all__ = [
+    "device",
+    "dtype",
+    "generic",
+    "graph",
+    "memory",
+    "op_builder",
+    "profiler",
+    "rng",
+    "runtime",
+    "stream",
+    "tensor",
+]

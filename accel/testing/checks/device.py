@@ -1,0 +1,127 @@
+"""DeviceAPI: names, selection, counts, properties."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from hypothesis import strategies as st
+
+from accel.protocols import (
+    Accelerator,
+    DeviceAPI,
+    DeviceLike,
+    DeviceProperties,
+)
+from accel.testing._framework import check
+from accel.testing.checks._helpers import holds, indices, raises
+
+
+@check(DeviceAPI, "device_name/device")
+def device_name_agrees_with_device(acc: Accelerator) -> None:
+    def body(index: int) -> None:
+        name, device = acc.device_name(index), acc.device(index)
+        assert torch.device(name) == device, (
+            f"device_name({index})={name!r} but device({index})={device}"
+        )
+        assert device.type == acc.device_name(), (
+            f"device({index}).type={device.type!r}, device_name()={acc.device_name()!r}"
+        )
+
+    holds(body, index=indices)
+    assert torch.device(acc.device_name()) == acc.device(), "device_name() and device() disagree"
+
+
+@check(DeviceAPI, "current_device/set_device")
+def current_device_round_trips(acc: Accelerator) -> None:
+    before = acc.current_device()
+    assert isinstance(before, int), f"current_device() returned {type(before).__name__}, not int"
+    assert acc.current_device_name() == acc.device_name(before), (
+        "current_device_name() names another device"
+    )
+    try:
+        for index in range(acc.device_count()):
+            acc.set_device(index)
+            assert acc.current_device() == index, (
+                f"set_device({index}) then current_device()={acc.current_device()}"
+            )
+    finally:
+        acc.set_device(before)
+
+
+@check(DeviceAPI, "device_count/is_available/synchronize")
+def counts_and_synchronize(acc: Accelerator) -> None:
+    count = acc.device_count()
+    assert isinstance(count, int) and count >= 1, (
+        f"device_count()={count!r} on an available backend"
+    )
+    assert acc.is_available() is True, f"is_available()={acc.is_available()!r}"
+    x = torch.ones(1024, device=acc.current_device_name()) * 2
+    acc.synchronize()
+    acc.synchronize(acc.current_device())
+    assert float(x.sum()) == 2048.0, "work on the device gave a wrong result after synchronize()"
+
+
+@check(DeviceAPI, "device_name/set_device")
+def bad_device_index_is_rejected(acc: Accelerator) -> None:
+    for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
+        raises(error, "device_index", functools.partial(acc.device_name, bad))  # type: ignore[arg-type]
+    wrong: tuple[tuple[object, type[Exception]], ...] = (
+        (-1, ValueError), ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
+        (True, TypeError), (1.0, TypeError),
+    )  # fmt: skip
+    for value, expected in wrong:
+        raises(expected, "device_index", functools.partial(acc.set_device, value))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+@check(DeviceAPI, "set_device/device_index")
+def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
+    before = acc.current_device()
+    indexed = acc.device_name(0) != acc.device_name()
+
+    def body(index: int, form: str) -> None:
+        name = acc.device_name(index)
+        forms: dict[str, DeviceLike] = {
+            "int": index,
+            "str": name,
+            "torch.device": torch.device(name),
+        }
+        device = forms[form]
+        start = acc.current_device()
+        with acc.device_index(device):
+            inside = acc.current_device()
+            expected = index if indexed or form == "int" else start
+            assert inside == expected, (
+                f"inside device_index({device!r}), current_device() is {inside}, not {expected}"
+            )
+        assert acc.current_device() == start, f"device_index({device!r}) did not restore {start}"
+        acc.set_device(device)
+        assert acc.current_device() == expected, f"set_device({device!r}) did not select {expected}"
+
+    try:
+        holds(body, index=st.integers(0, acc.device_count() - 1),
+              form=st.sampled_from(["int", "str", "torch.device"]))  # fmt: skip
+    finally:
+        acc.set_device(before)
+
+
+@check(DeviceAPI, "get_device_properties")
+def device_properties_describe_the_device(acc: Accelerator) -> None:
+    def body(index: int) -> None:
+        props = acc.get_device_properties(index)
+        assert isinstance(props, DeviceProperties), f"got {type(props).__name__}"
+        assert isinstance(props.name, str) and props.name, f"name={props.name!r}"
+        assert props.total_memory == acc.total_memory(index), (
+            f"total_memory={props.total_memory}, total_memory({index})={acc.total_memory(index)}"
+        )
+        count = props.multi_processor_count
+        assert count is None or (isinstance(count, int) and count >= 1), f"processors={count!r}"
+        capability = props.compute_capability
+        assert capability is None or (
+            len(capability) == 2 and all(isinstance(v, int) for v in capability)
+        ), f"compute_capability={capability!r}"
+
+    holds(body, index=st.integers(0, acc.device_count() - 1))
+    assert acc.get_device_properties() == acc.get_device_properties(acc.current_device()), (
+        "get_device_properties() is not the current device's"
+    )

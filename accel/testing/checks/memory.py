@@ -1,0 +1,92 @@
+"""MemoryAPI: current and peak counters, sizes."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from hypothesis import strategies as st
+
+from accel.protocols import (
+    Accelerator,
+    MemoryAPI,
+)
+from accel.testing._framework import check
+from accel.testing.checks._helpers import MiB, holds, raises
+
+
+@check(MemoryAPI, "max_memory_allocated/max_memory_reserved")
+def peaks_are_never_below_current(acc: Accelerator) -> None:
+    def body(sizes: list[int]) -> None:
+        tensors = [
+            torch.ones(size, dtype=torch.uint8, device=acc.current_device_name()) for size in sizes
+        ]
+        allocated = acc.memory_allocated()
+        peak = acc.max_memory_allocated()
+        assert peak >= allocated >= 0, (
+            f"max_memory_allocated()={peak} < memory_allocated()={allocated}"
+        )
+        reserved = acc.memory_reserved()
+        peak_reserved = acc.max_memory_reserved()
+        assert peak_reserved >= reserved >= 0, (
+            f"max_memory_reserved()={peak_reserved} < memory_reserved()={reserved}"
+        )
+        stats = acc.memory_stats()
+        assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"], (
+            "memory_stats() peak < current"
+        )
+        del tensors
+
+    holds(body, sizes=st.lists(st.integers(min_value=0, max_value=8 * MiB), max_size=4))
+
+
+@check(MemoryAPI, "max_memory_allocated/reset_peak_memory_stats")
+def peak_is_real_and_resettable(acc: Accelerator) -> None:
+    size = 256 * MiB
+    acc.reset_peak_memory_stats()
+    baseline = acc.memory_allocated()
+    transient = torch.ones(size, dtype=torch.uint8, device=acc.current_device_name())
+    del transient
+    peak = acc.max_memory_allocated()
+    assert peak >= baseline + size * 0.9, (
+        f"a {size} B allocation between two calls is missing from the peak ({peak} vs {baseline})"
+    )
+    acc.reset_peak_memory_stats()
+    after = acc.max_memory_allocated()
+    assert after < peak, f"reset_peak_memory_stats() left the peak at {after} (was {peak})"
+
+
+@check(MemoryAPI, "memory_stats/total_memory/available_memory/empty_cache")
+def sizes_are_consistent(acc: Accelerator) -> None:
+    stats = acc.memory_stats()
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak"):
+        assert key in stats, f"memory_stats() lacks {key!r}"
+    assert all(isinstance(v, int) for v in stats.values()), "memory_stats() has non-int values"
+    total, available = acc.total_memory(), acc.available_memory()
+    assert isinstance(total, int) and isinstance(available, int), "memory sizes must be int bytes"
+    assert total >= available >= 0 and total > 0, (
+        f"total_memory()={total}, available_memory()={available}"
+    )
+    live = torch.arange(1000, device=acc.current_device_name())
+    acc.empty_cache()
+    assert int(live.sum()) == 499500, "empty_cache() damaged a live tensor"
+
+
+@check(MemoryAPI, "reset_accumulated_memory_stats")
+def accumulated_counters_reset(acc: Accelerator) -> None:
+    def accumulated() -> dict[str, int]:
+        return {k: v for k, v in acc.memory_stats().items() if k.endswith((".allocated", ".freed"))}
+
+    before = accumulated()
+    acc.reset_accumulated_memory_stats()
+    after = accumulated()
+    grown = [k for k, v in after.items() if v > before.get(k, 0)]
+    assert not grown, f"reset_accumulated_memory_stats() left {grown} above their old values"
+
+
+@check(MemoryAPI, "memory_* (device_index)")
+def memory_rejects_bad_device_index(acc: Accelerator) -> None:
+    for method in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                   "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+                   "total_memory", "available_memory"):  # fmt: skip
+        raises(ValueError, "device_index", functools.partial(getattr(acc, method), -1))

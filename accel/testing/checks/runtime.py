@@ -1,0 +1,77 @@
+"""RuntimeAPI: visible-devices environment, compile backend, lazy calls."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from hypothesis import strategies as st
+
+from accel._validate import parse_id_list
+from accel.protocols import (
+    Accelerator,
+    RuntimeAPI,
+    StreamAPI,
+)
+from accel.testing._framework import check
+from accel.testing.checks._helpers import holds, raises
+
+
+@check(RuntimeAPI, "visible_devices_envs/set_visible_devices_envs")
+def visible_devices_env_round_trips(acc: Accelerator) -> None:
+    names = acc.visible_devices_envs()
+    if not names:
+        raises(RuntimeError, "environment variable", lambda: acc.set_visible_devices_envs({}, [0]))
+        return
+
+    def body(ids: list[int]) -> None:
+        env: dict[str, str] = {"UNRELATED": "kept"}
+        acc.set_visible_devices_envs(env, ids)
+        for name in names:
+            assert parse_id_list(env[name], name) == ids, (
+                f"{name}={env[name]!r} does not round-trip {ids}"
+            )
+        assert env["UNRELATED"] == "kept", (
+            "set_visible_devices_envs() changed an unrelated variable"
+        )
+
+    holds(body, ids=st.lists(st.integers(min_value=0, max_value=4096), unique=True, max_size=8))
+    raises(ValueError, "local_accelerator_ids", lambda: acc.set_visible_devices_envs({}, [0, 0]))
+    raises(TypeError, "local_accelerator_ids", lambda: acc.set_visible_devices_envs({}, "0,1"))  # type: ignore[arg-type]
+    raises(TypeError, "current_env", lambda: acc.set_visible_devices_envs([], [0]))  # type: ignore[arg-type]
+
+
+@check(RuntimeAPI, "communication_backend_name/is_synchronized_device/export_envs")
+def runtime_answers(acc: Accelerator) -> None:
+    name = acc.communication_backend_name()
+    assert dist.is_available() and dist.is_backend_available(name), (
+        f"torch.distributed has no backend {name!r}"
+    )
+    synchronized = acc.is_synchronized_device()
+    assert synchronized is (not isinstance(acc, StreamAPI)), (
+        f"is_synchronized_device()={synchronized} but StreamAPI={isinstance(acc, StreamAPI)}"
+    )
+    prefixes = acc.export_envs()
+    assert prefixes and all(isinstance(p, str) and p for p in prefixes), (
+        f"export_envs()={prefixes!r}"
+    )
+
+
+@check(RuntimeAPI, "get_compile_backend/set_compile_backend")
+def compile_backend_round_trips(acc: Accelerator) -> None:
+    before = acc.get_compile_backend()
+    try:
+        acc.set_compile_backend("eager")
+        assert acc.get_compile_backend() == "eager", "set_compile_backend('eager') did not stick"
+        raises(ValueError, "no-such-backend", lambda: acc.set_compile_backend("no-such-backend"))
+        raises(TypeError, "backend", lambda: acc.set_compile_backend(None))  # type: ignore[arg-type]
+        assert acc.get_compile_backend() == "eager", "a rejected backend name changed the choice"
+    finally:
+        acc.set_compile_backend(before)
+
+
+@check(RuntimeAPI, "lazy_call")
+def lazy_call_runs_the_callback(acc: Accelerator) -> None:
+    calls: list[int] = []
+    acc.lazy_call(lambda: calls.append(1))
+    acc.synchronize()
+    assert calls == [1], f"lazy_call() ran the callback {len(calls)} times"
+    raises(TypeError, "callback", lambda: acc.lazy_call(42))  # type: ignore[arg-type]

@@ -1,0 +1,31 @@
+"""TensorAPI: placement and pinned staging."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from accel.protocols import (
+    Accelerator,
+    TensorAPI,
+)
+from accel.testing._framework import check
+from accel.testing.checks._helpers import holds, raises
+
+
+@check(TensorAPI, "on_accelerator/pin_memory/is_pinned")
+def tensor_placement_and_staging(acc: Accelerator) -> None:
+    def body(shape: list[int]) -> None:
+        for device in (acc.device_name(), acc.current_device_name()):
+            assert acc.on_accelerator(torch.zeros(shape, device=device)), (
+                f"a tensor made on {device!r} is not on_accelerator"
+            )
+        host = torch.arange(float(len(shape)))
+        pinned = acc.pin_memory(host)
+        assert torch.equal(pinned, host), "pin_memory() changed the values"
+        assert acc.is_pinned(pinned), "is_pinned(pin_memory(t)) is False"
+
+    holds(body, shape=st.lists(st.integers(min_value=0, max_value=5), max_size=3))
+    assert not acc.on_accelerator(torch.empty(3, device="meta")), "a meta tensor is on_accelerator"
+    raises(TypeError, "tensor", lambda: acc.on_accelerator([1.0]))  # type: ignore[arg-type]
+    raises(ValueError, "align_bytes", lambda: acc.pin_memory(torch.zeros(2), align_bytes=0))
