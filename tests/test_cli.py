@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 # The report tests describe a machine without a usable GPU; on a GPU machine the GPUs are
-# hidden from the command so the same expectations hold there.
-CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+# hidden from the command so the same expectations hold there. The tables are read line by
+# line, so they get a width at which no cell wraps (pytest-xdist's workers set COLUMNS=80).
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200"}
 CUDA_UNAVAILABLE = ("this torch build has no CUDA or ROCm support", "no CUDA device is visible")
 
 

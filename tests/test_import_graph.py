@@ -117,5 +117,10 @@ def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     tree = ast.parse("if TYPE_CHECKING:\n    import x\ndef f():\n    import y\n")
-    names = [alias.name for node in _imports(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names = [
+        alias.name
+        for node in _imports(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
     assert names == ["y"]

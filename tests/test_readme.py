@@ -12,7 +12,8 @@ from accel.protocols import Accelerator
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # ```python blocks must run as written; ```py blocks are illustrations that need a launcher
-# or hardware (tests/test_comm.py and tests/test_launch.py run those paths for real).
+# or hardware (tests/comm/test_collectives.py and tests/launch/test_launch.py run those paths
+# for real).
 PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 

@@ -8,7 +8,7 @@ import torch
 from accel.backends import _cuda_visible, cuda
 from accel.backends.cuda import CUDAAccelerator
 from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
-from tests.fakes import FakeNVML
+from tests.support.fakes import FakeNVML
 
 GPUS = [
     "GPU-8a1f0000-0000-0000-0000-000000000000",

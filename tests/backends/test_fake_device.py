@@ -1,6 +1,6 @@
 """The conformance kit over the torch-device backends, on a working fake device.
 
-``tests/fake_device.py`` turns torch's PrivateUse1 slot into a CPU-backed device, so the
+``tests/support/fake_device.py`` turns torch's PrivateUse1 slot into a CPU-backed device, so the
 code every torch device shares (``TorchDeviceBackend`` and its mixins, the discovered
 composition, the named-device classes) is checked in CI as it would be on XPU, NPU or a
 device accel has never seen. Each case runs in a fresh interpreter: renaming PrivateUse1
@@ -13,11 +13,12 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+from tests.support import TESTS
+
+SUPPORT = TESTS / "support"  # fake_device.py is imported from there
 
 KIT = textwrap.dedent(
     """
@@ -69,7 +70,7 @@ FAKE_TORCH_NPU = textwrap.dedent(
 
 
 def _check(device: str, backend: str, prepare: str = "") -> dict[str, object]:
-    code = KIT.format(tests=str(TESTS), device=device, backend=backend, prepare=prepare)
+    code = KIT.format(tests=str(SUPPORT), device=device, backend=backend, prepare=prepare)
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
     )

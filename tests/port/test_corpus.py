@@ -1,6 +1,6 @@
 """The port corpus: realistic GPU training scripts, ported, then trained on the CPU.
 
-tests/port_corpus/ holds scripts written for this test in the ways people write device
+tests/port/corpus/ holds scripts written for this test in the ways people write device
 code (module-level `device = 'cuda'`, f'cuda:{rank}', conditional devices, the
 'cuda' in device idiom, string set_device, torch.cuda.amp, `backend = 'nccl'`, import
 aliases). The unported scripts fail on a CPU-only torch; ported, they must train alone and
@@ -23,7 +23,7 @@ import torch
 from accel.cli import main
 from accel.port.rewrite import port_source
 
-CORPUS = Path(__file__).parent / "port_corpus"
+CORPUS = Path(__file__).parent / "corpus"
 SCRIPTS = sorted(CORPUS.glob("*.py"))
 
 

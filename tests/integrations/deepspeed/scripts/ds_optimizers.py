@@ -2,7 +2,7 @@
 
 Prints one JSON line: for each optimizer, the largest difference from the torch reference
 after a few steps, and which builder class served it. Run with the integration active
-(ACCEL_DEEPSPEED=1) by tests/test_deepspeed_integration.py; with DeepSpeed's own JIT
+(ACCEL_DEEPSPEED=1) by tests/integrations/deepspeed/test_training.py; with DeepSpeed's own JIT
 builds it measures the same thing for native DeepSpeed.
 """
 

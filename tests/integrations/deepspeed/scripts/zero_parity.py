@@ -1,16 +1,16 @@
 """Train a small model with DeepSpeed ZeRO stages 0-3 and print the losses as JSON.
 
 Run it once per world size, on native DeepSpeed to make the reference and with accel's
-integration to compare (tests/test_deepspeed_zero.py). Every configuration runs in the
+integration to compare (tests/integrations/deepspeed/test_training.py). Every configuration runs in the
 same processes, one engine after another, so a world size costs one launch.
 
 Reference (native DeepSpeed 0.19.8, its JIT builds in TORCH_EXTENSIONS_DIR):
-    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=/tmp/tex python tests/ds_scripts/zero_parity.py \
+    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=/tmp/tex python tests/integrations/deepspeed/scripts/zero_parity.py \
         --world 1 --out /tmp/ref1.json
     DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=/tmp/tex torchrun --nproc-per-node 2 \
-        tests/ds_scripts/zero_parity.py --world 2 --out /tmp/ref2.json
-then merge the two files into tests/ds_scripts/zero_reference.json under keys "1" and "2"
-(``python tests/ds_scripts/zero_parity.py --merge /tmp/ref1.json /tmp/ref2.json``).
+        tests/integrations/deepspeed/scripts/zero_parity.py --world 2 --out /tmp/ref2.json
+then merge the two files into tests/integrations/deepspeed/scripts/zero_reference.json under keys "1" and "2"
+(``python tests/integrations/deepspeed/scripts/zero_parity.py --merge /tmp/ref1.json /tmp/ref2.json``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 from accel.backends.devices import PrivateUse1Accelerator
 from accel.backends.torch_device import DiscoveredTorchDevice
 from accel.protocols import Accelerator, GraphAPI, StreamAPI
-from tests.fakes import fake_device_module
+from tests.support.fakes import fake_device_module
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def test_privateuse1_device_is_found_through_torch_registration() -> None:
         import torch
         from accel.backends.devices import PrivateUse1Accelerator
         from accel.protocols import Accelerator, StreamAPI
-        from tests.fakes import fake_device_module
+        from tests.support.fakes import fake_device_module
 
         assert not PrivateUse1Accelerator.probe().available
         torch.utils.rename_privateuse1_backend("accelfake")

@@ -11,7 +11,7 @@ model code runs. The module's numbers are honest for that device:
 - no streams and no graphs (the module has none, so the backend composed for it has none).
 
 Renaming PrivateUse1 is once per process and cannot be undone: call ``install`` in a
-subprocess (tests/test_fake_device.py does).
+subprocess (tests/backends/test_fake_device.py does).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import pytest
 from accel.backends.cpu import CPUAccelerator
 from accel.protocols import GraphAPI, StreamAPI
 from accel.testing import check_backend
-from tests import broken_backends as broken
+from tests.support import broken_backends as broken
 
 CASES = [
     (broken.LeakyRNGState, "RNGAPI", "rng_state_round_trips", "did not reproduce", True),

@@ -14,8 +14,9 @@ import pytest
 import torch.distributed as dist
 
 import accel.process_group
+from tests.support import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCRIPTS = pathlib.Path(__file__).resolve().parent / "scripts"
 
 
 def _torchrun(
@@ -49,7 +50,7 @@ def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_match(ranks: int)
     # 2 ranks: identical losses; 3 (more ranks than this machine's cores, so slow, but the
     # protocol must not care): equal within the rounding of gloo's different sum order.
     shm_before = set(os.listdir("/dev/shm"))
-    result = _torchrun(ROOT / "tests" / "dist_scripts" / "process_group_check.py", ranks)
+    result = _torchrun(SCRIPTS / "process_group_check.py", ranks)
     assert result.returncode == 0, result.stderr[-4000:]
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["world"] == ranks

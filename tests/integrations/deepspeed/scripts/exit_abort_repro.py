@@ -13,17 +13,17 @@ let go (``accel/comm/_release.py``).
 Run each way 10 times (commands from the repository root):
 
     # torch alone, the last act a gloo all_reduce: aborts in 6 and 7 of 10 (torch 2.13)
-    torchrun --standalone --nproc-per-node=2 tests/ds_scripts/exit_abort_repro.py torch
+    torchrun --standalone --nproc-per-node=2 tests/integrations/deepspeed/scripts/exit_abort_repro.py torch
     # DeepSpeed with accel's integration (float64 goes to gloo through accel.comm):
     # 3 of 6 before accel/comm/_release.py, 0 of 10 after
     ACCEL_DEEPSPEED=1 TORCH_EXTENSIONS_DIR=$(mktemp -d) \
-        torchrun --standalone --nproc-per-node=2 tests/ds_scripts/exit_abort_repro.py
+        torchrun --standalone --nproc-per-node=2 tests/integrations/deepspeed/scripts/exit_abort_repro.py
     # native DeepSpeed (its op skips float64, leaving it unreduced: no gloo call, no abort)
     DS_ACCELERATOR=cpu LOCAL_SIZE=2 TORCH_EXTENSIONS_DIR=/tmp/tex \
-        torchrun --standalone --nproc-per-node=2 tests/ds_scripts/exit_abort_repro.py
+        torchrun --standalone --nproc-per-node=2 tests/integrations/deepspeed/scripts/exit_abort_repro.py
 
 Not run by the test suite (each run is a fresh 2-rank job and the abort is a race);
-tests/test_comm.py checks the property that prevents it on every run.
+tests/comm/test_collectives.py checks the property that prevents it on every run.
 """
 
 import sys

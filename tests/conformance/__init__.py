@@ -1,1 +1,0 @@
-"""Every available backend against every check of the conformance kit (accel.testing)."""

@@ -1,0 +1,199 @@
+"""Activating accel in DeepSpeed (_install.py, _startup.py, _support.py, status.py), each case in
+fresh processes: the three ways to activate it, both import orders, the startup hook's
+cost and errors, and the report's DeepSpeed section."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("deepspeed")
+
+from tests.integrations.deepspeed.processes import (
+    ACCEL_BUILDERS,
+    ROOT,
+    assert_no_jit,
+    fresh_env,
+    last_json,
+    last_json_list,
+    run_python,
+)
+
+PROBE = """
+    import json, sys
+    torch_at_start = "torch" in sys.modules
+    {before}
+    import deepspeed
+    {after}
+    from deepspeed.accelerator import get_accelerator
+    import deepspeed.ops.adam.cpu_adam as cpu_adam, deepspeed.ops.lion.fused_lion as fused_lion
+    import deepspeed.ops.op_builder as op_builder, deepspeed.runtime.utils as runtime_utils
+    from accel.integrations import deepspeed as accel_ds
+    print(json.dumps({{
+        "torch_at_start": torch_at_start,
+        "accelerator": type(get_accelerator()).__name__,
+        "active": accel_ds.is_active(),
+        "bound": sorted({{cls.__module__ for cls in (cpu_adam.CPUAdamBuilder,
+            fused_lion.FusedLionBuilder, op_builder.FusedAdamBuilder, op_builder.ShareMemCommBuilder)}}),
+        "captured": type(runtime_utils.torch_memory_reserved.__self__).__name__,
+        "compatible": deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"],
+    }}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env_value", "before", "after"),
+    [
+        pytest.param("1", "", "", id="env-var"),
+        pytest.param(None, "from accel.integrations import deepspeed as d; d.install()", "", id="install-before"),
+        pytest.param(None, "", "import deepspeed.ops; deepspeed.ops.__compatible_ops__; "
+                     "from accel.integrations import deepspeed as d; d.install(); d.install()", id="install-after"),
+    ],
+)  # fmt: skip
+def test_every_activation_ends_with_accel_everywhere(
+    tmp_path: pathlib.Path, env_value: str | None, before: str, after: str
+) -> None:
+    env = (
+        fresh_env(tmp_path) if env_value is None else fresh_env(tmp_path, ACCEL_DEEPSPEED=env_value)
+    )
+    facts = last_json(run_python(PROBE.format(before=before, after=after), env))
+    assert facts == {
+        "torch_at_start": False,  # the startup hook never imports torch by itself
+        "accelerator": "AccelDeepSpeedAccelerator",
+        "active": True,
+        "bound": ACCEL_BUILDERS,
+        "captured": "AccelDeepSpeedAccelerator",
+        "compatible": True,
+    }
+    assert_no_jit(tmp_path)
+
+
+def test_env_var_reaches_spawned_workers(tmp_path: pathlib.Path) -> None:
+    code = """
+        import json, multiprocessing as mp
+
+        def child(queue):
+            import deepspeed
+            from deepspeed.accelerator import get_accelerator
+            queue.put(type(get_accelerator()).__name__)
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            worker = ctx.Process(target=child, args=(queue,))
+            worker.start()
+            print(json.dumps({"child": queue.get(timeout=120)}))
+            worker.join()
+    """
+    script = tmp_path / "spawn_child.py"
+    script.write_text(textwrap.dedent(code))
+    result = subprocess.run(
+        [sys.executable, str(script)], env=fresh_env(tmp_path, ACCEL_DEEPSPEED="1"),
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert last_json(result) == {"child": "AccelDeepSpeedAccelerator"}
+
+
+def test_without_the_variable_deepspeed_is_untouched(tmp_path: pathlib.Path) -> None:
+    code = """
+        import json, sys
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+        print(json.dumps({"accelerator": type(get_accelerator()).__name__,
+                          "accel_imported": "accel" in sys.modules}))
+    """
+    facts = last_json(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="0")))
+    assert facts == {"accelerator": "CPU_Accelerator", "accel_imported": False}
+
+
+def test_bad_variable_value_is_an_error_naming_it(tmp_path: pathlib.Path) -> None:
+    result = run_python("import deepspeed", fresh_env(tmp_path, ACCEL_DEEPSPEED="yes"))
+    assert result.returncode != 0
+    message = "environment variable ACCEL_DEEPSPEED must be 0 or 1, got 'yes'"
+    assert message in result.stderr  # said once at start-up, raised on import
+    assert f"ValueError: {message}" in result.stderr
+    quiet = run_python("print('no deepspeed here')", fresh_env(tmp_path, ACCEL_DEEPSPEED="yes"))
+    assert quiet.returncode == 0
+    assert quiet.stderr.count(message) == 1
+
+
+def test_startup_hook_does_nothing_without_the_variable(tmp_path: pathlib.Path) -> None:
+    code = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('accel', 'torch', 'deepspeed')))))"
+    assert last_json_list(run_python(code, fresh_env(tmp_path))) == []
+    armed = last_json_list(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")))
+    assert not [m for m in armed if m.startswith(("torch", "deepspeed"))]
+
+
+def test_without_deepspeed_installed_the_hook_says_so_at_debug(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from accel.integrations.deepspeed import _install, _startup
+
+    monkeypatch.setenv("ACCEL_DEEPSPEED", "1")
+    monkeypatch.setattr(_startup, "is_installed", lambda: False)
+    armed: list[bool] = []
+    monkeypatch.setattr(_install, "arm", lambda: armed.append(True))
+    with caplog.at_level("DEBUG", logger="accel.integrations.deepspeed"):
+        _startup.run()
+    assert not armed
+    assert [r.levelname for r in caplog.records] == ["DEBUG"]
+    assert "deepspeed is not installed" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("version", ["0.18.9", "0.20.0", "1.0"])
+def test_unsupported_version_names_the_supported_range(
+    monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    from accel.integrations.deepspeed import _install
+
+    monkeypatch.setattr(_install, "installed_version", lambda: version)
+    with pytest.raises(
+        RuntimeError, match=rf"deepspeed {version} is not supported.*>=0\.19\.0,<0\.20"
+    ):
+        _install.install()
+    monkeypatch.setattr(_install, "installed_version", lambda: None)
+    with pytest.raises(ImportError, match="needs deepspeed"):
+        _install.install()
+
+
+def test_ds_accelerator_that_disagrees_with_accel_is_an_error(tmp_path: pathlib.Path) -> None:
+    result = run_python(
+        "import deepspeed", fresh_env(tmp_path, ACCEL_DEEPSPEED="1", DS_ACCELERATOR="cuda")
+    )
+    assert result.returncode != 0
+    assert "DS_ACCELERATOR='cuda'" in result.stderr
+    assert "accel selected 'cpu'" in result.stderr
+
+
+def test_accel_run_deepspeed_activates_it_in_the_ranks(tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import json, os, deepspeed\n"
+        "from deepspeed.accelerator import get_accelerator\n"
+        "print(json.dumps({'rank': os.environ['RANK'], "
+        "'accelerator': type(get_accelerator()).__name__}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "accel", "run", "--nproc-per-node=1", "--standalone",
+         "--deepspeed", str(script)],
+        env=fresh_env(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert last_json(result) == {"rank": "0", "accelerator": "AccelDeepSpeedAccelerator"}
+
+
+def test_report_has_a_deepspeed_section(tmp_path: pathlib.Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "accel", "report", "--json"], env=fresh_env(tmp_path, ACCEL_DEEPSPEED="1"),
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    section = json.loads(result.stdout)["deepspeed"]
+    assert section["supported"] is True
+    assert section["env"] == "1"
+    assert section["version"].startswith("0.19.")
+    assert "FusedLionBuilder" in section["accel_builders"]

@@ -1,0 +1,228 @@
+"""The DeepSpeed-API kernels (kernels.py, comm_ops.py): the functions and signatures of
+DeepSpeed's compiled modules on accel's prebuilt ones, against DeepSpeed's own formulas."""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+deepspeed = pytest.importorskip("deepspeed")
+
+
+from accel.integrations.deepspeed import comm_ops, kernels, op_builders  # noqa: E402
+
+
+# DeepSpeed's kernels, written out from its C++ scalar paths (csrc/includes/cpu_*.h), as
+# the reference the DeepSpeed-API kernels are held to.
+def ds_adam(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int,
+            lr: float, b1: float, b2: float, eps: float, wd: float, adamw: bool) -> None:  # fmt: skip
+    bc1 = 1 - b1**step
+    bc2 = 1 / math.sqrt(1 - b2**step)
+    if wd > 0 and not adamw:
+        g = g + p * wd
+    m.mul_(b1).add_(g * (1 - b1))
+    v.mul_(b2).add_(g * g * (1 - b2))
+    denom = v.sqrt() * bc2 + eps
+    if wd > 0 and adamw:
+        p.add_(p * (-lr * wd))
+    p.add_((m / denom) * (-lr / bc1))
+
+
+def ds_lion(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, lr: float, b1: float, b2: float,
+            wd: float) -> None:  # fmt: skip
+    direction = torch.sign(m * b1 + g * (1 - b1))
+    if wd > 0:
+        p.mul_(1 - lr * wd)
+    p.add_(direction * -lr)
+    m.mul_(b2).add_(g * (1 - b2))
+
+
+def ds_adagrad(p: torch.Tensor, g: torch.Tensor, v: torch.Tensor, lr: float, eps: float,
+               wd: float) -> None:  # fmt: skip
+    if wd > 0:
+        g = g + p * wd
+    v.add_(g * g)
+    p.add_(g / (v.sqrt() + eps) * -lr)
+
+
+def _tensors(n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    p, g = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    m, v = torch.randn(n, generator=gen) * 0.1, torch.rand(n, generator=gen) * 0.1
+    return p, g, m, v
+
+
+hyper = st.fixed_dictionaries({
+    "n": st.integers(1, 3000), "step": st.integers(1, 50), "lr": st.floats(1e-4, 1e-1),
+    "b1": st.floats(0.5, 0.99), "b2": st.floats(0.9, 0.9999), "wd": st.sampled_from([0.0, 0.01, 0.1]),
+    "seed": st.integers(0, 2**16),
+})  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(h=hyper, adamw=st.booleans())
+def test_adam_update_matches_deepspeeds_formula(h: dict[str, Any], adamw: bool) -> None:
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(7, h["lr"], h["b1"], h["b2"], 1e-8, h["wd"], adamw, False)
+    p, g, m, v = _tensors(h["n"], h["seed"])
+    expected = [t.clone() for t in (p, g, m, v)]
+    ops.adam_update(7, h["step"], h["lr"], h["b1"], h["b2"], 1e-8, h["wd"], True, p, g, m, v)
+    ds_adam(*expected, h["step"], h["lr"], h["b1"], h["b2"], 1e-8, h["wd"], adamw)
+    for got, want in zip((p, m, v), (expected[0], expected[2], expected[3]), strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(h=hyper)
+def test_lion_update_matches_deepspeeds_formula(h: dict[str, Any]) -> None:
+    ops = kernels.CPULionKernels()
+    ops.create_lion(3, h["lr"], h["b1"], h["b2"], h["wd"], False)
+    p, g, m, _ = _tensors(h["n"], h["seed"])
+    expected = [t.clone() for t in (p, g, m)]
+    ops.lion_update(3, h["step"], h["lr"], h["b1"], h["b2"], h["wd"], p, g, m)
+    ds_lion(*expected, h["lr"], h["b1"], h["b2"], h["wd"])
+    torch.testing.assert_close(p, expected[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(m, expected[2], rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(h=hyper)
+def test_adagrad_update_matches_deepspeeds_formula(h: dict[str, Any]) -> None:
+    ops = kernels.CPUAdagradKernels()
+    ops.create_adagrad(5, h["lr"], 1e-8, h["wd"], False)
+    p, g, _, v = _tensors(h["n"], h["seed"])
+    expected = [t.clone() for t in (p, g, v)]
+    ops.adagrad_update(5, h["step"], h["lr"], 1e-8, h["wd"], p, g, v)
+    ds_adagrad(*expected, h["lr"], 1e-8, h["wd"])
+    torch.testing.assert_close(p, expected[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(v, expected[2], rtol=1e-5, atol=1e-6)
+
+
+def test_adam_rollback_undoes_an_adamw_step() -> None:
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(1, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, False)
+    p, g, m, v = _tensors(1000, 0)
+    before = [t.clone() for t in (p, m, v)]
+    ops.adam_update(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v)
+    assert not torch.equal(p, before[0])
+    ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v)
+    for got, want in zip((p, m, v), before, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(
+        TypeError, match=r"params must be float32, bfloat16 or float16, got torch\.float64"
+    ):
+        ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p.double(), g, m, v)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_adam_rollback_undoes_a_half_precision_step_up_to_its_rounding(dtype: torch.dtype) -> None:
+    # DeepSpeed's kernel leaves half-precision tensors untouched and returns -1 (while
+    # DeepSpeedCPUAdam counts the step as undone); accel undoes it through float32 copies.
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(1, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, False)
+    p, g, m, v = (t.to(dtype) for t in _tensors(1000, 1))
+    before = [t.clone() for t in (p, m, v)]
+    ops.adam_update(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v)
+    moved = (p.float() - before[0].float()).abs().max()
+    assert moved > 0
+    assert ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v) == 0
+    assert all(t.dtype == dtype for t in (p, m, v))
+    # Back to within a few rounding steps of where it was, far closer than the step moved it.
+    assert (p.float() - before[0].float()).abs().max() < moved / 4
+    for got, want in zip((m, v), before[1:], strict=True):
+        torch.testing.assert_close(got.float(), want.float(), rtol=0.05, atol=1e-3)
+
+
+def test_fused_adam_equals_one_tensor_at_a_time() -> None:
+    tensors = [_tensors(n, n) for n in (5, 300, 4097)]
+    fused = [[t.clone() for t in group] for group in tensors]
+    single = kernels.CPUAdamKernels()
+    single.create_adam(2, 1e-3, 0.9, 0.999, 1e-8, 0.1, True, False)
+    for p, g, m, v in tensors:
+        single.adam_update(2, 4, 1e-3, 0.9, 0.999, 1e-8, 0.1, True, p, g, m, v)
+    lists = [[group[i] for group in fused] for i in (1, 0, 2, 3)]  # grads, params, m, v
+    kernels.FusedAdamKernels().multi_tensor_adam(
+        2048, torch.zeros(1), lists, 1e-3, 0.9, 0.999, 1e-8, 4, 1, 1, 0.1
+    )
+    for want, got in zip(tensors, fused, strict=True):
+        for a, b in zip(want, got, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_fused_lion_steps_every_tensor() -> None:
+    p, g, m, _ = _tensors(100, 1)
+    expected = [t.clone() for t in (p, g, m)]
+    kernels.FusedLionKernels().multi_tensor_lion(
+        2048, torch.zeros(1), [[g], [p], [m]], 1e-3, 0.9, 0.99, 1, 0.0
+    )
+    ds_lion(*expected, 1e-3, 0.9, 0.99, 0.0)
+    torch.testing.assert_close(p, expected[0])
+    with pytest.raises(ValueError, match="tensor_lists must hold 3"):
+        kernels.FusedLionKernels().multi_tensor_lion(
+            2048, torch.zeros(1), [[g], [p]], 1e-3, 0.9, 0.99, 1, 0.0
+        )
+    with pytest.raises(ValueError, match="mode must be 0"):
+        kernels.FusedAdamKernels().multi_tensor_adam(
+            2048, torch.zeros(1), [[g], [p], [m], [m]], 1e-3, 0.9, 0.999, 1e-8, 1, 2, 1, 0.0
+        )
+
+
+def test_non_contiguous_and_bf16_state_tensors_are_updated_in_place() -> None:
+    # DeepSpeed's C++ updates .contiguous() copies of such tensors and loses the update.
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(4, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    base = torch.randn(8, 6)
+    p = base.t()  # non-contiguous view
+    g, m, v = torch.randn(6, 8), torch.zeros(6, 8, dtype=torch.bfloat16), torch.zeros(6, 8)
+    before = p.clone()
+    ops.adam_update(4, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)
+    assert not torch.equal(base.t(), before)
+    assert m.abs().sum() > 0
+
+
+def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
+    ops = kernels.CPUAdamKernels()
+    p, g, m, v = _tensors(4, 0)
+    with pytest.raises(KeyError, match="no adam optimizer with id 99"):
+        ops.adam_update(99, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)
+    with pytest.raises(ValueError, match="betas"):
+        ops.create_adam(1, 1e-3, 1.5, 0.999, 1e-8, 0.0, True, False)
+    ops.create_adam(1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, False)
+    ops.destroy_adam(1)
+    with pytest.raises(KeyError):
+        ops.adam_update(1, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)
+    with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
+        kernels.CPULionKernels().create_lion(1, -1.0, 0.9, 0.99, 0.0, False)
+
+
+def test_shm_comm_module_checks_its_arguments() -> None:
+    shm = op_builders.ShareMemCommBuilder().load()
+    assert shm.vector_kernel_level() == 2
+    shm.initialize(2, 1)
+    with pytest.raises(ValueError, match="rank must be an integer in \\[0, 2\\)"):
+        shm.initialize(2, 2)
+    with pytest.raises(ValueError, match="size must be an integer >= 1"):
+        shm.initialize(0, 0)
+    assert comm_ops.register_ops() in ("accel", "deepspeed")
+    assert hasattr(torch.ops.deepspeed, "inference_all_reduce_")
+
+
+def test_functions_accel_lacks_come_from_deepspeeds_own_module() -> None:
+    loads: list[int] = []
+
+    def native() -> Any:
+        loads.append(1)
+        return types.SimpleNamespace(zenflow_adam_create=lambda *args: ("native", args))
+
+    ops = kernels.CPUAdamKernels(native)
+    assert ops.zenflow_adam_create(1, 2) == ("native", (1, 2))
+    assert ops.zenflow_adam_create(3) == ("native", (3,))
+    assert loads == [1]  # loaded once, on first need
+    with pytest.raises(AttributeError, match="zenflow_adam_create"):
+        kernels.CPUAdamKernels().zenflow_adam_create  # noqa: B018

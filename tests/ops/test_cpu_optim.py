@@ -1,0 +1,169 @@
+"""The validating front door of the CPU optimizer kernels (accel.ops.cpu_optim): its checks,
+the native checks behind them, and the 16-bit conversions, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accel.ops import cpu_optim
+from tests.support.strategies import sizes
+
+
+@given(
+    size=sizes,
+    copy_dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+    seed=st.integers(0, 2**31),
+)
+def test_fused_copy_is_the_rounded_update(size: int, copy_dtype: torch.dtype, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    param, grad = torch.randn(size, generator=generator), torch.randn(size, generator=generator)
+    m, v, copy = torch.zeros(size), torch.zeros(size), torch.empty(size, dtype=copy_dtype)
+    cpu_optim.adam_step([param], [grad], [m], [v], [1], lr=0.01, betas=(0.9, 0.999), eps=1e-8,
+                        weight_decay=0.0, adamw=True, param_copies=[copy])  # fmt: skip
+    assert torch.equal(copy, param.to(copy_dtype))  # bit-exact: same rounding as torch
+
+
+def _adam(**overrides: Any) -> None:
+    arguments: dict[str, Any] = {
+        "params": [torch.zeros(4)], "grads": [torch.zeros(4)], "exp_avgs": [torch.zeros(4)],
+        "exp_avg_sqs": [torch.zeros(4)], "steps": [1], "lr": 0.1, "betas": (0.9, 0.99),
+        "eps": 1e-8, "weight_decay": 0.0, "adamw": True,
+    }  # fmt: skip
+    arguments.update(overrides)
+    cpu_optim.adam_step(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "message"),
+    [
+        ({"grads": [None]}, ValueError, r"grads\[0\] is None"),
+        ({"grads": [torch.zeros(4).to_sparse()]}, ValueError, r"grads\[0\] must be a dense tensor"),
+        ({"params": [torch.zeros(4, dtype=torch.float64)]}, TypeError, r"params\[0\] must be float32, bfloat16 or float16, got torch.float64"),
+        ({"grads": [torch.zeros(5)]}, ValueError, r"grads\[0\] has shape \(5,\)"),
+        ({"params": [torch.zeros(4, 2).t()], "grads": [torch.zeros(2, 4)], "exp_avgs": [torch.zeros(8)], "exp_avg_sqs": [torch.zeros(8)]}, ValueError, r"params\[0\] must be contiguous"),
+        ({"params": [torch.zeros(4, device="meta")]}, ValueError, r"params\[0\] must be on the CPU, got meta"),
+        ({"exp_avgs": [torch.zeros(4, dtype=torch.bfloat16)]}, TypeError, r"exp_avgs\[0\] must be float32"),
+        ({"exp_avg_sqs": [torch.zeros(3)]}, ValueError, r"exp_avg_sqs\[0\] has 3 elements, params\[0\] 4"),
+        ({"steps": [0]}, ValueError, "steps must all be >= 1"),
+        ({"grads": []}, ValueError, "grads has 0 entries, expected one per parameter"),
+        ({"lr": -0.1}, ValueError, r"lr must be a finite number >= 0 \(at most float32's 3.403e\+38\), got -0.1"),
+        ({"lr": 1e300}, ValueError, r"lr must be a finite number >= 0 .*got 1e\+300"),
+        ({"weight_decay": 1e39}, ValueError, r"weight_decay must be .*got 1e\+39"),
+        ({"eps": 1e39}, ValueError, r"eps must be a finite number > 0 .*got 1e\+39"),
+        ({"lr": float("nan")}, ValueError, "lr must be a finite number >= 0"),
+        ({"betas": (1.0, 0.9)}, ValueError, r"betas\[0\] must be in \[0, 1\), got 1.0"),
+        ({"betas": (0.9, -0.1)}, ValueError, r"betas\[1\] must be in \[0, 1\), got -0.1"),
+        ({"eps": 0.0}, ValueError, r"eps must be a finite number > 0 .*got 0.0"),
+        ({"weight_decay": -1.0}, ValueError, "weight_decay must be a finite number >= 0"),
+        ({"param_copies": [torch.zeros(4)]}, TypeError, r"param_copies\[0\] must be bfloat16 or float16"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_rejected_with_a_clear_message(
+    overrides: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        _adam(**overrides)
+
+
+def test_aliased_tensors_are_rejected() -> None:
+    shared = torch.zeros(8)
+    with pytest.raises(ValueError, match=r"params\[0\] and exp_avgs\[0\] overlap in memory"):
+        _adam(params=[shared[:4]], exp_avgs=[shared[2:6]])
+
+
+def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
+    native = cpu_optim.native()
+    p, g, m = torch.zeros(4), torch.zeros(4), torch.zeros(4)
+    hyper = {"lr": 0.1, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0}
+
+    def lion(**lists: list[int]) -> None:
+        arguments = {
+            "params": [p.data_ptr()], "grads": [g.data_ptr()], "exp_avgs": [m.data_ptr()],
+            "copies": [0], "numels": [4], "param_dtypes": [0], "grad_dtypes": [0],
+            "copy_dtypes": [-1],
+        }  # fmt: skip
+        native.lion_step(**{**arguments, **lists}, **hyper)
+
+    with pytest.raises(ValueError, match="one entry per parameter"):
+        lion(grads=[])
+    with pytest.raises(ValueError, match=r"params\[0\] has dtype code 7, which is none of"):
+        lion(param_dtypes=[7])
+    with pytest.raises(ValueError, match="null buffer"):
+        lion(params=[0])
+    with pytest.raises(ValueError, match=r"params\[0\] and grads\[0\] overlap in memory"):
+        lion(grads=[p.data_ptr() + 4])
+    with pytest.raises(TypeError):  # hyper-parameters are keyword-only: no positional floats
+        native.lion_step([p.data_ptr()], [g.data_ptr()], [m.data_ptr()], [0], [4], [0], [0],
+                         [-1], 0.1, 0.9, 0.99, 0.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_conversions_are_exact_for_every_bit_pattern(dtype: torch.dtype) -> None:
+    # Lion with lr=0 and zero gradients leaves each parameter at its own value, so every
+    # 16-bit pattern goes through half -> float -> half (csrc/common/half.h).
+    every = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype)
+    params = every.clone()
+    cpu_optim.lion_step(
+        [params],
+        [torch.zeros_like(params)],
+        [torch.zeros(65536)],
+        lr=0.0,
+        betas=(0.9, 0.99),
+        weight_decay=0.0,
+    )
+    kept = (params.view(torch.int16) == every.view(torch.int16)) | (params.isnan() & every.isnan())
+    assert bool(kept.all())
+    # float -> half rounding matches torch's .to(dtype), subnormals, overflow and NaN included.
+    values = torch.randn(200_000, generator=torch.Generator().manual_seed(0)) * torch.logspace(
+        -10, 5, 200_000
+    )
+    values[:8] = torch.tensor(
+        [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 65504.0, 65520.0, 3e-8]
+    )
+    copies = torch.empty(200_000, dtype=dtype)
+    cpu_optim.lion_step(
+        [values.clone()],
+        [torch.zeros_like(values)],
+        [torch.zeros_like(values)],
+        lr=0.0,
+        betas=(0.9, 0.99),
+        weight_decay=0.0,
+        param_copies=[copies],
+    )
+    expected = values.to(dtype)
+    same = (copies.view(torch.int16) == expected.view(torch.int16)) | (
+        copies.isnan() & expected.isnan()
+    )
+    assert bool(same.all())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(1)
+    params, grads = (
+        torch.randn(70_001, generator=generator).to(dtype),
+        torch.randn(70_001, generator=generator).to(dtype),
+    )
+    reference, reference_grads = params.float(), grads.float()
+    states = [torch.zeros(70_001) for _ in range(4)]
+    for step in (1, 2, 3):
+        options: dict[str, Any] = {
+            "lr": 0.01,
+            "betas": (0.9, 0.999),
+            "eps": 1e-8,
+            "weight_decay": 0.01,
+            "adamw": True,
+        }
+        cpu_optim.adam_step([params], [grads], [states[0]], [states[1]], [step], **options)
+        cpu_optim.adam_step(
+            [reference], [reference_grads], [states[2]], [states[3]], [step], **options
+        )
+        reference = reference.to(dtype).float()
+    assert torch.equal(params, reference.to(dtype))
+    assert torch.equal(states[0], states[2])
+    assert torch.equal(states[1], states[3])
