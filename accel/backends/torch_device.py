@@ -13,9 +13,8 @@ import importlib
 import threading
 from typing import Any, ClassVar
 
-import torch
-
 from accel._device_module import device_module
+from accel._torch_typed import privateuse1_backend_name
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
@@ -158,4 +157,4 @@ def _compose(cls: type[DiscoveredTorchDevice]) -> type[DiscoveredTorchDevice]:
 
 def privateuse1_name() -> str:
     """The name an out-of-tree device gave torch's PrivateUse1 slot (else ``privateuseone``)."""
-    return str(torch._C._get_privateuse1_backend_name())  # pyright: ignore[reportPrivateUsage]
+    return privateuse1_backend_name()

@@ -8,9 +8,9 @@ reference back to the Python object), and if the interpreter has begun to finali
 ``pthread_exit`` inside a ``noexcept`` destructor: ``std::terminate``, "terminate called
 without an active exception", SIGABRT after the program's work is done.
 
-Measured with torch 2.13 on 2 CPU ranks: a script whose last line is ``dist.all_reduce``
-of a float64 tensor aborts in 6 of 10 runs; waiting for the references to drop, as
-:func:`run_released` does, gives 0 in 10 (``tests/ds_scripts/exit_abort_repro.py``).
+Waiting for the references to drop, as :func:`run_released` does, prevents it; the
+measurements are in docs/deepspeed.md ("Exit-time aborts") and
+``tests/integrations/deepspeed/scripts/exit_abort_repro.py`` reproduces the abort.
 Every synchronous torch.distributed call in accel goes through here.
 """
 

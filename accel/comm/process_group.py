@@ -75,7 +75,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
         prefixed = _c10d.PrefixStore("accel/gloo/", store)
         # torch's stubs omit most of ProcessGroupGloo's methods: typed as Any, checked by
-        # tests/test_process_group.py against gloo itself.
+        # tests/comm/test_process_group.py against gloo itself.
         self.gloo: Any = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
         # accel.comm's own setup and fallback collectives come back through this group;
         # inside them every call must go straight to gloo.
@@ -295,8 +295,9 @@ register_group_owner(AccelProcessGroup)
 
 def register() -> None:
     """Register ``"accel"`` with torch.distributed (idempotent; done on import)."""
-    if BACKEND_NAME.upper() not in dist.Backend._plugins:  # pyright: ignore[reportPrivateUsage]
-        dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])  # pyright: ignore[reportUnknownMemberType]
+    backend: Any = dist.Backend  # register_backend is untyped in torch's stubs
+    if BACKEND_NAME.upper() not in backend._plugins:
+        backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
 
 
 register()

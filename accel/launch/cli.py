@@ -9,10 +9,13 @@ rank fails, the agent stops the others and ``accel run`` exits non-zero.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from typing_extensions import Protocol, runtime_checkable
 
@@ -65,13 +68,14 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``accel run``; returns the exit status."""
-    import torch.distributed.run as torchrun
+    # Untyped in torch's stubs: taken as Any, called as torchrun documents.
+    torchrun: Any = importlib.import_module("torch.distributed.run")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     import accel
 
     arguments = list(sys.argv[1:] if argv is None else argv)
-    parser = torchrun.get_args_parser()
+    parser: argparse.ArgumentParser = torchrun.get_args_parser()
     parser.prog = "accel run"
     group = parser.add_argument_group("accel")
     group.add_argument(
@@ -108,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not _user_set(arguments[:script_at], "--nproc-per-node"):
         args.nproc_per_node = str(accelerator.device_count())
-    ranks = int(torchrun.determine_local_world_size(args.nproc_per_node))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    ranks = int(torchrun.determine_local_world_size(args.nproc_per_node))
     try:
         plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
     except ValueError as error:  # a usage error: one line and status 2, not a traceback
@@ -122,9 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.training_script_args = [*mode, args.training_script, *args.training_script_args]
     args.training_script, args.module, args.no_python = "accel.launch.worker", True, False
     try:
-        torchrun.run(args)  # type: ignore[no-untyped-call]  # pyright: ignore[reportUnknownMemberType]
+        torchrun.run(args)
     except ChildFailedError as error:
         error.name = user_program  # torchrun would name accel's worker module
-        print(f"accel run: {error.format_msg()}", file=sys.stderr)  # type: ignore[no-untyped-call]
+        failure: Any = error  # format_msg is untyped in torch's stubs
+        message: str = failure.format_msg()
+        print(f"accel run: {message}", file=sys.stderr)
         return 1
     return 0

@@ -54,7 +54,6 @@ class DeviceNamingMixin:
         return f"{self.device_type}:{device_index}"
 
     def device(self, device_index: int | None = None) -> torch.device:
-        """``torch.device(self.device_name(device_index))``."""
         return torch.device(self.device_name(device_index))
 
     def current_device_name(self: _NamedDevices) -> str:
@@ -87,7 +86,6 @@ class TorchDeviceMixin:
         return int(device_module(self.device_type).device_count())
 
     def current_device(self) -> int:
-        """Index of the current device."""
         return int(device_module(self.device_type).current_device())
 
     def set_device(self, device_index: DeviceLike) -> None:

@@ -110,5 +110,4 @@ class TorchGraphMixin:
         return context
 
     def replay_graph(self, graph: Graph) -> None:
-        """Replay a captured graph."""
         self._checked(graph).replay()

@@ -6,7 +6,7 @@ import ctypes
 import ctypes.util
 import functools
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from accel import _host
 from accel._device_module import device_module
@@ -24,7 +24,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     if trim is None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim  # type: ignore[no-any-return]
+    return cast("Callable[[int], int]", trim)
 
 
 class HostMemoryMixin:
@@ -110,7 +110,6 @@ class TorchMemoryMixin:
         return int(device_module(self.device_type).memory_allocated(self._index(device_index)))
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated`."""
         return int(device_module(self.device_type).max_memory_allocated(self._index(device_index)))
 
     def memory_reserved(self, device_index: int | None = None) -> int:
@@ -118,7 +117,6 @@ class TorchMemoryMixin:
         return int(device_module(self.device_type).memory_reserved(self._index(device_index)))
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_reserved`."""
         return int(device_module(self.device_type).max_memory_reserved(self._index(device_index)))
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
@@ -135,7 +133,6 @@ class TorchMemoryMixin:
         device_module(self.device_type).reset_peak_memory_stats(self._index(device_index))
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """Total memory of the device."""
         module = device_module(self.device_type)
         return int(module.get_device_properties(self._index(device_index)).total_memory)
 

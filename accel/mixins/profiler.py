@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 
-import torch
 from torch.autograd.profiler import record_function
 
+from accel._torch_typed import nvtx_range_pop, nvtx_range_push
 from accel._validate import check_str
 
 
@@ -56,12 +56,12 @@ class NVTXProfilerMixin:
 
     def range_push(self, msg: str) -> None:
         """Open an NVTX range named ``msg``."""
-        torch.cuda.nvtx.range_push(check_str(msg, "msg"))  # type: ignore[no-untyped-call]  # pyright: ignore[reportUnknownMemberType]
+        nvtx_range_push(check_str(msg, "msg"))
         _depth.open += 1
 
     def range_pop(self) -> None:
         """Close the innermost NVTX range; ``RuntimeError`` when none is open."""
         if _depth.open == 0:
             raise RuntimeError("range_pop() called with no open range on this thread")
-        torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+        nvtx_range_pop()
         _depth.open -= 1

@@ -69,7 +69,6 @@ class GeneratorRNGMixin(ForkRNGMixin):
     """
 
     def manual_seed(self: _GeneratorDevices, seed: int) -> None:
-        """Seed the current device's default generator."""
         _generator(self, None).manual_seed(check_seed(seed))
 
     def manual_seed_all(self: _GeneratorDevices, seed: int) -> None:
@@ -124,11 +123,9 @@ class TorchRNGMixin(ForkRNGMixin):
         return self.device_type if index is None else index
 
     def manual_seed(self, seed: int) -> None:
-        """Seed the current device's default generator."""
         device_module(self.device_type).manual_seed(check_seed(seed))
 
     def manual_seed_all(self, seed: int) -> None:
-        """Seed the default generator of every device."""
         device_module(self.device_type).manual_seed_all(check_seed(seed))
 
     def initial_seed(self) -> int:

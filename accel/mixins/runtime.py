@@ -6,6 +6,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from typing import ClassVar
 
 from accel._device_module import device_module
+from accel._torch_typed import compile_backends
 from accel._validate import check_index_list, check_str
 from accel.protocols.stream import StreamAPI
 
@@ -28,7 +29,7 @@ class RuntimeEnvMixin:
         # decided once, when the class (or a composed device class) is made.
         cls._synchronized = not issubclass(cls, StreamAPI)
         # ...and answered by a function that returns the constant: a per-step call at the
-        # cost of DeepSpeed's `return True` (25 ns), not an attribute read through self.
+        # cost of DeepSpeed's `return True`, not an attribute read through self.
         cls.is_synchronized_device = _synchronized if cls._synchronized else _not_synchronized  # type: ignore[method-assign]
 
     def visible_devices_envs(self) -> list[str]:
@@ -84,10 +85,7 @@ def registered_compile_backends() -> list[str]:
 
     Imports ``torch._dynamo`` (about a second), so it runs only when a backend is chosen.
     """
-    import torch._dynamo
-
-    backends: list[str] = torch._dynamo.list_backends(exclude_tags=())  # pyright: ignore[reportUnknownMemberType]
-    return sorted(backends)
+    return sorted(compile_backends())
 
 
 class CompileBackendMixin:

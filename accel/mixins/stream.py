@@ -74,7 +74,6 @@ class TorchStreamMixin:
         return stream
 
     def default_stream(self, device_index: int | None = None) -> torch.Stream:
-        """The device's default stream."""
         stream: torch.Stream = device_module(self.device_type).default_stream(
             check_optional_index(device_index)
         )

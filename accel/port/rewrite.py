@@ -44,10 +44,9 @@ BATCH_CHARS = 64 * 1024
 # 400 levels deep); CPython 3.11 runs Python-to-Python recursion without growing the C
 # stack, so a higher limit is safe here.
 RECURSION_LIMIT = 20_000
-# libcst's parser crashed the interpreter on one logical line of 12,000 tokens (a 6,000-
-# long attribute chain; measured with libcst 1.x), parsed every shape tried at 8,000, and
-# is superlinear on long chains (a 3,000-term sum: 10 s; 20,000 terms: 295 s, then a
-# crash). A statement with a longer logical line is refused, naming its line, in no time.
+# libcst's parser can crash the interpreter on a very long logical line and is superlinear
+# on long chains; 8,000 tokens is below every crash seen (docs/benchmarks.md, "accel port
+# on large files"). A statement with a longer logical line is refused, naming its line.
 MAX_LINE_TOKENS = 8_000
 
 

@@ -39,7 +39,7 @@ namespace {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // IEEE half through the CPU's own conversion instructions (AVX-512F, or F16C on AVX2
 // machines): one instruction per 16 or 8 elements where the portable bit arithmetic takes
-// a dozen, which made float16 sums 2x slower than bfloat16 ones. Both directions are exact
+// a dozen. Both directions are exact
 // or round to nearest even and keep subnormals and infinities, as half.h does (tested over
 // every bit pattern); a NaN keeps its sign and leading payload bits, quieted. (The maskz
 // forms with an all-ones mask: gcc 12 warns that the plain forms' undefined source may be

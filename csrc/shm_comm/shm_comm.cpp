@@ -112,10 +112,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must b
 // --------------------------------------------------------------- copies
 
 // memcpy through vector registers. glibc's memcpy switches to `rep movsb` between 2 KiB
-// and 1 MiB (its rep_movsb_threshold and _stop_threshold here), the sizes of most slot
-// copies, and on this machine's AMD CPU that ran the 1-4 MiB all-reduce ~30% behind
-// DeepSpeed's, which copies with plain vector moves. (The optimize attribute stops gcc
-// from turning the loop back into a memcpy call.)
+// and 1 MiB (its rep_movsb_threshold and _stop_threshold), the sizes of most slot copies,
+// and `rep movsb` is slow on some AMD CPUs (docs/benchmarks.md, "How the segment sums").
+// (The optimize attribute stops gcc from turning the loop back into a memcpy call.)
 ACCEL_SIMD_CLONES __attribute__((optimize("no-tree-loop-distribute-patterns"))) void copy_bytes(
     void* __restrict out, const void* __restrict in, size_t n) {
   char* to = static_cast<char*>(out);

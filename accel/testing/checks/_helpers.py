@@ -19,6 +19,12 @@ float32s = st.floats(
 )
 
 
+def ill_typed(value: object) -> Any:
+    """``value``, hidden from the type checker: the checks call members with arguments of the
+    wrong type on purpose, to see the backend reject them."""
+    return value
+
+
 def holds(body: Callable[..., None], **strategies: st.SearchStrategy[Any]) -> None:
     """Run ``body`` as a hypothesis property; a failure re-raises with the minimal example."""
     property_settings(KitConfig.max_examples)(given(**strategies)(body))()

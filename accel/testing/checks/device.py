@@ -14,7 +14,7 @@ from accel.protocols import (
     DeviceProperties,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, indices, raises
+from accel.testing.checks._helpers import holds, ill_typed, indices, raises
 
 
 @check(DeviceAPI, "device_name/device")
@@ -65,13 +65,13 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 @check(DeviceAPI, "device_name/set_device")
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
-        raises(error, "device_index", functools.partial(acc.device_name, bad))  # type: ignore[arg-type]
+        raises(error, "device_index", functools.partial(ill_typed(acc).device_name, bad))
     wrong: tuple[tuple[object, type[Exception]], ...] = (
         (-1, ValueError), ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
         (True, TypeError), (1.0, TypeError),
     )  # fmt: skip
     for value, expected in wrong:
-        raises(expected, "device_index", functools.partial(acc.set_device, value))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+        raises(expected, "device_index", functools.partial(ill_typed(acc).set_device, value))
 
 
 @check(DeviceAPI, "set_device/device_index")

@@ -11,7 +11,7 @@ from accel.protocols import (
     OpBuilderAPI,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, raises
+from accel.testing.checks._helpers import holds, ill_typed, raises
 
 
 @check(OpBuilderAPI, "create_op_builder/get_op_builder/op_builder_names")
@@ -39,4 +39,4 @@ def op_builders_load_or_explain(acc: Accelerator) -> None:
         assert acc.get_op_builder(name) is None, f"get_op_builder({name!r}) is not None"
 
     holds(body, name=st.text(max_size=40).filter(lambda n: n not in names))
-    raises(TypeError, "class_name", lambda: acc.create_op_builder(3))  # type: ignore[arg-type]
+    raises(TypeError, "class_name", lambda: ill_typed(acc).create_op_builder(3))

@@ -9,7 +9,7 @@ from accel.protocols import (
     ProfilerAPI,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, raises
+from accel.testing.checks._helpers import holds, ill_typed, raises
 
 
 @check(ProfilerAPI, "range_push/range_pop")
@@ -24,4 +24,4 @@ def profiler_ranges_nest(acc: Accelerator) -> None:
         raises(RuntimeError, "no open range", acc.range_pop)
 
     holds(body, names=st.lists(st.text(max_size=40), min_size=1, max_size=8))
-    raises(TypeError, "msg", lambda: acc.range_push(3))  # type: ignore[arg-type]
+    raises(TypeError, "msg", lambda: ill_typed(acc).range_push(3))

@@ -10,7 +10,7 @@ from accel.protocols import (
     Accelerator,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, raises, seeds
+from accel.testing.checks._helpers import holds, ill_typed, raises, seeds
 
 
 def _draw(acc: Accelerator) -> torch.Tensor:
@@ -97,6 +97,6 @@ def fork_rng_restores_every_generator(acc: Accelerator) -> None:
 @check(RNGAPI, "manual_seed/set_rng_state")
 def bad_seeds_and_states_are_rejected(acc: Accelerator) -> None:
     raises(ValueError, "seed", lambda: acc.manual_seed(2**64))
-    raises(TypeError, "seed", lambda: acc.manual_seed("1"))  # type: ignore[arg-type]
+    raises(TypeError, "seed", lambda: ill_typed(acc).manual_seed("1"))
     raises(TypeError, "new_state", lambda: acc.set_rng_state(torch.zeros(16)))
     raises(ValueError, "new_state", lambda: acc.set_rng_state(torch.zeros(3, dtype=torch.uint8)))

@@ -10,7 +10,7 @@ from accel.protocols import (
     TensorAPI,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, raises
+from accel.testing.checks._helpers import holds, ill_typed, raises
 
 
 @check(TensorAPI, "on_accelerator/pin_memory/is_pinned")
@@ -27,5 +27,5 @@ def tensor_placement_and_staging(acc: Accelerator) -> None:
 
     holds(body, shape=st.lists(st.integers(min_value=0, max_value=5), max_size=3))
     assert not acc.on_accelerator(torch.empty(3, device="meta")), "a meta tensor is on_accelerator"
-    raises(TypeError, "tensor", lambda: acc.on_accelerator([1.0]))  # type: ignore[arg-type]
+    raises(TypeError, "tensor", lambda: ill_typed(acc).on_accelerator([1.0]))
     raises(ValueError, "align_bytes", lambda: acc.pin_memory(torch.zeros(2), align_bytes=0))
