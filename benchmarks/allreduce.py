@@ -50,7 +50,6 @@ def _deepspeed() -> Callable[[torch.Tensor], object] | None:
 def _native_call() -> Callable[[torch.Tensor], object]:
     """The segment's native call with nothing around it: what ``all_reduce_`` costs beyond
     it is its Python entry (checks, group lookup, dispatch). Uses accel.comm's internals."""
-    from accel import comm
     from accel.comm import _segment
 
     shm = _segment.shm_group(None, "benchmarks/allreduce.py")
@@ -59,7 +58,7 @@ def _native_call() -> Callable[[torch.Tensor], object]:
 
     def call(tensor: torch.Tensor) -> object:
         return native.all_reduce(
-            tensor.data_ptr(), tensor.numel(), codes[tensor.dtype], True, comm.DEFAULT_TIMEOUT
+            tensor.data_ptr(), tensor.numel(), codes[tensor.dtype], True, shm.timeout
         )
 
     return call

@@ -39,7 +39,9 @@ __all__ = [
     "uses_shared_memory",
 ]
 
-DEFAULT_TIMEOUT = 10.0  # seconds a rank waits for a live but silent peer
+DEFAULT_TIMEOUT = None
+"""A collective's default ``timeout``: the process group's own (``init_process_group``'s or
+``new_group``'s ``timeout``; torch's default, 30 minutes, when none was given)."""
 
 
 def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
@@ -55,7 +57,9 @@ def _check_call(call: str, timeout: object, **tensors: object) -> None:
     for name, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+    ):
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     if not dist.is_initialized():
         raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
@@ -65,7 +69,7 @@ def all_reduce_(
     tensor: torch.Tensor,
     group: dist.ProcessGroup | None = None,
     *,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
     """Sum ``tensor`` across ``group`` in place and return it.
 
@@ -73,13 +77,13 @@ def all_reduce_(
     float32, bfloat16 or float16 CPU tensor; ``torch.distributed.all_reduce`` on every
     rank otherwise (ranks may pass tensors that differ in this: they agree on the path
     through the segment). A peer that exits raises at once, and one that stays silent for
-    ``timeout`` seconds raises ``RuntimeError`` naming it; the group's shared-memory path
-    is then unusable. As with torch.distributed, every rank calls collectives on a group
-    in the same order, one thread at a time.
+    ``timeout`` seconds (default: the group's own timeout) raises ``RuntimeError`` naming
+    it; the group's shared-memory path is then unusable. As with torch.distributed, every
+    rank calls collectives on a group in the same order, one thread at a time.
     """
-    # The common call (a tensor, a float timeout) is screened with one test; anything else
-    # gets the full checks, which name what is wrong (an int timeout passes them).
-    if not isinstance(tensor, torch.Tensor) or type(timeout) is not float or not timeout > 0:  # pyright: ignore[reportUnnecessaryIsInstance]
+    # The common call (a tensor, the group's timeout) is screened with one test; anything
+    # else gets the full checks, which name what is wrong (an int timeout passes them).
+    if not isinstance(tensor, torch.Tensor) or timeout is not None:  # pyright: ignore[reportUnnecessaryIsInstance]
         _check_call("all_reduce_", timeout, tensor=tensor)
     # On every rank, whatever its tensor: the setup is collective.
     shm = shm_group(group, "all_reduce_")
@@ -87,9 +91,9 @@ def all_reduce_(
         run_released(tdist.all_reduce, [tensor], group, tensor)
     elif torch.compiler.is_compiling():
         # Inside a compiled graph the call must be an op torch.compile can see.
-        _op.shm_all_reduce_(tensor, shm.key, float(timeout))
+        _op.shm_all_reduce_(tensor, shm.key, shm.seconds(timeout))
     else:  # eager: skip the op dispatcher, which costs more than a small all-reduce
-        reduce(shm, tensor, float(timeout))
+        reduce(shm, tensor, shm.seconds(timeout))
     return tensor
 
 
@@ -114,7 +118,7 @@ def all_gather_into_tensor_(
     tensor: torch.Tensor,
     group: dist.ProcessGroup | None = None,
     *,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
     """Gather every rank's ``tensor`` into ``output`` (rank order, concatenated on the
     first dimension), as ``dist.all_gather_into_tensor``; returns ``output``.
@@ -131,7 +135,7 @@ def all_gather_into_tensor_(
     done = shm is not None and shm.communicator.all_gather(
         data=tensor.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
         nbytes=tensor.numel() * tensor.element_size(), dtype=wire_code(tensor.dtype),
-        eligible=eligible, timeout=float(timeout),
+        eligible=eligible, timeout=shm.seconds(timeout),
     )  # fmt: skip
     if not done:
         run_released(tdist.all_gather_single, [output, tensor], group, output, tensor)
@@ -143,7 +147,7 @@ def reduce_scatter_tensor_(
     input: torch.Tensor,  # torch.distributed's name for it
     group: dist.ProcessGroup | None = None,
     *,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
     """Sum ``input`` (world size x ``output``'s elements, rank order) across ``group`` and
     keep this rank's block in ``output``, as ``dist.reduce_scatter_tensor`` with ``SUM``;
@@ -166,7 +170,7 @@ def reduce_scatter_tensor_(
     done = shm is not None and shm.communicator.reduce_scatter(
         data=input.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
         numel=output.numel(), dtype=wire_code(input.dtype), eligible=eligible,
-        timeout=float(timeout),
+        timeout=shm.seconds(timeout),
     )  # fmt: skip
     if not done:
         run_released(tdist.reduce_scatter_single, [output, input], group, output, input)
@@ -188,7 +192,7 @@ def broadcast_(
     src: int,
     group: dist.ProcessGroup | None = None,
     *,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
     """Copy ``tensor`` from global rank ``src`` to every rank of ``group``, in place, as
     ``dist.broadcast``; returns ``tensor``. Shared memory under the same conditions as
@@ -203,14 +207,16 @@ def broadcast_(
     eligible = _movable(tensor)
     done = shm is not None and shm.communicator.broadcast(
         data=tensor.data_ptr() if eligible else 0, nbytes=tensor.numel() * tensor.element_size(),
-        dtype=wire_code(tensor.dtype), root=root, eligible=eligible, timeout=float(timeout),
+        dtype=wire_code(tensor.dtype), root=root, eligible=eligible, timeout=shm.seconds(timeout),
     )  # fmt: skip
     if not done:
         run_released(tdist.broadcast, [tensor], group, tensor, src=src)
     return tensor
 
 
-def barrier(group: dist.ProcessGroup | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+def barrier(
+    group: dist.ProcessGroup | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+) -> None:
     """Return once every rank of ``group`` has called it (shared memory when the group is
     on this node, ``dist.barrier`` otherwise)."""
     _check_call("barrier", timeout)
@@ -218,4 +224,4 @@ def barrier(group: dist.ProcessGroup | None = None, *, timeout: float = DEFAULT_
     if shm is None:
         tdist.barrier(group=group)
     else:
-        shm.communicator.barrier(timeout=float(timeout))
+        shm.communicator.barrier(timeout=shm.seconds(timeout))

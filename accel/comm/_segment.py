@@ -53,6 +53,10 @@ class GroupOwner(Protocol):
         """Wait for the reductions the group has queued."""
         ...
 
+    def collective_timeout(self) -> float:
+        """The group's timeout in seconds (what ``init_process_group`` was given)."""
+        ...
+
 
 _owner_types: tuple[type, ...] = ()
 
@@ -80,6 +84,7 @@ class ShmGroup:
     # the caller passed no group, which means whatever group is the default one).
     group_ref: weakref.ref[dist.ProcessGroup] | None
     codes: dict[torch.dtype, int]  # the dtypes the segment sums, and their codes
+    timeout: float  # the group's own timeout, seconds: a call's default
     # A group whose queued reductions run on its worker thread: a call made straight to
     # accel.comm with it waits for them (one order on the segment).
     owner: weakref.ref[GroupOwner] | None = None
@@ -89,6 +94,10 @@ class ShmGroup:
         owner = self.owner() if self.owner is not None else None
         if owner is not None:
             owner.wait_queued()
+
+    def seconds(self, timeout: float | None) -> float:
+        """A call's timeout in seconds: ``timeout``, or the group's when it is None."""
+        return self.timeout if timeout is None else float(timeout)
 
     @property
     def group(self) -> dist.ProcessGroup | None:
@@ -178,6 +187,19 @@ def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
     return True
 
 
+def _group_timeout(process_group: dist.ProcessGroup) -> float:
+    """The timeout ``process_group`` was made with, in seconds (torch's default when its
+    backend does not say)."""
+    owner = _as_owner(process_group)
+    if owner is not None:
+        return owner.collective_timeout()
+    try:
+        backend: Any = process_group._get_backend(torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
+        return float(backend.options._timeout.total_seconds())
+    except (RuntimeError, AttributeError):
+        return dist.default_pg_timeout.total_seconds()
+
+
 def _setup(group: dist.ProcessGroup | None) -> ShmGroup | None:
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
@@ -220,9 +242,11 @@ def _setup(group: dist.ProcessGroup | None) -> ShmGroup | None:
                 stacklevel=3,
             )
         return None
+    process_group = group if group is not None else dist.group.WORLD
+    assert process_group is not None  # initialised: the caller checked
     return ShmGroup(
         communicator, key=next(_keys), group_ref=weakref.ref(group) if group is not None else None,
-        codes=summable_codes(),
+        codes=summable_codes(), timeout=_group_timeout(process_group),
     )  # fmt: skip
 
 

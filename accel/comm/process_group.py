@@ -77,6 +77,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         # torch's stubs omit most of ProcessGroupGloo's methods: typed as Any, checked by
         # tests/comm/test_process_group.py against gloo itself.
         self.gloo: Any = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
+        self._timeout = timeout.total_seconds()
         # accel.comm's own setup and fallback collectives come back through this group;
         # inside them every call must go straight to gloo.
         self._inside = threading.local()
@@ -121,6 +122,11 @@ class AccelProcessGroup(dist.ProcessGroup):
         finally:
             self._worker.shutdown(wait=True)
             self.gloo.shutdown()
+
+    def collective_timeout(self) -> float:
+        """The timeout this group was made with, in seconds: its shared-memory collectives
+        wait that long for a silent peer, as gloo does."""
+        return self._timeout
 
     def uses_shared_memory(self) -> bool:
         """Whether this group's collectives go through shared memory. The first call
@@ -230,19 +236,41 @@ class AccelProcessGroup(dist.ProcessGroup):
         if not self.uses_shared_memory():
             return self.gloo.allreduce(tensors, opts)
         self.shared_reductions += 1
-        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()
+        future = outcome.then(_raise_failure)
         tensor = tensors[0]
 
         def run() -> None:
             try:
                 self._reduce(tensor)
             except BaseException as error:  # reported through the Work, as gloo does
-                future.set_exception(error)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+                outcome.set_result(_Failure(error))
                 raise
-            future.set_result(tensors)
+            outcome.set_result(tensors)
 
         self._last = self._worker.submit(run)
         return _QueuedWork(future)
+
+
+class _Failure:
+    """A failed reduction's error, carried as the outcome future's value."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _raise_failure(
+    outcome: torch.futures.Future[list[torch.Tensor] | _Failure],
+) -> list[torch.Tensor]:
+    """The reduced tensors, or the failure raised. Raised inside a ``then`` callback, the
+    error becomes the chained future's error at the C++ level, where DDP's reducer reads
+    it and raises in ``backward()``. (``Future.set_exception`` would not do: it stores the
+    exception as the future's *value*, which C++ takes for a result; DDP's reducer then
+    reads tensors out of an exception object and the process crashes.)"""
+    value = outcome.value()
+    if isinstance(value, _Failure):
+        raise value.error
+    return value
 
 
 # Every other collective is gloo's, after the reductions queued before it. Generated, since

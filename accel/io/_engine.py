@@ -284,8 +284,16 @@ class AsyncIO:
         with self._lock:
             self._in_flight.add(transfer)
         request.set_running_or_notify_cancel()
-        for start, end, direct in blocks:
-            self._pool.submit(self._run_block, transfer, start, end, direct)
+        for index, (start, end, direct) in enumerate(blocks):
+            try:
+                self._pool.submit(self._run_block, transfer, start, end, direct)
+            except RuntimeError:
+                # The pool takes no new work once the interpreter is shutting down (a write
+                # from an atexit handler): move the rest here, in the caller's thread, so
+                # the request still completes and nothing waits for blocks never queued.
+                for late_start, late_end, late_direct in blocks[index:]:
+                    self._run_block(transfer, late_start, late_end, late_direct)
+                break
         return request
 
     def _blocks(self, nbytes: int, direct: bool) -> list[tuple[int, int, bool]]:

@@ -32,9 +32,19 @@ class _NumaDevices(Protocol):
     def numa_nodes(self) -> list[int]: ...
 
 
-def _user_set(argv: Sequence[str], option: str) -> bool:
-    spellings = (option, option.replace("-", "_"))
-    return any(token == s or token.startswith(s + "=") for token in argv for s in spellings)
+# nproc_per_node's default until the command line is read: anything the user wrote (any
+# spelling torchrun's parser accepts, abbreviations included) replaces it.
+_FROM_BACKEND = "accel:device_count"
+
+
+def _ranks(value: str, parser: argparse.ArgumentParser, torchrun: Any) -> int:
+    """The number of local ranks ``--nproc-per-node`` asks for (a usage error if none)."""
+    if value.isdecimal() and int(value) < 1:
+        parser.error(f"--nproc-per-node must be at least 1, got {value}")
+    try:
+        return int(torchrun.determine_local_world_size(value))
+    except (ValueError, AssertionError) as error:
+        parser.error(f"--nproc-per-node {value!r}: {error or 'not a number of ranks'}")
 
 
 def _visible_ids(
@@ -94,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run DeepSpeed on accel in every rank (sets ACCEL_DEEPSPEED=1; docs/deepspeed.md)",
     )
+    if "PET_NPROC_PER_NODE" not in os.environ:  # torchrun's own variable keeps its meaning
+        parser.set_defaults(nproc_per_node=_FROM_BACKEND)
     args = parser.parse_args(arguments)
     if args.deepspeed:
         from accel.integrations.deepspeed._install import check_supported
@@ -105,14 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The ranks inherit it; their startup hook installs the integration on import.
         os.environ["ACCEL_DEEPSPEED"] = "1"
     accelerator = accel.get_accelerator()
-    script_at = (
-        arguments.index(args.training_script)
-        if args.training_script in arguments
-        else len(arguments)
-    )
-    if not _user_set(arguments[:script_at], "--nproc-per-node"):
+    if args.nproc_per_node == _FROM_BACKEND:
         args.nproc_per_node = str(accelerator.device_count())
-    ranks = int(torchrun.determine_local_world_size(args.nproc_per_node))
+    ranks = _ranks(args.nproc_per_node, parser, torchrun)
     try:
         plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
     except ValueError as error:  # a usage error: one line and status 2, not a traceback

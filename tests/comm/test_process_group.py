@@ -112,6 +112,80 @@ def test_a_killed_peer_is_an_error_not_a_hang(tmp_path: pathlib.Path) -> None:
     assert "rank 0 error:" in result.stdout, result.stderr[-3000:]
 
 
+def test_a_peer_dying_before_ddps_first_backward_is_an_error_not_a_crash(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The reduction fails on the group's worker thread; its error must reach backward() as
+    # an exception. It used to be stored as the future's value (Future.set_exception),
+    # which DDP's C++ reducer read as tensors: SIGSEGV on the surviving rank.
+    result = _run(
+        tmp_path,
+        "ddp_dies.py",
+        """
+        import os, torch, torch.distributed as dist
+        import accel.process_group
+        dist.init_process_group("accel")
+        layers = [torch.nn.Linear(256, 256) for _ in range(4)]
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=1)
+        if dist.get_rank() == 1:
+            os._exit(0)  # the peer dies after DDP's set-up, before the first backward
+        try:
+            model(torch.randn(8, 256)).sum().backward()
+        except RuntimeError as error:
+            print(f"rank 0 error: {error}", flush=True)
+            os._exit(0)
+        os._exit(4)
+    """,
+    )
+    assert "rank 0 error:" in result.stdout, result.stderr[-3000:]
+    assert "exited while rank 0 waited for it" in result.stdout
+    assert "SIGSEGV" not in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["accel", "gloo"])
+def test_shared_memory_waits_as_long_as_the_groups_timeout(
+    tmp_path: pathlib.Path, backend: str
+) -> None:
+    # A rank 4 s late: within a 20 s group timeout every collective completes; with a 1 s
+    # one, the waiting rank's error names 1 s. (accel.comm used its own fixed 10 s, which
+    # took neither timeout into account.) Direct accel.comm calls follow the group too.
+    result = _run(
+        tmp_path,
+        "late.py",
+        f"""
+        import datetime, time, torch, torch.distributed as dist
+        import accel.process_group
+        from accel import comm
+        dist.init_process_group({backend!r}, timeout=datetime.timedelta(seconds=20))
+        rank = dist.get_rank()
+        quick = dist.new_group([0, 1], backend={backend!r}, timeout=datetime.timedelta(seconds=1))
+        for group in (None, quick):
+            comm.barrier(group=group)  # sets the segment up
+        if rank == 0:
+            time.sleep(4)
+        t = torch.ones(4)
+        comm.barrier()
+        comm.all_reduce_(t)
+        if {backend!r} == "accel":
+            dist.barrier()
+            dist.all_reduce(t)
+        print(f"rank {{rank}} patient group ok {{t.tolist()}}", flush=True)
+        if rank == 1:
+            time.sleep(4)
+        try:
+            comm.all_reduce_(torch.ones(4), group=quick)
+            print(f"rank {{rank}} quick group: no error", flush=True)
+        except RuntimeError as error:
+            print(f"rank {{rank}} quick group error: {{error}}", flush=True)
+        dist.destroy_process_group()
+    """,
+    )
+    total = 4.0 if backend == "accel" else 2.0
+    assert f"rank 0 patient group ok {[total] * 4}" in result.stdout, result.stderr[-3000:]
+    assert f"rank 1 patient group ok {[total] * 4}" in result.stdout
+    assert "rank 0 quick group error: timed out after 1.0" in result.stdout, result.stdout
+
+
 def test_ranks_in_different_collectives_get_an_error_naming_both(tmp_path: pathlib.Path) -> None:
     result = _run(
         tmp_path,

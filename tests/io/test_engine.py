@@ -300,3 +300,39 @@ def test_cuda_backend_reports_async_io_without_a_gpu() -> None:
 
     assert issubclass(CUDAAccelerator, OpBuilderAPI)
     assert CUDAAccelerator.op_builders == HOST_OP_BUILDERS
+
+
+def test_a_write_from_an_atexit_handler_completes_and_exit_does_not_hang(
+    tmp_path: pathlib.Path,
+) -> None:
+    # At exit the thread pool takes no new work; the engine used to register the transfer
+    # before the pool refused its blocks, so close() then waited forever.
+    script = tmp_path / "save_at_exit.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import atexit, torch
+            from accel.io import AsyncIO
+            engine = AsyncIO()  # made early, as a checkpointing library would
+            path = {str(tmp_path / "checkpoint.bin")!r}
+
+            def save():
+                tensor = torch.arange(1 << 20, dtype=torch.int32)
+                try:
+                    print("written", engine.write(tensor, path).result(), flush=True)
+                finally:
+                    engine.close()
+                back = torch.empty_like(tensor)
+                with AsyncIO() as late:
+                    late.read(back, path).result()
+                print("equal", bool(torch.equal(back, tensor)), flush=True)
+
+            atexit.register(save)
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["written", str(4 << 20), "equal", "True"]

@@ -140,6 +140,46 @@ def test_nproc_defaults_to_the_backends_device_count(tmp_path: Path) -> None:
     assert len(_reports(tmp_path)) == CPUAccelerator().device_count()
 
 
+WORLD = textwrap.dedent(
+    """
+    import json, os, sys
+    path = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json")
+    with open(path, "w") as out:
+        json.dump({"world": int(os.environ["WORLD_SIZE"])}, out)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--nproc_per_node=2"],
+        ["--nproc_per_node", "2"],
+        ["--nproc-per", "2"],
+        ["--nproc-per-node=2"],
+    ],
+    ids=["underscore=", "underscore", "abbreviated", "dash="],
+)
+def test_every_spelling_torchrun_accepts_sets_the_rank_count(
+    tmp_path: Path, spelling: list[str]
+) -> None:
+    # Only the exact dash spelling used to count: the others silently ran one rank.
+    script = tmp_path / "world.py"
+    script.write_text(WORLD)
+    result = _accel_run(*spelling, str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert _reports(tmp_path) == [{"world": 2}, {"world": 2}]
+
+
+@pytest.mark.parametrize(("value", "message"), [("0", "must be at least 1, got 0"), ("x", "'x'")])
+def test_a_bad_rank_count_is_a_usage_error_naming_it(value: str, message: str) -> None:
+    result = _accel_run("--nproc-per-node", value, "x.py")
+    assert result.returncode == 2
+    assert "accel run: error: --nproc-per-node" in result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bad_core_list_fails_before_starting_ranks(tmp_path: Path) -> None:
     result = _accel_run("--nproc-per-node", "2", "--bind-core-list", "0-9999", "x.py")
     assert result.returncode == 2  # a usage error, reported as argparse reports its own
