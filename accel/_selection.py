@@ -108,12 +108,28 @@ def _choose() -> Selection:
     if requested is not None:
         source = f"environment variable {BACKEND_ENV}={requested!r}"
         backend = _registry.available(requested.strip(), source)
-        return Selection(backend(), "env", f"{BACKEND_ENV}={requested}")
+        try:
+            accelerator = backend()
+        except Exception as error:  # the user asked for this one: say why it cannot be had
+            raise RuntimeError(
+                f"backend {requested.strip()!r} ({source}) failed to start: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        return Selection(accelerator, "env", f"{BACKEND_ENV}={requested}")
     entries = _registry.registry()
     skipped: list[str] = []
+    failed: list[str] = []
     for name, entry in entries.items():
         availability = entry.availability()
         if availability.available and entry.backend is not None:
+            try:
+                accelerator = entry.backend()
+            except Exception as error:  # a broken plugin must not stop selection
+                failure = f"{name}: its probe said available, then {type(error).__name__}: {error}"
+                logger.warning("accel backend %s; trying the next one", failure)
+                failed.append(failure)
+                skipped.append(name)
+                continue
             if name == "cpu" and skipped:
                 # The expected state of a CPU-only machine, not a problem: INFO, so every
                 # process of a CPU job does not print it (`accel report` says the same).
@@ -122,7 +138,9 @@ def _choose() -> Selection:
                     ", ".join(skipped),
                 )
             detail = f"highest-priority available: {availability.reason}"
-            return Selection(entry.backend(), "auto", detail)
+            if failed:
+                detail += f" (failed to start: {'; '.join(failed)})"
+            return Selection(accelerator, "auto", detail)
         skipped.append(name)
         logger.debug("accel backend %r is not available: %s", name, availability.reason)
     raise RuntimeError(

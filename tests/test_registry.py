@@ -175,6 +175,27 @@ def test_plugin_whose_probe_raises_is_skipped(
     assert _registry.registry()["fast"].availability().reason == "probe() raised OSError: bus error"
 
 
+def test_plugin_whose_constructor_raises_gives_way_to_the_next_backend(
+    monkeypatch: pytest.MonkeyPatch, install: Installer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its probe says available, then making it fails: selection used to raise.
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    source = GOOD_PLUGIN + (
+        "\n    def __init__(self) -> None:\n        raise RuntimeError('driver went away')\n"
+    )
+    install("ctordist", {"fast": "ctor_plugin:Fast"}, {"ctor_plugin": source})
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "fast: its probe said available, then RuntimeError: driver went away" in caplog.text
+    assert "failed to start: fast" in accel.current_selection().detail
+    monkeypatch.setenv("ACCEL_BACKEND", "fast")
+    accel.reset_accelerator()
+    with pytest.raises(
+        RuntimeError, match=r"backend 'fast' .* failed to start: RuntimeError: driver went away"
+    ):
+        accel.get_accelerator()
+
+
 def test_malformed_plugin_classes_are_rejected_with_the_problem(install: Installer) -> None:
     install(
         "oddities",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import threading
 import weakref
@@ -93,6 +94,21 @@ def _check_tensor(tensor: object) -> torch.Tensor:
     if tensor.layout != torch.strided or not tensor.is_contiguous():
         raise ValueError("tensor must be dense and contiguous (call .contiguous() first)")
     return tensor
+
+
+def _check_fd(fd: int, kind: Kind) -> int:
+    """``fd`` if a positional transfer can use it: open, and not in append mode (where the
+    kernel puts every write at the end, whatever the offset)."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError as error:
+        raise OSError(error.errno, f"file descriptor {fd} is not open: {error.strerror}") from None
+    if kind == "write" and flags & os.O_APPEND:
+        raise ValueError(
+            f"file descriptor {fd} was opened with O_APPEND, where every write lands at the "
+            "end of the file whatever its offset; open it without O_APPEND"
+        )
+    return fd
 
 
 def _check_offset(offset: object) -> int:
@@ -215,7 +231,8 @@ class AsyncIO:
         flags = (os.O_WRONLY | os.O_CREAT) if kind == "write" else os.O_RDONLY
         flags |= os.O_CLOEXEC
         try:
-            buffered = os.open(path, flags, 0o644)
+            # New files are the owner's alone: they hold parameters and optimizer states.
+            buffered = os.open(path, flags, 0o600)
         except OSError as error:
             raise type(error)(
                 error.errno, f"cannot open {path!r} for {kind}: {error.strerror}", path
@@ -252,7 +269,7 @@ class AsyncIO:
             )
         if isinstance(path, int):
             name, owns = f"<fd {path}>", False
-            direct_fd, buffered_fd = None, path
+            direct_fd, buffered_fd = None, _check_fd(path, kind)
         else:
             name, owns = os.fspath(path), True
             direct_fd, buffered_fd = self._open(kind, name, aligned)

@@ -336,3 +336,33 @@ def test_a_write_from_an_atexit_handler_completes_and_exit_does_not_hang(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["written", str(4 << 20), "equal", "True"]
+
+
+def test_an_append_mode_descriptor_is_refused_for_writes(tmp_path: pathlib.Path) -> None:
+    # The kernel puts every write to an O_APPEND descriptor at the end of the file: a
+    # positional write there used to report success and scramble the data.
+    path = tmp_path / "appended.bin"
+    path.write_bytes(b"\0" * 16)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        with (
+            AsyncIO() as engine,
+            pytest.raises(ValueError, match=rf"file descriptor {fd} was opened with O_APPEND"),
+        ):
+            engine.write(torch.ones(4), fd, offset=0)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"\0" * 16  # nothing was written
+    with AsyncIO() as engine, pytest.raises(OSError, match=f"file descriptor {fd} is not open"):
+        engine.write(torch.ones(4), fd)
+
+
+def test_new_files_are_readable_by_their_owner_only(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "swap.bin"
+    with AsyncIO() as engine:
+        engine.write(torch.ones(1024), path).result()
+    assert path.stat().st_mode & 0o777 == 0o600
+    path.chmod(0o640)  # an existing file keeps the mode it has
+    with AsyncIO() as engine:
+        engine.write(torch.ones(1024), path).result()
+    assert path.stat().st_mode & 0o777 == 0o640
