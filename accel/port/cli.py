@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel.port.rewrite import RULES, Finding, PortResult, port_source
+from accel.port.split import source_lines
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,8 @@ def _port_file(path: Path, *, diff: bool, check: bool, strict: bool, explain: bo
     if diff:
         sys.stdout.writelines(
             difflib.unified_diff(
-                source.text.splitlines(keepends=True),
-                result.source.splitlines(keepends=True),
+                source_lines(source.text),
+                source_lines(result.source),
                 fromfile=f"a/{path}",
                 tofile=f"b/{path}",
             )

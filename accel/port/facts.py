@@ -47,7 +47,10 @@ def analyse(source: str) -> ModuleFacts:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ModuleFacts()  # the rewriter reports the problem with its own position
     facts = ModuleFacts(torch_names=set())
-    _Collector(facts).visit(tree)
+    try:
+        _Collector(facts).visit(tree)
+    except RecursionError:  # nesting deeper than the visitor recurses: local rules only
+        return ModuleFacts()
     if not facts.torch_names and not facts.cuda_names:
         facts.torch_names.add("torch")  # no import seen (a fragment): assume the usual name
     return facts

@@ -8,8 +8,10 @@ rewrote something.
 
 from __future__ import annotations
 
+import ast
 import sys
 from dataclasses import dataclass, replace
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
@@ -48,6 +50,12 @@ RECURSION_LIMIT = 20_000
 # on long chains; 8,000 tokens is below every crash seen (docs/benchmarks.md, "accel port
 # on large files"). A statement with a longer logical line is refused, naming its line.
 MAX_LINE_TOKENS = 8_000
+# libcst's parser recurses once per level of expression nesting that no bracket marks
+# (lambda: lambda: ..., not not ..., - - x): 3,500 nested lambdas crashed the interpreter
+# and 7,900 unary operators took 25 s and 3.4 GB. Left-recursive chains (a + b + c, a.b.c,
+# f()()) are loops in the parser and do not count. No real program comes near this.
+MAX_NESTING = 500
+AST_RECURSION_LIMIT = 10_000
 
 
 class PortError(ValueError):
@@ -61,6 +69,11 @@ def port_source(source: str) -> PortResult:
     cannot, e.g. for a statement with a logical line of more than ``MAX_LINE_TOKENS``
     tokens. Cost is linear in the size of the source.
     """
+    if "\r" in source and "\n" not in source:
+        # Old Mac line ends: Python reads them as line ends, the tokenizer and libcst do
+        # not. Port the text with "\n" and give the file its own line ends back.
+        result = port_source(source.replace("\r", "\n"))
+        return PortResult(result.source.replace("\n", "\r"), result.findings)
     chunks = top_level_chunks(source)
     facts = analyse(source)
     triggers = TRIGGERS + facts.triggers
@@ -82,6 +95,7 @@ def port_source(source: str) -> PortResult:
                     f"line {chunk.line}: a logical line of {chunk.longest} tokens is more than "
                     f"the rewriter parses safely ({MAX_LINE_TOKENS}); port it by hand"
                 )
+            _check_nesting(chunk)
             batch.append(chunk)
             if sum(len(c.text) for c in batch) >= BATCH_CHARS:
                 flush()
@@ -91,9 +105,59 @@ def port_source(source: str) -> PortResult:
     flush()
     findings.sort(key=lambda f: (f.line, f.column))
     if any(f.rewritten for f in findings):
-        newline = "\r\n" if "\r\n" in source else "\n"
-        pieces = with_import(pieces, newline)
+        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n")
     return PortResult("".join(pieces), findings)
+
+
+# The operand of these continues a left-recursive chain (a + b + c, a.b.c, f()(), x[0][1]).
+_CHAIN_FIELDS: dict[type[ast.AST], str] = {
+    ast.BinOp: "left", ast.Compare: "left", ast.Attribute: "value", ast.Call: "func",
+    ast.Subscript: "value",
+}  # fmt: skip
+
+
+def nesting_depth(tree: ast.AST) -> int:
+    """How deeply expressions nest in ``tree``, chains counted once (no recursion: the
+    depth can be anything CPython's parser accepted)."""
+    deepest = 0
+    pending: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        chain = _CHAIN_FIELDS.get(type(node))
+        for name, value in ast.iter_fields(node):
+            children = cast("list[object]", value) if isinstance(value, list) else [value]
+            for child in children:
+                if isinstance(child, ast.expr):
+                    continues = name == chain and type(child) is type(node)
+                    pending.append((child, depth if continues else depth + 1))
+                elif isinstance(child, ast.AST):
+                    pending.append((child, depth))
+    return deepest
+
+
+def _check_nesting(chunk: Chunk) -> None:
+    """``PortError`` naming the line when ``chunk`` nests deeper than libcst parses safely."""
+    limit = sys.getrecursionlimit()
+    # ast.parse builds its Python objects recursively: a 3,000-term sum needs more than
+    # the default 1,000 levels, well within the C stack at this bound.
+    sys.setrecursionlimit(max(limit, AST_RECURSION_LIMIT))
+    try:
+        tree = ast.parse(chunk.text)
+    except SyntaxError:
+        return  # libcst reports it, with its position
+    except (MemoryError, RecursionError):  # CPython's parser refuses it too
+        raise PortError(
+            f"line {chunk.line}: an expression nests deeper than Python's own parser accepts"
+        ) from None
+    finally:
+        sys.setrecursionlimit(limit)
+    depth = nesting_depth(tree)
+    if depth > MAX_NESTING:
+        raise PortError(
+            f"line {chunk.line}: an expression nests {depth} levels deep, more than the "
+            f"rewriter parses safely ({MAX_NESTING}); port it by hand"
+        )
 
 
 def _port_batch(batch: list[Chunk], facts: ModuleFacts) -> tuple[str, list[Finding]]:

@@ -404,7 +404,44 @@ class PortTransformer(cst.CSTTransformer):
         message = f"{code(before)} -> {code(after)} ({expected} is expected here)"
         self.findings.append(Finding(line, column, message, True, rule))
 
+    def leave_ImportFrom(
+        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+    ) -> cst.ImportFrom:
+        module = original_node.module
+        dotted = cst.Module([]).code_for_node(module) if module is not None else ""
+        if original_node.relative or not (
+            dotted == "torch.cuda" or dotted.startswith("torch.cuda.")
+        ):
+            return updated_node
+        if isinstance(original_node.names, cst.ImportStar):
+            what = f"from {dotted} import * binds CUDA-only names under their own names"
+        else:
+            names = ", ".join(alias.evaluated_name for alias in original_node.names)
+            what = f"from {dotted} import {names} binds CUDA-only names"
+        self._note(
+            original_node, f"{what}; call them as get_accelerator().<name>(...) instead",
+            rewritten=False, rule="manual",
+        )  # fmt: skip
+        return updated_node
+
+    def _note_dynamic_lookup(self, call: cst.Call) -> None:
+        """``getattr(torch.cuda, name)``: which function runs is decided at run time."""
+        if (
+            isinstance(call.func, cst.Name)
+            and call.func.value in ("getattr", "hasattr")
+            and call.args
+            and self._is_torch_cuda(call.args[0].value)
+        ):
+            self._note(
+                call,
+                f"{call.func.value}(torch.cuda, ...) looks CUDA functions up by name; use the "
+                "accelerator's (getattr(get_accelerator(), ...)) where the name is one accel has",
+                rewritten=False,
+                rule="manual",
+            )
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        self._note_dynamic_lookup(original_node)
         rewritten = self._rewrite_torch_cuda_call(original_node, updated_node)
         if rewritten is not None:
             return rewritten

@@ -10,6 +10,7 @@ interpreter on such input instead of raising.
 
 from __future__ import annotations
 
+import ast
 import io
 import itertools
 import re
@@ -19,6 +20,16 @@ from dataclasses import dataclass
 MAX_BRACKETS = 200  # CPython: "too many nested parentheses"
 MAX_INDENT = 100  # CPython: "too many levels of indentation"
 _OPENING, _CLOSING = frozenset("([{"), frozenset(")]}")
+# Clauses that continue a compound statement at its own indentation.
+_CLAUSES = frozenset({"else", "elif", "except", "finally"})
+# Line ends as Python's tokenizer sees them (str.splitlines also splits at form feeds,
+# U+2028, U+0085 and others, which are not line ends in Python source).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def source_lines(source: str) -> list[str]:
+    """``source``'s lines with their ends, cut where Python's tokenizer cuts them."""
+    return _LINE.findall(source)
 
 
 class SourceError(ValueError):
@@ -50,7 +61,7 @@ def top_level_chunks(source: str) -> list[Chunk]:
     lines and comments after a statement stay with it. ``"".join`` of the texts is
     ``source``.
     """
-    lines = source.splitlines(keepends=True)
+    lines = source_lines(source)
     starts = _statement_starts(source)
     if not starts or starts[0][0] != 0:
         starts.insert(0, (0, 0))
@@ -92,7 +103,8 @@ def _statement_starts(source: str) -> list[tuple[int, int]]:
                     brackets -= 1
                 if new_logical_line:
                     new_logical_line = False
-                    if depth == 0:
+                    # else/elif/except/finally continue the compound statement before them
+                    if depth == 0 and not (kind == tokenize.NAME and token.string in _CLAUSES):
                         if not after_decorator:
                             if starts:
                                 starts[-1] = (starts[-1][0], longest)
@@ -121,12 +133,20 @@ def is_statement(chunk: str) -> bool:
 
 def ends_leading_block(chunk: str, *, first: bool) -> bool:
     """Whether ``chunk`` is a statement after which no import may be added: neither an
-    import nor (when it is the ``first`` statement) the module docstring."""
+    import nor (when it is the ``first`` statement) the module docstring. A line of
+    statements joined by ``;`` is an import only if each of them is one."""
     if not is_statement(chunk):
         return False
     statement = chunk.lstrip()
-    is_docstring = first and _DOCSTRING.match(statement) is not None
-    return not (is_docstring or _IMPORT.match(statement))
+    if first and _DOCSTRING.match(statement) is not None:
+        return False
+    if not _IMPORT.match(statement):
+        return True
+    try:
+        body = ast.parse(chunk).body
+    except SyntaxError:
+        return True  # not provably imports only: nothing goes after it
+    return not all(isinstance(node, ast.Import | ast.ImportFrom) for node in body)
 
 
 def with_import(pieces: list[str], newline: str = "\n") -> list[str]:

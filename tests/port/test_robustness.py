@@ -69,8 +69,17 @@ def test_porting_by_statement_equals_porting_the_whole_module(parts: list[str]) 
          "import torch\r\nfrom accel import get_accelerator\r\n" + PORTED_LINE.replace("\n", "\r\n")),
         ("import torch\n" + CUDA_LINE.rstrip("\n"),
          "import torch\nfrom accel import get_accelerator\n" + PORTED_LINE.rstrip("\n")),
+        # The import used to go after this line, below the use it is needed by.
+        ("import torch; import os; " + CUDA_LINE,
+         "from accel import get_accelerator\nimport torch; import os; " + PORTED_LINE),
+        ("import torch; import os\n" + CUDA_LINE,
+         "import torch; import os\nfrom accel import get_accelerator\n" + PORTED_LINE),
+        # Old Mac line ends (used to get a stray LF).
+        ("import torch\r" + CUDA_LINE.replace("\n", "\r"),
+         "import torch\rfrom accel import get_accelerator\r" + PORTED_LINE.replace("\n", "\r")),
     ],
-    ids=["docstring-future-imports", "no-imports", "comment-header", "crlf", "no-final-newline"],
+    ids=["docstring-future-imports", "no-imports", "comment-header", "crlf", "no-final-newline",
+         "semicolon-joined-use", "semicolon-joined-imports", "cr-only"],
 )  # fmt: skip
 def test_the_import_goes_below_the_leading_imports(source: str, expected: str) -> None:
     assert port_source(source).source == expected
@@ -83,8 +92,14 @@ def test_the_import_goes_below_the_leading_imports(source: str, expected: str) -
         ("def f():\n" + "".join("    " * i + "if x:\n" for i in range(1, 120)) + "    " * 120 + CUDA_LINE, SourceError, "too many levels of indentation"),
         ("x = " + "a" + ".b" * 20_000 + ".cuda\n", PortError, "line 1: a logical line of 40006 tokens is more than the rewriter parses safely (8000)"),
         ("x = " + " + ".join(["a"] * 19_999 + ["torch.cuda.f()"]) + "\n", PortError, "line 1: a logical line of 40008 tokens"),
+        # Nesting no bracket marks: the lambdas crashed the interpreter, the unary operators
+        # took 25 s and 3.4 GB before being refused.
+        ("x = " + "lambda: " * 3500 + CUDA_LINE, PortError, "line 1: an expression nests deeper than Python's own parser accepts"),
+        ("x = " + "not " * 7900 + CUDA_LINE, PortError, "line 1: an expression nests deeper than Python's own parser accepts"),
+        ("import torch\nx = " + "-" * 3000 + CUDA_LINE, PortError, "line 2: an expression nests 3003 levels deep, more than the rewriter parses safely (500)"),
     ],
-    ids=["1500-deep-brackets", "120-deep-blocks", "20000-long-attribute-chain", "20000-term-sum"],
+    ids=["1500-deep-brackets", "120-deep-blocks", "20000-long-attribute-chain", "20000-term-sum",
+         "3500-nested-lambdas", "7900-unary-nots", "3000-unary-minuses"],
 )  # fmt: skip
 def test_input_that_crashed_the_parser_is_refused_with_its_line(
     source: str, error: type[Exception], message: str
@@ -99,8 +114,9 @@ def test_input_that_crashed_the_parser_is_refused_with_its_line(
         "x = " + "(" * 199 + CUDA_LINE.strip() + ")" * 199 + "\n",
         "x = " + " + ".join(["torch.cuda.memory_allocated()"] * 400) + "\n",
         "x = " + " + ".join(["a"] * 3000 + ["torch.cuda.memory_allocated()"]) + "\n",
+        "x = " + "lambda: " * 450 + CUDA_LINE,
     ],
-    ids=["199-deep", "400-term-sum", "3000-term-sum"],
+    ids=["199-deep", "400-term-sum", "3000-term-sum", "450-nested-lambdas"],
 )
 def test_deep_but_legal_code_is_ported(source: str) -> None:
     result = port_source(source)
@@ -122,6 +138,7 @@ def test_a_bad_file_is_named_and_the_others_are_still_ported(
         "b_bytes.py": b"x = '\xff\xfe'\n" + CUDA_LINE.encode(),
         "c_deep.py": "x = " + "(" * 1500 + "torch.cuda.f()" + ")" * 1500 + "\n",
         "d_long.py": "x = a" + ".b" * 20_000 + ".cuda\n",
+        "e_lambdas.py": "x = " + "lambda: " * 3500 + CUDA_LINE,
     }
     for name, data in bad.items():
         _write(tmp_path, name, data)
@@ -210,3 +227,39 @@ def test_symlinks_are_not_followed_out_of_the_tree_or_around_a_loop(
     assert f"{tree / 'loop'}: symbolic link not followed" in err
     assert CUDA_LINE in target.read_text()  # outside the tree: untouched
     assert PORTED_LINE in own.read_text()
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "if torch.cuda.is_available():\n    d = 'cuda'\n\n# the CPU\nelse:\n    d = 'cpu'\n",
+        "try:\n    d = 'cuda:0'\nexcept ImportError:\n    d = 'cpu'\nelse:\n    pass\nfinally:\n    pass\n",
+        "for i in range(2):\n    d = 'cuda'\nelse:\n    torch.cuda.synchronize()\n",
+        "while False:\n    pass\n\nelse:\n    d = 'cuda'\n",
+        "if False:\n    d = 'cpu'\nelif torch.cuda.is_available():\n    d = 'cuda'\nelse:\n    d = 'cpu'\n",
+    ],
+    ids=["if-else-comment", "try-except-else-finally", "for-else", "while-else", "if-elif-else"],
+)
+def test_module_level_compound_statements_stay_whole(layout: str) -> None:
+    # The splitter cut `else:` (and every later clause) from its statement at module level,
+    # and the whole file was refused as a syntax error.
+    source = "import torch\n" + layout + "x = torch.ones(1).to(d)\n"
+    result = port_source(source)
+    assert result.changed
+    compile(result.source, "ported.py", "exec")  # still one valid module
+
+
+@pytest.mark.parametrize("separator", ["\x0c", "\u2028", "\x85", "\x1c"])
+def test_characters_str_splitlines_takes_for_line_ends_are_not_line_ends(
+    tmp_path: Path, separator: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python's tokenizer does not end lines there; str.splitlines does, which refused
+    # valid files as syntax errors and shifted --check's line numbers.
+    source = f"import torch\nname = 'a{separator}b'\n{CUDA_LINE}"
+    compile(source, "valid.py", "exec")
+    assert port_source(source).source == (
+        f"import torch\nfrom accel import get_accelerator\nname = 'a{separator}b'\n{PORTED_LINE}"
+    )
+    path = _write(tmp_path, "valid.py", source)
+    assert main(["port", "--check", str(path)]) == 1
+    assert f"{path}:3:1:" in capsys.readouterr().out

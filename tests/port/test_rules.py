@@ -294,3 +294,23 @@ def test_explain_names_each_rule_and_strict_fails_on_manual_findings(
     assert main(["port", "--explain", "--diff", str(device)]) == 0
     out = capsys.readouterr().out
     assert "[device-position] a CUDA device literal where torch expects a device" in out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from torch.cuda import synchronize as s\ns()\n",
+        "from torch.cuda import *\n",
+        "f = getattr(torch.cuda, 'synchronize')\n",
+        "from torch.cuda.amp import autocast\n",
+    ],
+    ids=["from-import-as", "star-import", "getattr", "submodule"],
+)
+def test_cuda_names_bound_or_looked_up_by_name_are_reported(
+    tmp_path: Path, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # These escaped every rule: --check --strict passed code that calls CUDA directly.
+    path = _write(tmp_path, "sneaky.py", "import torch\n" + line)
+    assert main(["port", "--check", "--strict", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:2:" in out, out
