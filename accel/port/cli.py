@@ -83,16 +83,21 @@ def read_source(path: Path) -> Source:
 
 
 def write_atomically(path: Path, text: str, encoding: str) -> None:
-    """Replace ``path``'s content by ``text``, all at once or not at all."""
+    """Replace ``path``'s content by ``text``, all at once or not at all, keeping its
+    owner, group and mode."""
     data = text.encode(encoding)
-    mode = path.stat().st_mode & 0o7777
+    status = path.stat()
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".port", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()
+            if (status.st_uid, status.st_gid) != (os.getuid(), os.getgid()):
+                # Keep the owner (root porting another user's file); only root may give a
+                # file away, and anyone else could not have written this one anyway.
+                os.fchown(out.fileno(), status.st_uid, status.st_gid)
+            os.fchmod(out.fileno(), status.st_mode & 0o7777)  # after chown, which clears setuid
             os.fsync(out.fileno())
-        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -172,6 +177,11 @@ def _write_back(path: Path, source: Source, result: PortResult, *, explain: bool
         # No write permission bit at all is read-only even for root, who could write it.
         if not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222:
             raise Skipped(f"{path}: is read-only; left unchanged")
+        links = path.stat().st_nlink
+        if links > 1:  # a replace would leave the other names with the old text
+            raise Skipped(
+                f"{path}: has {links} hard links; left unchanged (port a copy, or one link)"
+            )
         try:
             write_atomically(path, result.source, source.encoding)
         except OSError as error:

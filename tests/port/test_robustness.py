@@ -7,6 +7,7 @@ a BOM and PEP 263 encodings were lost or refused; symlinks were followed out of 
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import subprocess
@@ -263,3 +264,28 @@ def test_characters_str_splitlines_takes_for_line_ends_are_not_line_ends(
     path = _write(tmp_path, "valid.py", source)
     assert main(["port", "--check", str(path)]) == 1
     assert f"{path}:3:1:" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_the_owner_group_and_mode_are_kept(tmp_path: Path) -> None:
+    # Root porting another user's 0640 file used to leave it root's.
+    path = _write(tmp_path, "theirs.py", "import torch\n" + CUDA_LINE)
+    os.chown(path, 1234, 5678)
+    path.chmod(0o640)
+    assert main(["port", str(path)]) == 0
+    status = path.stat()
+    assert (status.st_uid, status.st_gid, status.st_mode & 0o7777) == (1234, 5678, 0o640)
+    assert PORTED_LINE in path.read_text()
+
+
+def test_a_file_with_several_hard_links_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A replace gives the path a new file: the other links kept the old text unnoticed.
+    path = _write(tmp_path, "linked.py", "import torch\n" + CUDA_LINE)
+    os.link(path, tmp_path / "other_name.py")
+    assert main(["port", str(path)]) == 2
+    assert "has 2 hard links; left unchanged" in capsys.readouterr().err
+    assert (
+        path.read_text() == (tmp_path / "other_name.py").read_text() == "import torch\n" + CUDA_LINE
+    )
