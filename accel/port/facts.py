@@ -2,6 +2,8 @@
 
 - the names bound to ``torch`` and to ``torch.cuda`` (``import torch as th``,
   ``from torch import cuda``, ``import torch.cuda as tc``);
+- the method names the module's own classes define (``cuda``, ``pin_memory``,
+  ``is_cuda`` of a custom batch type are then not rewritten on unknown receivers);
 - which variables reach a device position (``.to(x)``, ``device=x``, ``torch.device(x)``,
   ``set_device(x)``, ``map_location=x``, ``device_type=x``) or a collectives-backend
   position (``init_process_group(x)``, ``backend=x``), resolved with Python's scoping rules
@@ -31,6 +33,9 @@ class ModuleFacts:
     cuda_names: set[str] = field(default_factory=set[str])
     device_variables: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
     backend_variables: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
+    own_methods: set[str] = field(default_factory=set[str])
+    """Names of methods (and properties) the module's own classes define: ``x.cuda()`` is
+    not provably a tensor's or a module's where the module defines a ``cuda`` of its own."""
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -102,6 +107,8 @@ class _Collector(ast.NodeVisitor):
         self.kinds.pop()
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if self.kinds and self.kinds[-1] == "class":
+            self.facts.own_methods.add(node.name)
         self._bind(node.name)
         for decorator in node.decorator_list:
             self.visit(decorator)

@@ -328,6 +328,9 @@ class PortTransformer(cst.CSTTransformer):
         if not isinstance(func, cst.Attribute) or self._is_torch_cuda(func):
             return None
         owner = func.value
+        if func.attr.value in self.facts.own_methods:
+            self._note_own_method(original, func.attr.value)
+            return None
         if func.attr.value == "cuda" and not (
             isinstance(owner, cst.Name) and owner.value in self.facts.torch_names
         ):
@@ -350,6 +353,17 @@ class PortTransformer(cst.CSTTransformer):
             )
             return _accelerator_call("pin_memory", [cst.Arg(owner)])
         return None
+
+    def _note_own_method(self, node: cst.CSTNode, name: str) -> None:
+        """A tensor-method rule on a name this module's classes define themselves."""
+        if name in ("cuda", "pin_memory", "is_cuda"):
+            self._note(
+                node,
+                f".{name} is also a method of a class in this module, so this receiver may not "
+                "be a tensor or module; left as it is (rewrite it by hand where it is one)",
+                rewritten=False,
+                rule="manual",
+            )
 
     def _rewrite_device_positions(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         args = list(updated.args)
@@ -473,7 +487,9 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
     ) -> cst.BaseExpression:
-        if updated_node.attr.value == "is_cuda" and not (
+        if updated_node.attr.value == "is_cuda" and "is_cuda" in self.facts.own_methods:
+            self._note_own_method(original_node, "is_cuda")
+        elif updated_node.attr.value == "is_cuda" and not (
             isinstance(updated_node.value, cst.Name)
             and updated_node.value.value in self.facts.torch_names
         ):

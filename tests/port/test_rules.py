@@ -314,3 +314,46 @@ def test_cuda_names_bound_or_looked_up_by_name_are_reported(
     assert main(["port", "--check", "--strict", str(path)]) == 1
     out = capsys.readouterr().out
     assert f"{path}:2:" in out, out
+
+
+CUSTOM_TYPES = """\
+import torch
+
+
+class SimpleCustomBatch:
+    # torch's documented custom-batch pinning pattern
+    def __init__(self, data):
+        self.inp = torch.stack([d[0] for d in data])
+
+    def pin_memory(self):
+        self.inp = self.inp.pin_memory()
+        return self
+
+
+class Model:
+    def __init__(self):
+        self.on_gpu = False
+
+    def cuda(self):
+        self.on_gpu = True
+        return self
+
+
+batch = SimpleCustomBatch([(torch.ones(2),), (torch.zeros(2),)])
+model = Model().cuda()
+pinned = batch.pin_memory if torch.cuda.is_available() else None
+"""
+
+
+def test_methods_the_module_defines_itself_are_not_rewritten_as_tensor_methods() -> None:
+    # Model().cuda() became Model().to(...) (AttributeError), and batch.pin_memory()
+    # get_accelerator().pin_memory(batch) (TypeError): neither receiver is a tensor.
+    result = port_source(CUSTOM_TYPES)
+    assert "Model().cuda()" in result.source
+    assert "self.inp.pin_memory()" in result.source
+    assert "get_accelerator().is_available()" in result.source  # the rest is still ported
+    manual = [f.line for f in result.findings if f.rule == "manual"]
+    assert manual == [10, 24]
+    namespace: dict[str, object] = {}
+    exec(compile(result.source, "ported.py", "exec"), namespace)
+    assert namespace["model"].on_gpu is True
