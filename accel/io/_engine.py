@@ -34,12 +34,55 @@ _engines: weakref.WeakSet[AsyncIO] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     # The pool's threads do not exist in the child, and its requests belong to the parent:
-    # close the child's copies of their descriptors and refuse further use.
+    # close the child's copies of their descriptors and refuse further use. No transfer
+    # uses the child's memory, and a lock a parent thread held is held for ever here.
+    global _busy_changed
     for engine in list(_engines):
         engine.forget_after_fork()
+    _busy.clear()
+    _busy_changed = threading.Condition()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# Storages that requests are moving data to or from, by data address. Freeing a storage's
+# memory in place (``untyped_storage().resize_(0)``, as FSDP and ZeRO-3 release
+# parameters) while a transfer uses it would let the kernel write into freed heap memory,
+# which a reference to the tensor cannot prevent. ``resize_`` of such a storage therefore
+# waits for its transfers to end first; any other ``resize_`` costs one dict lookup.
+_busy: dict[int, int] = {}
+_busy_changed = threading.Condition()
+_torch_resize = torch.UntypedStorage.resize_
+
+
+def _resize_after_transfers(storage: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
+    """``UntypedStorage.resize_``, once no accel.io transfer uses the storage's memory."""
+    if _busy:
+        address = storage.data_ptr()
+        with _busy_changed:
+            while _busy.get(address):
+                _busy_changed.wait()
+    resized: torch.UntypedStorage = _torch_resize(storage, size)
+    return resized
+
+
+torch.UntypedStorage.resize_ = _resize_after_transfers  # type: ignore[method-assign]
+
+
+def _hold(address: int) -> None:
+    with _busy_changed:
+        _busy[address] = _busy.get(address, 0) + 1
+
+
+def _release(address: int) -> None:
+    with _busy_changed:
+        left = _busy[address] - 1
+        if left:
+            _busy[address] = left
+        else:
+            del _busy[address]
+        _busy_changed.notify_all()
 
 
 class IORequest(Future[int]):
@@ -69,6 +112,7 @@ class _Transfer:
 
     request: IORequest
     tensor: torch.Tensor  # kept alive until the transfer ends
+    storage: int  # the storage's data address, held in _busy until the transfer ends
     view: memoryview
     direct_fd: int | None
     buffered_fd: int
@@ -291,13 +335,15 @@ class AsyncIO:
             else memoryview(b"")
         )
         blocks = self._blocks(nbytes, direct_fd is not None)
+        storage = tensor.untyped_storage().data_ptr()
         transfer = _Transfer(
-            request, tensor, view, direct_fd, buffered_fd, owns, remaining=len(blocks)
+            request, tensor, storage, view, direct_fd, buffered_fd, owns, remaining=len(blocks)
         )
         if not blocks:  # an empty tensor: nothing to move
             transfer.close()
             self._finish(transfer, register=True)
             return request
+        _hold(storage)
         with self._lock:
             self._in_flight.add(transfer)
         request.set_running_or_notify_cancel()
@@ -340,6 +386,7 @@ class AsyncIO:
             done = transfer.remaining == 0
         if done:
             transfer.close()
+            _release(transfer.storage)
             self._finish(transfer, register=False)
 
     def _move(self, transfer: _Transfer, start: int, end: int, direct: bool) -> None:

@@ -366,3 +366,36 @@ def test_new_files_are_readable_by_their_owner_only(tmp_path: pathlib.Path) -> N
     with AsyncIO() as engine:
         engine.write(torch.ones(1024), path).result()
     assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_freeing_a_storage_waits_for_the_reads_into_it(tmp_path: pathlib.Path) -> None:
+    # FSDP and ZeRO-3 free parameters with untyped_storage().resize_(0). Done while a read
+    # was filling the tensor, the kernel wrote into freed memory: heap corruption
+    # ("malloc(): invalid size", SIGSEGV) or EFAULT. In a child process: it may crash.
+    script = tmp_path / "free_mid_read.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import torch
+            from accel.io import AsyncIO
+            path = {str(tmp_path / "data.bin")!r}
+            with AsyncIO(block_size=1 << 16) as engine:
+                engine.write(torch.arange(1 << 20, dtype=torch.int32), path).result()
+            for n in (1 << 14, 1 << 16, 1 << 18, 1 << 20) * 3:
+                with AsyncIO(block_size=1 << 16, queue_depth=8) as engine:
+                    tensor = torch.empty(n, dtype=torch.int32)
+                    request = engine.read(tensor, path)
+                    tensor.untyped_storage().resize_(0)
+                    assert request.done(), "the storage was freed while the read ran"
+                    assert request.result() == 4 * n
+                    assert tensor.untyped_storage().nbytes() == 0
+                churn = [torch.ones(1 << k, dtype=torch.uint8) for k in range(4, 22)]
+            print("survived", flush=True)
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "survived"
