@@ -16,6 +16,7 @@ import fcntl
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -53,7 +54,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 # waits for its transfers to end first; any other ``resize_`` costs one dict lookup.
 _busy: dict[int, int] = {}
 _busy_changed = threading.Condition()
-_torch_resize = torch.UntypedStorage.resize_
+_torch_resize: Callable[[torch.UntypedStorage, int], torch.UntypedStorage] = getattr(  # noqa: B009
+    torch.UntypedStorage, "resize_"
+)
 
 
 def _resize_after_transfers(storage: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
@@ -63,11 +66,10 @@ def _resize_after_transfers(storage: torch.UntypedStorage, size: int) -> torch.U
         with _busy_changed:
             while _busy.get(address):
                 _busy_changed.wait()
-    resized: torch.UntypedStorage = _torch_resize(storage, size)
-    return resized
+    return _torch_resize(storage, size)
 
 
-torch.UntypedStorage.resize_ = _resize_after_transfers  # type: ignore[method-assign]
+setattr(torch.UntypedStorage, "resize_", _resize_after_transfers)  # noqa: B010  (typed above)
 
 
 def _hold(address: int) -> None:
