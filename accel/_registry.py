@@ -106,7 +106,7 @@ class Registered:
         def run() -> None:
             try:
                 outcome.append(backend.probe())
-            except Exception as error:
+            except BaseException as error:  # SystemExit, KeyboardInterrupt: said as they are
                 failure.append(error)
 
         # A daemon thread bounds the wait: a probe stuck in a driver call cannot be

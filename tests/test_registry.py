@@ -241,6 +241,28 @@ def test_a_probe_answer_that_is_no_availability_names_the_plugin(
     assert "'fast' from oddprobe" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ('Availability("no", "a string")',
+         "probe() raised TypeError: Availability.available must be a bool, got str 'no'"),
+        ("exit(3)", "probe() raised SystemExit: 3"),
+        ("(_ for _ in ()).throw(KeyboardInterrupt())", "probe() raised KeyboardInterrupt"),
+    ],
+    ids=["truthy-string", "system-exit", "keyboard-interrupt"],
+)  # fmt: skip
+def test_a_probe_answer_is_taken_only_for_what_it_says(
+    monkeypatch: pytest.MonkeyPatch, install: Installer, answer: str, reason: str
+) -> None:
+    # Availability("no", ...) counted as available; SystemExit and KeyboardInterrupt in a
+    # probe were reported as a timeout.
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    source = GOOD_PLUGIN.replace('return Availability(True, "always")', f"return {answer}")
+    install("oddanswer", {"fast": "odd_answer:Fast"}, {"odd_answer": source})
+    assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert _registry.registry()["fast"].availability().reason.startswith(reason)
+
+
 def test_a_slow_probe_is_bounded_and_asked_once(
     monkeypatch: pytest.MonkeyPatch, install: Installer
 ) -> None:

@@ -15,6 +15,19 @@ class Availability:
     available: bool
     reason: str
 
+    def __post_init__(self) -> None:
+        # Availability("no", ...) would count as available: a truthy string is not an answer.
+        if not isinstance(self.available, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"Availability.available must be a bool, got {type(self.available).__name__} "
+                f"{self.available!r}"
+            )
+        if not isinstance(self.reason, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"Availability.reason must be a str, got {type(self.reason).__name__} "
+                f"{self.reason!r}"
+            )
+
 
 class BackendClass(Protocol):
     """The class-level contract of a registered backend (instances satisfy ``Accelerator``).
