@@ -10,10 +10,12 @@ call, and at megabyte blocks the Python around them costs well under 1%.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import os
+import stat
 import threading
 import weakref
 from collections.abc import Callable
@@ -99,6 +101,20 @@ class IORequest(Future[int]):
         self.offset = offset
         self.nbytes = nbytes
         self.direct = direct
+        self.delivered = False
+        """Whether the caller took the outcome (``result()``/``exception()``)."""
+
+    def result(self, timeout: float | None = None) -> int:
+        """The bytes moved, once done (raises the request's error); :meth:`AsyncIO.wait`
+        then neither counts nor raises this request again."""
+        self.delivered = True
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The request's error, once done (``None`` if it succeeded); as :meth:`result`,
+        this request is then the caller's, not :meth:`AsyncIO.wait`'s."""
+        self.delivered = True
+        return super().exception(timeout)
 
     def __repr__(self) -> str:
         mode = "O_DIRECT" if self.direct else "buffered"
@@ -139,6 +155,12 @@ def _check_tensor(tensor: object) -> torch.Tensor:
         )
     if tensor.layout != torch.strided or not tensor.is_contiguous():
         raise ValueError("tensor must be dense and contiguous (call .contiguous() first)")
+    if tensor.is_conj() or tensor.is_neg():
+        # Lazy views: the memory holds the values before the conjugation or negation.
+        raise ValueError(
+            "tensor is a lazy conjugate or negative view whose memory does not hold its "
+            "values; call .resolve_conj().resolve_neg() first"
+        )
     return tensor
 
 
@@ -219,17 +241,20 @@ class AsyncIO:
 
     def wait(self) -> int:
         """Wait for every request submitted so far; return how many finished since the
-        last ``wait()``. Raises the first failure among them (after all have ended)."""
+        last ``wait()``, leaving out those whose outcome the caller already took with
+        ``result()`` or ``exception()``. Raises the first failure among the rest (after
+        all have ended)."""
         self._check_usable()
         with self._idle:
             while self._in_flight:
                 self._idle.wait()
             finished, self._finished = self._finished, []
-        for request in finished:
-            error = request.exception()
+        unclaimed = [request for request in finished if not request.delivered]
+        for request in unclaimed:
+            error = super(IORequest, request).exception()  # unclaimed: not IORequest's
             if error is not None:
                 raise error
-        return len(finished)
+        return len(unclaimed)
 
     def pending(self) -> int:
         """Requests still in flight."""
@@ -274,6 +299,12 @@ class AsyncIO:
         self._in_flight = set()
 
     def _open(self, kind: Kind, path: str, aligned: bool) -> tuple[int | None, int]:
+        with contextlib.suppress(OSError):  # a missing file: open() says so below
+            if stat.S_ISFIFO(os.stat(path).st_mode) or stat.S_ISSOCK(os.stat(path).st_mode):
+                # open() would block until a peer appears, and there are no offsets.
+                raise ValueError(
+                    f"{path!r} is a FIFO or socket; accel.io reads and writes files at offsets"
+                )
         flags = (os.O_WRONLY | os.O_CREAT) if kind == "write" else os.O_RDONLY
         flags |= os.O_CLOEXEC
         try:

@@ -399,3 +399,36 @@ def test_freeing_a_storage_waits_for_the_reads_into_it(tmp_path: pathlib.Path) -
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "survived"
+
+
+def test_wait_counts_and_raises_only_what_the_caller_did_not_take(tmp_path: pathlib.Path) -> None:
+    # wait() counted requests already waited for with result() (DeepSpeed's tests assert
+    # wait() == the asynchronous requests) and raised errors result() had delivered.
+    (tmp_path / "ro.bin").write_bytes(b"\0" * 16)
+    read_only = os.open(tmp_path / "ro.bin", os.O_RDONLY)
+    try:
+        with AsyncIO() as engine:
+            engine.write(torch.ones(4), tmp_path / "sync.bin").result()
+            with pytest.raises(OSError, match="Bad file descriptor"):  # fails in the transfer
+                engine.write(torch.ones(4), read_only).result()
+            engine.write(torch.ones(4), tmp_path / "a.bin")
+            engine.write(torch.ones(4), tmp_path / "b.bin")
+            assert engine.wait() == 2
+            assert engine.wait() == 0
+    finally:
+        os.close(read_only)
+
+
+def test_lazy_views_and_fifos_are_refused(tmp_path: pathlib.Path) -> None:
+    # A conj()/neg view's memory holds the unconjugated values, which were written as
+    # they were; a FIFO blocked the caller in open() until a reader came.
+    values = torch.tensor([1 + 2j, 3 - 4j])
+    with AsyncIO() as engine:
+        for view in (values.conj(), torch.ones(2)._neg_view()):
+            with pytest.raises(ValueError, match="lazy conjugate or negative view"):
+                engine.write(view, tmp_path / "view.bin")
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        with pytest.raises(ValueError, match="is a FIFO or socket"):
+            engine.write(torch.ones(2), fifo)
+        engine.write(values.conj().resolve_conj(), tmp_path / "resolved.bin").result()

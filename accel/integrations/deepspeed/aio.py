@@ -140,9 +140,9 @@ class aio_handle:
     def wait(self) -> int:
         """Wait for everything started; returns how many operations completed (0 when
         none was pending, where DeepSpeed asserts)."""
-        completed = self._engine.wait()
-        with self._lock:
+        with self._lock:  # taken first: a failed request must not leave them for later
             pending, self._validations = self._validations, []
+        completed = self._engine.wait()
         for buffer, filename, offset, is_read in pending:
             _validate(buffer, filename, offset, "read" if is_read else "write")
         return completed
