@@ -54,7 +54,16 @@ class _QueuedWork(_c10d.Work):  # type: ignore[misc]
         self._future = future
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        """Block until the reduction ends; raise its error, if any."""
+        """Block until the reduction ends, at most ``timeout`` (``RuntimeError`` then, as
+        gloo's work raises); raise the reduction's error, if any."""
+        if timeout is not None and timeout.total_seconds() > 0 and not self._future.done():
+            ended = threading.Event()
+            self._future.add_done_callback(lambda _: ended.set())
+            if not ended.wait(timeout.total_seconds()):
+                raise RuntimeError(
+                    f"accel process group: the reduction did not end within {timeout} "
+                    "(Work.wait's timeout); it goes on in the background"
+                )
         self._future.wait()
         return True
 

@@ -25,8 +25,12 @@ FLOAT32_MAX = 3.4028234663852886e38
 _COPY_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def native() -> ModuleType:
-    """The compiled kernels (``ImportError`` with the reason if this install has none)."""
+def _native() -> ModuleType:
+    """The compiled kernels (``ImportError`` with the reason if this install has none).
+
+    Private: they take raw addresses, and a wrong address cannot be told from a right one
+    in C++; only the checked functions of this module call them.
+    """
     from accel.ops import _cpu_optim
 
     return _cpu_optim
@@ -34,7 +38,7 @@ def native() -> ModuleType:
 
 @functools.cache
 def _codes() -> dict[torch.dtype, int]:
-    return dtype_codes(native())
+    return dtype_codes(_native())
 
 
 def check_beta(value: object, name: str) -> float:
@@ -219,7 +223,7 @@ def adam_step(
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, param_copies)
     beta1, beta2 = check_betas(betas)
-    native().adam_step(
+    _native().adam_step(
         params=batch.params, grads=batch.grads, exp_avgs=batch.states[0],
         exp_avg_sqs=batch.states[1], copies=batch.copies, numels=batch.numels,
         param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
@@ -244,7 +248,7 @@ def adagrad_step(
 ) -> None:
     """One Adagrad step, in place, over all tensors (``steps`` as in :func:`adam_step`)."""
     batch = _batch(params, grads, {"sums": sums}, param_copies)
-    native().adagrad_step(
+    _native().adagrad_step(
         params=batch.params, grads=batch.grads, sums=batch.states[0], copies=batch.copies,
         numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
         copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
@@ -266,7 +270,7 @@ def lion_step(
     """One Lion step (decoupled weight decay), in place, over all tensors."""
     batch = _batch(params, grads, {"exp_avgs": exp_avgs}, param_copies)
     beta1, beta2 = check_betas(betas)
-    native().lion_step(
+    _native().lion_step(
         params=batch.params, grads=batch.grads, exp_avgs=batch.states[0], copies=batch.copies,
         numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
         copy_dtypes=batch.copy_dtypes, lr=check_non_negative(lr, "lr"), beta1=beta1,

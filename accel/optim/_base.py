@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,7 @@ class CPUOptimizer(torch.optim.Optimizer):
             tensors.params.append(param)
             tensors.grads.append(param.grad)
             # The step being taken; the counters advance only once the step has succeeded.
-            tensors.steps.append(int(state["step"]) + 1)
+            tensors.steps.append(_step_count(state["step"], where) + 1)
         return tensors
 
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
@@ -121,3 +122,12 @@ class CPUOptimizer(torch.optim.Optimizer):
 def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
     """``group[key]``, or the optimizer's default for a group loaded without it."""
     return group.get(key, defaults[key])
+
+
+def _step_count(value: object, where: str) -> int:
+    """A state's ``step`` as a count (torch keeps it as a float tensor), or an error
+    naming it: ``int()`` of NaN raises a bare ValueError, of inf an OverflowError."""
+    number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
+    if not math.isfinite(number) or number < 0 or number != int(number):
+        raise ValueError(f"{where}: state 'step' must be a whole number >= 0, got {value!r}")
+    return int(number)

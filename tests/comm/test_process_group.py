@@ -186,6 +186,39 @@ def test_shared_memory_waits_as_long_as_the_groups_timeout(
     assert "rank 0 quick group error: timed out after 1.0" in result.stdout, result.stdout
 
 
+def test_work_wait_returns_within_its_timeout(tmp_path: pathlib.Path) -> None:
+    # Work.wait(timeout=1 s) on a queued reduction ignored the timeout (it returned
+    # whenever the reduction ended, 3 s later).
+    result = _run(
+        tmp_path,
+        "wait_timeout.py",
+        """
+        import datetime, time, torch, torch.distributed as dist
+        import accel.process_group
+        dist.init_process_group("accel")
+        rank = dist.get_rank()
+        dist.barrier()
+        if rank == 1:
+            time.sleep(4)
+        t = torch.ones(4)
+        work = dist.all_reduce(t, async_op=True)
+        if rank == 0:
+            started = time.monotonic()
+            try:
+                work.wait(timeout=datetime.timedelta(seconds=1))
+                print("rank 0: no timeout", flush=True)
+            except RuntimeError as error:
+                print(f"rank 0 timed out after {time.monotonic() - started:.1f} s: {error}", flush=True)
+        work.wait()
+        print(f"rank {rank} sum {t.tolist()}", flush=True)
+    """,
+    )
+    assert "rank 0 timed out after 1." in result.stdout, result.stdout + result.stderr[-2000:]
+    assert "within 0:00:01 (Work.wait's timeout)" in result.stdout
+    assert "rank 0 sum [2.0, 2.0, 2.0, 2.0]" in result.stdout
+    assert "rank 1 sum [2.0, 2.0, 2.0, 2.0]" in result.stdout
+
+
 def test_ranks_in_different_collectives_get_an_error_naming_both(tmp_path: pathlib.Path) -> None:
     result = _run(
         tmp_path,

@@ -434,3 +434,18 @@ def test_a_state_dict_round_trip_keeps_fp32_states_with_16_bit_params(dtype: tor
 def test_betas_must_be_a_pair() -> None:
     with pytest.raises(ValueError, match=r"betas must be a pair \(beta1, beta2\), got \(0.9,\)"):
         CPUAdam([torch.zeros(2, requires_grad=True)], betas=(0.9,))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("step", [float("nan"), float("inf"), -1.0, 2.5])
+def test_a_step_count_that_is_no_count_is_named(step: float) -> None:
+    # A NaN step raised a bare "cannot convert float NaN to integer".
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    optimizer = CPUAdam([param])
+    optimizer.state[param].update(
+        step=torch.tensor(step), exp_avg=torch.zeros(4), exp_avg_sq=torch.zeros(4)
+    )
+    with pytest.raises(
+        ValueError, match=r"params\[0\]: state 'step' must be a whole number >= 0, got tensor\("
+    ):
+        optimizer.step()
