@@ -146,7 +146,7 @@ def test_a_peer_dying_before_ddps_first_backward_is_an_error_not_a_crash(
 def test_shared_memory_waits_as_long_as_the_groups_timeout(
     tmp_path: pathlib.Path, backend: str
 ) -> None:
-    # A rank 4 s late: within a 20 s group timeout every collective completes; with a 1 s
+    # A rank 2.5 s late: within a 20 s group timeout every collective completes; with a 1 s
     # one, the waiting rank's error names 1 s. (accel.comm used its own fixed 10 s, which
     # took neither timeout into account.) Direct accel.comm calls follow the group too.
     result = _run(
@@ -162,7 +162,7 @@ def test_shared_memory_waits_as_long_as_the_groups_timeout(
         for group in (None, quick):
             comm.barrier(group=group)  # sets the segment up
         if rank == 0:
-            time.sleep(4)
+            time.sleep(2.5)
         t = torch.ones(4)
         comm.barrier()
         comm.all_reduce_(t)
@@ -171,7 +171,7 @@ def test_shared_memory_waits_as_long_as_the_groups_timeout(
             dist.all_reduce(t)
         print(f"rank {{rank}} patient group ok {{t.tolist()}}", flush=True)
         if rank == 1:
-            time.sleep(4)
+            time.sleep(2.5)
         try:
             comm.all_reduce_(torch.ones(4), group=quick)
             print(f"rank {{rank}} quick group: no error", flush=True)
@@ -199,7 +199,7 @@ def test_work_wait_returns_within_its_timeout(tmp_path: pathlib.Path) -> None:
         rank = dist.get_rank()
         dist.barrier()
         if rank == 1:
-            time.sleep(4)
+            time.sleep(2.5)
         t = torch.ones(4)
         work = dist.all_reduce(t, async_op=True)
         if rank == 0:
