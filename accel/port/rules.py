@@ -263,6 +263,10 @@ class PortTransformer(cst.CSTTransformer):
         line, column = self._position(node)
         self.findings.append(Finding(line, column, message, rewritten, rule))
 
+    def _manual(self, node: cst.CSTNode, message: str) -> None:
+        """Report ``node`` for a person: no rewrite of it is provably safe."""
+        self._note(node, message, rewritten=False, rule="manual")
+
     # torch.cuda.<fn>(...) and torch.cuda.nvtx.<fn>(...)
     def _rewrite_torch_cuda_call(
         self, original: cst.Call, updated: cst.Call
@@ -301,8 +305,9 @@ class PortTransformer(cst.CSTTransformer):
                 "torch.autocast(get_accelerator().device_name(), dtype=..., enabled=...)"
             )  # fmt: skip
             self._drop_manual_at(original)
-            self._note(original, f"torch.cuda.amp.{name}(...): use {suggestion} with keyword "
-                                 "arguments", rewritten=False, rule="manual")  # fmt: skip
+            self._manual(
+                original, f"torch.cuda.amp.{name}(...): use {suggestion} with keyword arguments"
+            )
             return None
         target = (
             cst.Attribute(cst.Attribute(cst.Name(torch_name), cst.Name("amp")), cst.Name("GradScaler"))
@@ -357,12 +362,10 @@ class PortTransformer(cst.CSTTransformer):
     def _note_own_method(self, node: cst.CSTNode, name: str) -> None:
         """A tensor-method rule on a name this module's classes define themselves."""
         if name in ("cuda", "pin_memory", "is_cuda"):
-            self._note(
+            self._manual(
                 node,
                 f".{name} is also a method of a class in this module, so this receiver may not "
                 "be a tensor or module; left as it is (rewrite it by hand where it is one)",
-                rewritten=False,
-                rule="manual",
             )
 
     def _rewrite_device_positions(self, original: cst.Call, updated: cst.Call) -> cst.Call:
@@ -432,10 +435,7 @@ class PortTransformer(cst.CSTTransformer):
         else:
             names = ", ".join(alias.evaluated_name for alias in original_node.names)
             what = f"from {dotted} import {names} binds CUDA-only names"
-        self._note(
-            original_node, f"{what}; call them as get_accelerator().<name>(...) instead",
-            rewritten=False, rule="manual",
-        )  # fmt: skip
+        self._manual(original_node, f"{what}; call them as get_accelerator().<name>(...) instead")
         return updated_node
 
     def _note_dynamic_lookup(self, call: cst.Call) -> None:
@@ -446,12 +446,10 @@ class PortTransformer(cst.CSTTransformer):
             and call.args
             and self._is_torch_cuda(call.args[0].value)
         ):
-            self._note(
+            self._manual(
                 call,
                 f"{call.func.value}(torch.cuda, ...) looks CUDA functions up by name; use the "
                 "accelerator's (getattr(get_accelerator(), ...)) where the name is one accel has",
-                rewritten=False,
-                rule="manual",
             )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -501,15 +499,9 @@ class PortTransformer(cst.CSTTransformer):
         if self._is_torch_cuda(original_node.value):
             name = original_node.attr.value
             if name in GRAPH_NAMES:
-                self._note(
-                    original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}", rewritten=False,
-                    rule="manual",
-                )  # fmt: skip
+                self._manual(original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}")
             elif name not in DIRECT and name not in ("nvtx", "default_generators"):
-                self._note(
-                    original_node,
-                    f"torch.cuda.{name} has no accel equivalent; left as it is",
-                    rewritten=False,
-                    rule="manual",
+                self._manual(
+                    original_node, f"torch.cuda.{name} has no accel equivalent; left as it is"
                 )
         return updated_node
