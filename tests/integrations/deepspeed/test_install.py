@@ -197,3 +197,21 @@ def test_report_has_a_deepspeed_section(tmp_path: pathlib.Path) -> None:
     assert section["env"] == "1"
     assert section["version"].startswith("0.19.")
     assert "FusedLionBuilder" in section["accel_builders"]
+
+
+def test_a_broken_accel_is_said_once_without_a_traceback(tmp_path: pathlib.Path) -> None:
+    # With ACCEL_DEEPSPEED=1 and an accel that fails to import, site.py printed the .pth
+    # line's traceback twice per process, and DeepSpeed then ran natively without a word.
+    broken = tmp_path / "broken" / "accel"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('half-installed')\n")
+    env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", PYTHONPATH=str(broken.parent))
+    result = run_python("print('ran')", env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ran"
+    said = [line for line in result.stderr.splitlines() if line.startswith("accel:")]
+    assert said == [
+        "accel: ACCEL_DEEPSPEED is set, but accel cannot be imported (ImportError: "
+        "half-installed); DeepSpeed runs without accel in this process"
+    ], result.stderr
+    assert "Traceback" not in result.stderr
