@@ -43,3 +43,14 @@ def test_aio_handle_has_deepspeeds_methods_and_counts(tmp_path: pathlib.Path) ->
     assert handle.free_cpu_locked_tensor(buffers[2]) is True
     with pytest.raises(FileNotFoundError, match="nowhere"):
         handle.sync_pwrite(buffers[0], str(tmp_path / "nowhere" / "x.swp"))
+
+
+def test_a_failed_validated_write_leaves_nothing_for_the_next_wait(tmp_path: pathlib.Path) -> None:
+    # The failed request's validation stayed queued, and the next wait() raised it again.
+    handle = op_builders.AsyncIOBuilder().load().aio_handle(1 << 16, 4, False, True, 2)
+    buffer = torch.ones(1024)
+    handle.pwrite(buffer, "/dev/full", True, True)  # every write there fails: ENOSPC
+    with pytest.raises(OSError, match="No space left on device"):
+        handle.wait()
+    handle.pwrite(buffer, str(tmp_path / "good.swp"), True, True)
+    assert handle.wait() == 1
