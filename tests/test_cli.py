@@ -7,6 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
 # The report tests describe a machine without a usable GPU; on a GPU machine the GPUs are
 # hidden from the command so the same expectations hold there. The tables are read line by
 # line, so they get a width at which no cell wraps (pytest-xdist's workers set COLUMNS=80).

@@ -18,6 +18,11 @@ import pytest
 
 from tests.support import TESTS
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 SUPPORT = TESTS / "support"  # fake_device.py is imported from there
 
 KIT = textwrap.dedent(

@@ -23,6 +23,11 @@ import torch.distributed as dist
 import accel.comm
 from accel.comm import all_reduce_
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 SHM = Path("/dev/shm")
 
 RANK_SCRIPT = textwrap.dedent(

@@ -16,6 +16,11 @@ import torch.distributed as dist
 import accel.process_group
 from tests.support import ROOT
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "scripts"
 
 

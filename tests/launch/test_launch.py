@@ -15,6 +15,11 @@ import pytest
 
 from accel.launch.cores import parse_core_list, split_cores
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 TWO_NODES = {0: frozenset(range(4)), 1: frozenset(range(4, 8))}
 
 

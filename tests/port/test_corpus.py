@@ -23,6 +23,11 @@ import torch
 from accel.cli import main
 from accel.port.rewrite import port_source
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 CORPUS = Path(__file__).parent / "corpus"
 SCRIPTS = sorted(CORPUS.glob("*.py"))
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 TESTS = """
 import pytest
 from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI

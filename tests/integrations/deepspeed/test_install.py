@@ -24,6 +24,11 @@ from tests.integrations.deepspeed.processes import (
     run_python,
 )
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
+
 PROBE = """
     import json, sys
     torch_at_start = "torch" in sys.modules

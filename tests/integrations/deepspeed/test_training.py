@@ -26,6 +26,10 @@ from tests.integrations.deepspeed.processes import (
     torchrun,
 )
 
+# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
+# leaves them out for a quick run.
+pytestmark = pytest.mark.slow
+
 
 def test_deepspeeds_optimizers_run_on_accels_kernels(tmp_path: pathlib.Path) -> None:
     result = subprocess.run(
