@@ -300,7 +300,8 @@ class AsyncIO:
 
     def _open(self, kind: Kind, path: str, aligned: bool) -> tuple[int | None, int]:
         with contextlib.suppress(OSError):  # a missing file: open() says so below
-            if stat.S_ISFIFO(os.stat(path).st_mode) or stat.S_ISSOCK(os.stat(path).st_mode):
+            mode = os.stat(path).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
                 # open() would block until a peer appears, and there are no offsets.
                 raise ValueError(
                     f"{path!r} is a FIFO or socket; accel.io reads and writes files at offsets"
