@@ -95,7 +95,8 @@ def port_source(source: str) -> PortResult:
                     f"line {chunk.line}: a logical line of {chunk.longest} tokens is more than "
                     f"the rewriter parses safely ({MAX_LINE_TOKENS}); port it by hand"
                 )
-            _check_nesting(chunk)
+            if chunk.longest > MAX_NESTING:  # every nesting level takes a token or more
+                _check_nesting(chunk)
             batch.append(chunk)
             if sum(len(c.text) for c in batch) >= BATCH_CHARS:
                 flush()
