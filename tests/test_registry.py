@@ -14,6 +14,7 @@ import pytest
 
 import accel
 from accel import _registry
+from accel.backends.base import Availability
 from accel.backends.cpu import CPUAccelerator
 
 # no_gpu: the fallback cases expect the CPU to be chosen, also on a GPU machine.
@@ -239,6 +240,13 @@ def test_a_probe_answer_that_is_no_availability_names_the_plugin(
     reason = _registry.registry()["fast"].availability().reason
     assert reason == f"probe() returned {shown}, expected accel.backends.base.Availability"
     assert "'fast' from oddprobe" in caplog.text
+
+
+def test_availability_keeps_answers_that_were_never_strings() -> None:
+    # Backends written before Availability checked its fields keep working.
+    assert Availability(2, "two boards") == Availability(True, "two boards")  # type: ignore[arg-type]
+    assert Availability(0, "none") == Availability(False, "none")  # type: ignore[arg-type]
+    assert Availability(True, OSError("x")).reason == "x"  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from typing_extensions import Protocol
 
@@ -16,17 +16,16 @@ class Availability:
     reason: str
 
     def __post_init__(self) -> None:
-        # Availability("no", ...) would count as available: a truthy string is not an answer.
-        if not isinstance(self.available, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        # Availability("no", ...) would count as available: a string is no answer. Other
+        # values keep working as they did (a count, numpy's bool) and are stored as bool.
+        answer = cast("object", self.available)  # whatever a probe passed, whatever the type
+        if answer is None or isinstance(answer, str | bytes):
             raise TypeError(
-                f"Availability.available must be a bool, got {type(self.available).__name__} "
-                f"{self.available!r}"
+                f"Availability.available must be a bool, got {type(answer).__name__} {answer!r}"
             )
+        object.__setattr__(self, "available", bool(answer))
         if not isinstance(self.reason, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(
-                f"Availability.reason must be a str, got {type(self.reason).__name__} "
-                f"{self.reason!r}"
-            )
+            object.__setattr__(self, "reason", str(self.reason))
 
 
 class BackendClass(Protocol):
