@@ -5,7 +5,9 @@
     x = torch.ones(4, device=acc.current_device_name())
 
 Capabilities are small protocols in :mod:`accel.protocols`; test for optional ones with
-``isinstance(acc, GraphAPI)``, which narrows the static type.
+``isinstance(acc, GraphAPI)``, which narrows the static type. The functions of
+:mod:`accel.functions` (``accel.set_device``, ``accel.get_device_properties``, ...) work
+with every backend, including those written before their members existed.
 """
 
 from __future__ import annotations
@@ -22,21 +24,40 @@ if TYPE_CHECKING:
         reset_accelerator,
         set_accelerator,
     )
-    from accel.protocols import Accelerator
+    from accel.functions import (
+        device_index,
+        fork_rng,
+        get_device_properties,
+        reset_accumulated_memory_stats,
+        set_device,
+    )
+    from accel.protocols import API_VERSION, Accelerator
 
 __all__ = [
+    "API_VERSION",
     "Accelerator",
     "__version__",
     "current_selection",
+    "device_index",
+    "fork_rng",
     "get_accelerator",
+    "get_device_properties",
     "reset_accelerator",
+    "reset_accumulated_memory_stats",
     "set_accelerator",
+    "set_device",
 ]
 
 # Loaded on first use, so that importing a light submodule (the DeepSpeed startup hook
 # runs in every process of a job) does not pay for the selection machinery.
 _LAZY = {
+    "API_VERSION": "accel.protocols",
     "Accelerator": "accel.protocols",
+    "device_index": "accel.functions",
+    "fork_rng": "accel.functions",
+    "get_device_properties": "accel.functions",
+    "reset_accumulated_memory_stats": "accel.functions",
+    "set_device": "accel.functions",
     "current_selection": "accel._selection",
     "get_accelerator": "accel._selection",
     "reset_accelerator": "accel._selection",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from accel.backends.base import Availability, BackendClass
-from accel.protocols import Accelerator
+from accel.protocols import Accelerator, missing_members
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -173,6 +173,12 @@ def _malformed(name: str, loaded: object) -> str | None:
         return f"class {loaded.__qualname__} must declare an int priority"
     if not callable(getattr(loaded, "probe", None)):
         return f"class {loaded.__qualname__} must declare a probe() classmethod"
+    missing = missing_members(loaded)
+    if missing:
+        return (
+            f"class {loaded.__qualname__} does not satisfy accel.Accelerator; missing or "
+            f"not callable: {', '.join(missing)}"
+        )
     return None
 
 

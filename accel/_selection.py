@@ -8,17 +8,14 @@ process, under a lock, so concurrent first calls create a single instance.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from typing_extensions import get_protocol_members
-
 from accel import _registry
-from accel.protocols import Accelerator
+from accel.protocols import Accelerator, missing_members
 
 logger = logging.getLogger("accel")
 
@@ -76,15 +73,6 @@ def reset_accelerator() -> None:
 def current_selection() -> Selection:
     """The selection ``get_accelerator()`` returns, making it first if needed."""
     return _selection or _select()
-
-
-def missing_members(obj: object) -> list[str]:
-    """Members of :class:`accel.Accelerator` that ``obj`` lacks or has as non-callables."""
-    return sorted(
-        name
-        for name in get_protocol_members(Accelerator)
-        if not callable(inspect.getattr_static(obj, name, None))
-    )
 
 
 def _install(selection: Selection) -> None:

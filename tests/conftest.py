@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 import accel
+from accel import _registry
 from accel._registry import available_backends
 from accel.protocols import Accelerator
+from tests.support import Installer
 
 pytest_plugins = ["pytester"]
 
@@ -63,3 +68,50 @@ def fresh_selection() -> Iterator[None]:
     accel.reset_accelerator()
     yield
     accel.reset_accelerator()
+
+
+@pytest.fixture
+def fresh_registry() -> Iterator[None]:
+    _registry.reset_registry()
+    yield
+    _registry.reset_registry()
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Installer]:
+    """Install a fake distribution: a dist-info with entry points, plus its modules.
+
+    importlib.metadata finds distributions on sys.path, so this is real entry-point
+    discovery, without pip.
+    """
+    added: list[str] = []
+
+    def _install(distribution: str, backends: dict[str, str], modules: dict[str, str]) -> None:
+        root = tmp_path / distribution
+        info = root / f"{distribution}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n"
+        )
+        lines = "\n".join(f"{name} = {target}" for name, target in backends.items())
+        (info / "entry_points.txt").write_text(f"[accel.backends]\n{lines}\n")
+        for module, source in modules.items():
+            (root / f"{module}.py").write_text(source)
+            added.append(module)
+        monkeypatch.syspath_prepend(str(root))
+        importlib.invalidate_caches()
+
+    yield _install
+    for module in added:
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA backend unavailable, as on a CPU-only machine (also on a GPU machine)."""
+    from accel.backends.base import Availability
+    from accel.backends.cuda import CUDAAccelerator
+
+    monkeypatch.setattr(
+        CUDAAccelerator, "probe", classmethod(lambda cls: Availability(False, "hidden by test"))
+    )

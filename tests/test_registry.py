@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,48 +13,11 @@ import accel
 from accel import _registry
 from accel.backends.base import Availability
 from accel.backends.cpu import CPUAccelerator
+from tests.support import Installer
 
-# no_gpu: the fallback cases expect the CPU to be chosen, also on a GPU machine.
+# no_gpu (tests/conftest.py): the fallback cases expect the CPU to be chosen, also on a GPU
+# machine.
 pytestmark = pytest.mark.usefixtures("fresh_selection", "fresh_registry", "no_gpu")
-
-
-@pytest.fixture
-def fresh_registry() -> Iterator[None]:
-    _registry.reset_registry()
-    yield
-    _registry.reset_registry()
-
-
-Installer = Callable[[str, dict[str, str], dict[str, str]], None]
-
-
-@pytest.fixture
-def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Installer]:
-    """Install a fake distribution: a dist-info with entry points, plus its modules.
-
-    importlib.metadata finds distributions on sys.path, so this is real entry-point
-    discovery, without pip.
-    """
-    added: list[str] = []
-
-    def _install(distribution: str, backends: dict[str, str], modules: dict[str, str]) -> None:
-        root = tmp_path / distribution
-        info = root / f"{distribution}-1.0.dist-info"
-        info.mkdir(parents=True)
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n"
-        )
-        lines = "\n".join(f"{name} = {target}" for name, target in backends.items())
-        (info / "entry_points.txt").write_text(f"[accel.backends]\n{lines}\n")
-        for module, source in modules.items():
-            (root / f"{module}.py").write_text(source)
-            added.append(module)
-        monkeypatch.syspath_prepend(str(root))
-        importlib.invalidate_caches()
-
-    yield _install
-    for module in added:
-        sys.modules.pop(module, None)
 
 
 GOOD_PLUGIN = textwrap.dedent(
@@ -115,17 +75,6 @@ def test_unavailable_backend_requested_by_env_says_why(
     monkeypatch.setenv("ACCEL_BACKEND", "fast")
     with pytest.raises(RuntimeError, match=r"ACCEL_BACKEND='fast'.*not available: no board"):
         accel.get_accelerator()
-
-
-@pytest.fixture
-def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA backend unavailable, as on a CPU-only machine (also on a GPU machine)."""
-    from accel.backends.base import Availability
-    from accel.backends.cuda import CUDAAccelerator
-
-    monkeypatch.setattr(
-        CUDAAccelerator, "probe", classmethod(lambda cls: Availability(False, "hidden by test"))
-    )
 
 
 def test_cpu_fallback_is_logged_at_info_not_as_a_warning(

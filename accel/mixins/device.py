@@ -27,8 +27,38 @@ class _NamedDevices(Protocol):
 
 
 class _SelectableDevices(Protocol):
+    def device_name(self, device_index: int | None = None) -> str: ...
     def current_device(self) -> int: ...
-    def set_device(self, device_index: DeviceLike) -> None: ...
+    def set_device(self, device_index: int) -> None: ...
+
+
+def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
+    """Make ``device`` (an index, ``"<type>[:<index>]"`` or ``torch.device``) current.
+
+    Converts to the ``int`` every backend's ``set_device`` takes. A name without an index
+    leaves the current device as it is on devices whose names carry none (the CPU: it
+    names every slot) and is a ``ValueError`` elsewhere (it would not say which device).
+    """
+    device_type = torch.device(devices.device_name()).type
+    index = check_device(device, device_type)
+    if index is None:
+        if ":" not in devices.device_name(0):
+            return
+        raise ValueError(
+            f"device_index {str(device)!r} names no device index; expected e.g. '{device_type}:0'"
+        )
+    devices.set_device(index)
+
+
+@contextlib.contextmanager
+def device_scope(devices: _SelectableDevices, device: DeviceLike) -> Generator[None, None, None]:
+    """:func:`select_device` inside a ``with`` block; the previous device comes back after."""
+    previous = devices.current_device()
+    select_device(devices, device)
+    try:
+        yield
+    finally:
+        devices.set_device(previous)
 
 
 class DeviceNamingMixin:
@@ -63,17 +93,11 @@ class DeviceNamingMixin:
             return self.device_type
         return self.device_name(self.current_device())
 
-    @contextlib.contextmanager
     def device_index(
         self: _SelectableDevices, device_index: DeviceLike
-    ) -> Generator[None, None, None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Make a device current inside a ``with`` block; the previous one comes back after."""
-        previous = self.current_device()
-        self.set_device(device_index)
-        try:
-            yield
-        finally:
-            self.set_device(previous)
+        return device_scope(self, device_index)
 
 
 class TorchDeviceMixin:

@@ -24,30 +24,38 @@ class _SavableRNG(Protocol):
     def device_count(self) -> int: ...
 
 
+@contextlib.contextmanager
+def fork_rng_states(
+    rng: _SavableRNG, devices: Iterable[int] | None = None, enabled: bool = True
+) -> Generator[None, None, None]:
+    """``fork_rng`` from a backend's ``get/set_rng_state`` (any device type): the host's
+    and ``devices``' (default: all) generators are restored on exit."""
+    if not enabled:
+        yield
+        return
+    indices = (
+        range(rng.device_count()) if devices is None
+        else [check_index(d, "devices[]") for d in devices]
+    )  # fmt: skip
+    host = torch.get_rng_state()
+    saved = [(index, rng.get_rng_state(index)) for index in indices]
+    try:
+        yield
+    finally:
+        # Devices first: on a host device they share the CPU generator, restored last.
+        for index, state in saved:
+            rng.set_rng_state(state, index)
+        torch.set_rng_state(host)
+
+
 class ForkRNGMixin:
     """``fork_rng`` from the backend's own ``get/set_rng_state`` (any device type)."""
 
-    @contextlib.contextmanager
     def fork_rng(
         self: _SavableRNG, devices: Iterable[int] | None = None, enabled: bool = True
-    ) -> Generator[None, None, None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Restore the host's and ``devices``' (default: all) generators on exit."""
-        if not enabled:
-            yield
-            return
-        indices = (
-            range(self.device_count()) if devices is None
-            else [check_index(d, "devices[]") for d in devices]
-        )  # fmt: skip
-        host = torch.get_rng_state()
-        saved = [(index, self.get_rng_state(index)) for index in indices]
-        try:
-            yield
-        finally:
-            # Devices first: on a host device they share the CPU generator, restored last.
-            for index, state in saved:
-                self.set_rng_state(state, index)
-            torch.set_rng_state(host)
+        return fork_rng_states(self, devices, enabled)
 
 
 class _GeneratorDevices(Protocol):

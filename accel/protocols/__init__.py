@@ -5,6 +5,7 @@
 """
 
 from accel.protocols.accelerator import (
+    API_VERSION,
     CORE_PROTOCOLS,
     OPTIONAL_PROTOCOLS,
     Accelerator,
@@ -12,31 +13,36 @@ from accel.protocols.accelerator import (
     OpBuilderAccelerator,
     ProfilerAccelerator,
     StreamAccelerator,
+    missing_members,
     supports_graphs,
     supports_op_builders,
     supports_profiler,
     supports_streams,
 )
-from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties
+from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties, DevicePropertiesAPI
 from accel.protocols.dtype import DTypeAPI
 from accel.protocols.graph import Graph, GraphAPI
-from accel.protocols.memory import MemoryAPI
+from accel.protocols.memory import AccumulatedStatsAPI, MemoryAPI
 from accel.protocols.op_builder import OpBuilder, OpBuilderAPI
 from accel.protocols.profiler import ProfilerAPI
-from accel.protocols.rng import RNGAPI
+from accel.protocols.rng import RNGAPI, ForkRNGAPI
 from accel.protocols.runtime import RuntimeAPI
 from accel.protocols.stream import StreamAPI
 from accel.protocols.tensor import TensorAPI
 
 __all__ = [
+    "API_VERSION",
     "CORE_PROTOCOLS",
     "OPTIONAL_PROTOCOLS",
     "RNGAPI",
     "Accelerator",
+    "AccumulatedStatsAPI",
     "DTypeAPI",
     "DeviceAPI",
     "DeviceLike",
     "DeviceProperties",
+    "DevicePropertiesAPI",
+    "ForkRNGAPI",
     "Graph",
     "GraphAPI",
     "GraphAccelerator",
@@ -50,6 +56,7 @@ __all__ = [
     "StreamAPI",
     "StreamAccelerator",
     "TensorAPI",
+    "missing_members",
     "supports_graphs",
     "supports_op_builders",
     "supports_profiler",

@@ -1,22 +1,29 @@
 """The core ``Accelerator`` protocol, intersections with optional capabilities, and checks.
 
-Every backend satisfies :class:`Accelerator`. Streams, graphs, profiler ranges and native
-op builders are optional: test for them with ``isinstance(acc, GraphAPI)`` or with the
-``supports_*`` helpers below, both of which narrow the static type.
+Every backend satisfies :class:`Accelerator`. Streams, graphs, profiler ranges, native
+op builders, and every member added after the first release are optional: test for them
+with ``isinstance(acc, GraphAPI)`` or with the ``supports_*`` helpers below, both of which
+narrow the static type.
+
+The members of :class:`Accelerator` are a contract with backend authors: they never
+change in a way that turns a working backend into a non-backend (see "Protocol
+evolution" in docs/architecture.md). :data:`API_VERSION` counts the additions.
 """
 
 from __future__ import annotations
 
-from typing_extensions import Protocol, TypeIs, runtime_checkable
+import inspect
+
+from typing_extensions import Protocol, TypeIs, get_protocol_members, runtime_checkable
 
 from accel.protocols._fast import fast_protocol
-from accel.protocols.device import DeviceAPI
+from accel.protocols.device import DeviceAPI, DevicePropertiesAPI
 from accel.protocols.dtype import DTypeAPI
 from accel.protocols.graph import GraphAPI
-from accel.protocols.memory import MemoryAPI
+from accel.protocols.memory import AccumulatedStatsAPI, MemoryAPI
 from accel.protocols.op_builder import OpBuilderAPI
 from accel.protocols.profiler import ProfilerAPI
-from accel.protocols.rng import RNGAPI
+from accel.protocols.rng import RNGAPI, ForkRNGAPI
 from accel.protocols.runtime import RuntimeAPI
 from accel.protocols.stream import StreamAPI
 from accel.protocols.tensor import TensorAPI
@@ -55,8 +62,37 @@ class OpBuilderAccelerator(Accelerator, OpBuilderAPI, Protocol):
 CORE_PROTOCOLS: tuple[type, ...] = (DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI)
 """The capabilities every backend has, composed into :class:`Accelerator`."""
 
-OPTIONAL_PROTOCOLS: tuple[type, ...] = (StreamAPI, GraphAPI, ProfilerAPI, OpBuilderAPI)
+OPTIONAL_PROTOCOLS: tuple[type, ...] = (
+    StreamAPI,
+    GraphAPI,
+    ProfilerAPI,
+    OpBuilderAPI,
+    DevicePropertiesAPI,
+    ForkRNGAPI,
+    AccumulatedStatsAPI,
+)
 """The capabilities a backend may have; test with ``isinstance``."""
+
+API_VERSION = 2
+"""The version of the protocols, raised by one whenever a member or capability is added.
+
+1: the first release. 2: :class:`DevicePropertiesAPI`, :class:`ForkRNGAPI` and
+:class:`AccumulatedStatsAPI` (optional), and ``accel.set_device``/``device_index``/
+``get_device_properties``/``fork_rng``/``reset_accumulated_memory_stats``, which work with
+backends of every version. What :class:`Accelerator` requires has not changed since 1.
+"""
+
+
+def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
+    """Members of ``protocol`` that ``obj`` (an instance or a class) lacks or has as
+    non-callables, sorted: the one rule behind ``set_accelerator()``, backend discovery,
+    ``accel report`` and the conformance kit, so all of them reject the same backends
+    and name the same members."""
+    return sorted(
+        name
+        for name in get_protocol_members(protocol)
+        if not callable(inspect.getattr_static(obj, name, None))
+    )
 
 
 def supports_streams(acc: Accelerator) -> TypeIs[StreamAccelerator]:

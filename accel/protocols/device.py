@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -48,21 +47,13 @@ class DeviceAPI(Protocol):
         """``torch.device(self.device_name(device_index))``."""
         ...
 
-    def set_device(self, device_index: DeviceLike) -> None:
-        """Make a device current: an index, ``"<type>:<index>"`` or a ``torch.device``.
+    def set_device(self, device_index: int) -> None:
+        """Make the device with this index current.
 
-        A device of another type is a ``ValueError`` naming it. On devices whose names
-        carry no index (the CPU), a name without one names every device slot and leaves
-        the current one as it is.
+        The parameter is an ``int`` because backends were written against that: a backend
+        may accept more (the built-in ones take ``"<type>:<index>"`` and ``torch.device``
+        too), and ``accel.set_device()`` takes those forms for every backend.
         """
-        ...
-
-    def device_index(self, device_index: DeviceLike) -> AbstractContextManager[None]:
-        """Make a device current inside a ``with`` block, restoring the previous one after."""
-        ...
-
-    def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
-        """Name, memory, processor count and compute capability of a device (default: current)."""
         ...
 
     def current_device(self) -> int:
@@ -83,4 +74,19 @@ class DeviceAPI(Protocol):
 
     def is_available(self) -> bool:
         """Whether this accelerator can run work in this process now."""
+        ...
+
+
+@fast_protocol
+@runtime_checkable
+class DevicePropertiesAPI(Protocol):
+    """A backend's own description of its devices (since API version 2).
+
+    Optional, so that backends written before it stay :class:`~accel.Accelerator` backends:
+    ``accel.get_device_properties()`` answers for every backend, from this member where a
+    backend has it and from the core protocol's ``device_name``/``total_memory`` otherwise.
+    """
+
+    def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
+        """Name, memory, processor count and compute capability of a device (default: current)."""
         ...

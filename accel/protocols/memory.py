@@ -40,10 +40,6 @@ class MemoryAPI(Protocol):
         """Allocator statistics under torch's key names (e.g. ``"allocated_bytes.all.peak"``)."""
         ...
 
-    def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
-        """Zero the counters that only grow (allocation and free totals) in ``memory_stats``."""
-        ...
-
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Start the ``max_*`` peaks again from the current values."""
         ...
@@ -54,4 +50,18 @@ class MemoryAPI(Protocol):
 
     def available_memory(self, device_index: int | None = None) -> int:
         """Memory that a new allocation could still obtain."""
+        ...
+
+
+@fast_protocol
+@runtime_checkable
+class AccumulatedStatsAPI(Protocol):
+    """Resetting the allocator's counters that only grow (since API version 2).
+
+    Optional, so that backends written before it stay :class:`~accel.Accelerator` backends:
+    ``accel.reset_accumulated_memory_stats()`` works with every backend.
+    """
+
+    def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
+        """Zero the counters that only grow (allocation and free totals) in ``memory_stats``."""
         ...

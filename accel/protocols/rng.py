@@ -48,6 +48,16 @@ class RNGAPI(Protocol):
         """The ``torch.Generator`` that random ops on that device use by default."""
         ...
 
+
+@fast_protocol
+@runtime_checkable
+class ForkRNGAPI(Protocol):
+    """A backend's own ``fork_rng`` (since API version 2).
+
+    Optional: ``accel.fork_rng()`` works with every backend, through this member where a
+    backend has it and through :meth:`RNGAPI.get_rng_state`/``set_rng_state`` otherwise.
+    """
+
     def fork_rng(
         self, devices: Iterable[int] | None = None, enabled: bool = True
     ) -> AbstractContextManager[None]:

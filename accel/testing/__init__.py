@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import cast
 
 from accel.backends.base import BackendClass
-from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator
+from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, missing_members
 
 # Importing the checks registers them in CHECKS; core_checks and optional_checks are the
 # names accel 0.1 exported them under.
@@ -93,8 +93,10 @@ def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Rep
     accelerator = _instance(backend)
     report = Report(type(accelerator).__qualname__)
     if not isinstance(accelerator, Accelerator):
-        missing = [p.__name__ for p in CORE if not isinstance(accelerator, p)]
-        message = f"does not satisfy {', '.join(missing)}; no check can run"
+        message = (
+            f"does not satisfy accel.Accelerator; missing or not callable: "
+            f"{', '.join(missing_members(accelerator))}; no check can run"
+        )
         report.violations.append(Violation("Accelerator", "*", "core_protocols", message))
         return report
     previous, KitConfig.max_examples = KitConfig.max_examples, max_examples

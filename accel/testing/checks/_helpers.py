@@ -30,15 +30,20 @@ def holds(body: Callable[..., None], **strategies: st.SearchStrategy[Any]) -> No
     property_settings(KitConfig.max_examples)(given(**strategies)(body))()
 
 
-def raises(expected: type[Exception], mentions: str, call: Callable[[], object]) -> None:
-    """Assert that ``call`` raises ``expected`` with ``mentions`` in its message."""
+def raises(
+    expected: type[Exception] | tuple[type[Exception], ...],
+    mentions: str,
+    call: Callable[[], object],
+) -> None:
+    """Assert that ``call`` raises ``expected`` (one type or any of several) with
+    ``mentions`` in its message."""
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    described = " or ".join(kind.__name__ for kind in kinds)
     try:
         call()
-    except expected as error:
-        assert mentions in str(error), f"{expected.__name__} does not name {mentions!r}: {error}"
+    except kinds as error:
+        assert mentions in str(error), f"{type(error).__name__} does not name {mentions!r}: {error}"
         return
     except Exception as error:
-        raise AssertionError(
-            f"expected {expected.__name__} naming {mentions!r}, got {error!r}"
-        ) from error
-    raise AssertionError(f"expected {expected.__name__} naming {mentions!r}; nothing was raised")
+        raise AssertionError(f"expected {described} naming {mentions!r}, got {error!r}") from error
+    raise AssertionError(f"expected {described} naming {mentions!r}; nothing was raised")

@@ -7,6 +7,7 @@ import functools
 import torch
 from hypothesis import strategies as st
 
+from accel import functions
 from accel.protocols import (
     Accelerator,
     DeviceAPI,
@@ -66,15 +67,22 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
         raises(error, "device_index", functools.partial(ill_typed(acc).device_name, bad))
+    # The protocol's set_device takes an int; a backend may take more, but never a wrong one.
+    raises(ValueError, "device_index", functools.partial(acc.set_device, -1))
+    for not_an_index in ("0", True, 1.0):
+        raises((TypeError, ValueError), "device_index",
+               functools.partial(ill_typed(acc).set_device, not_an_index))  # fmt: skip
+    # accel.set_device takes every form torch does, for every backend.
     wrong: tuple[tuple[object, type[Exception]], ...] = (
         (-1, ValueError), ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
         (True, TypeError), (1.0, TypeError),
     )  # fmt: skip
     for value, expected in wrong:
-        raises(expected, "device_index", functools.partial(ill_typed(acc).set_device, value))
+        raises(expected, "device_index",
+               functools.partial(functions.set_device, ill_typed(value), acc))  # fmt: skip
 
 
-@check(DeviceAPI, "set_device/device_index")
+@check(DeviceAPI, "accel.set_device/accel.device_index")
 def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
     before = acc.current_device()
     indexed = acc.device_name(0) != acc.device_name()
@@ -88,14 +96,14 @@ def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
         }
         device = forms[form]
         start = acc.current_device()
-        with acc.device_index(device):
+        with functions.device_index(device, acc):
             inside = acc.current_device()
             expected = index if indexed or form == "int" else start
             assert inside == expected, (
                 f"inside device_index({device!r}), current_device() is {inside}, not {expected}"
             )
         assert acc.current_device() == start, f"device_index({device!r}) did not restore {start}"
-        acc.set_device(device)
+        functions.set_device(device, acc)
         assert acc.current_device() == expected, f"set_device({device!r}) did not select {expected}"
 
     try:
@@ -105,10 +113,12 @@ def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
         acc.set_device(before)
 
 
-@check(DeviceAPI, "get_device_properties")
+@check(DeviceAPI, "accel.get_device_properties")
 def device_properties_describe_the_device(acc: Accelerator) -> None:
+    """Through the backend's own get_device_properties where it has one (DevicePropertiesAPI)."""
+
     def body(index: int) -> None:
-        props = acc.get_device_properties(index)
+        props = functions.get_device_properties(index, acc)
         assert isinstance(props, DeviceProperties), f"got {type(props).__name__}"
         assert isinstance(props.name, str) and props.name, f"name={props.name!r}"
         assert props.total_memory == acc.total_memory(index), (
@@ -122,6 +132,7 @@ def device_properties_describe_the_device(acc: Accelerator) -> None:
         ), f"compute_capability={capability!r}"
 
     holds(body, index=st.integers(0, acc.device_count() - 1))
-    assert acc.get_device_properties() == acc.get_device_properties(acc.current_device()), (
+    current = functions.get_device_properties(None, acc)
+    assert current == functions.get_device_properties(acc.current_device(), acc), (
         "get_device_properties() is not the current device's"
     )

@@ -1,0 +1,121 @@
+"""Device-generic functions that work with every backend, whatever accel it was written for.
+
+Each function acts on ``accelerator`` (default: ``get_accelerator()``). They are how
+callers use the members added to the protocols after the first release: a backend that
+has such a member is asked through it, and one written before it gets an honest answer
+built from the core :class:`~accel.Accelerator` members, or an error naming the backend
+and the member where no honest answer exists.
+
+    import accel
+    accel.set_device("cuda:1")
+    with accel.device_index(0), accel.fork_rng():
+        print(accel.get_device_properties().total_memory)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+
+from accel.mixins.device import device_scope, select_device
+from accel.mixins.rng import fork_rng_states
+from accel.protocols import (
+    API_VERSION,
+    Accelerator,
+    AccumulatedStatsAPI,
+    DeviceLike,
+    DeviceProperties,
+    DevicePropertiesAPI,
+    ForkRNGAPI,
+)
+
+__all__ = [
+    "device_index",
+    "fork_rng",
+    "get_device_properties",
+    "reset_accumulated_memory_stats",
+    "set_device",
+]
+
+
+def _resolve(accelerator: Accelerator | None) -> Accelerator:
+    if accelerator is not None:
+        return accelerator
+    from accel._selection import get_accelerator
+
+    return get_accelerator()
+
+
+def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> None:
+    """Make ``device`` current: an index, ``"<type>:<index>"`` or a ``torch.device``.
+
+    A device of another type is a ``ValueError`` naming it. On devices whose names carry
+    no index (the CPU), a name without one names every device slot and leaves the current
+    one as it is; elsewhere it is a ``ValueError``. The backend's ``set_device`` receives
+    the index as an ``int``, which every backend takes.
+    """
+    select_device(_resolve(accelerator), device)
+
+
+def device_index(
+    device: DeviceLike, accelerator: Accelerator | None = None
+) -> AbstractContextManager[None]:
+    """Make ``device`` current inside a ``with`` block; the previous device comes back after."""
+    return device_scope(_resolve(accelerator), device)
+
+
+def get_device_properties(
+    device_index: int | None = None, accelerator: Accelerator | None = None
+) -> DeviceProperties:
+    """Name, memory, processor count and compute capability of a device (default: current).
+
+    From the backend's own ``get_device_properties`` where it has one
+    (:class:`~accel.protocols.DevicePropertiesAPI`); otherwise ``name`` is the device's
+    name, ``total_memory`` the backend's ``total_memory()``, and the processor count and
+    compute capability are ``None`` (unknown), never guessed.
+    """
+    acc = _resolve(accelerator)
+    if isinstance(acc, DevicePropertiesAPI):
+        return acc.get_device_properties(device_index)
+    index = acc.current_device() if device_index is None else device_index
+    return DeviceProperties(
+        name=acc.device_name(index),
+        total_memory=acc.total_memory(index),
+        multi_processor_count=None,
+    )
+
+
+def fork_rng(
+    devices: Iterable[int] | None = None,
+    enabled: bool = True,
+    accelerator: Accelerator | None = None,
+) -> AbstractContextManager[None]:
+    """Inside the ``with`` block, draw random numbers freely: on exit the host's and the
+    ``devices``' (default: all) generators are back where they were.
+
+    The backend's own ``fork_rng`` where it has one (:class:`~accel.protocols.ForkRNGAPI`),
+    else one built from its ``get_rng_state``/``set_rng_state``.
+    """
+    acc = _resolve(accelerator)
+    if isinstance(acc, ForkRNGAPI):
+        return acc.fork_rng(devices, enabled)
+    return fork_rng_states(acc, devices, enabled)
+
+
+def reset_accumulated_memory_stats(
+    device_index: int | None = None, accelerator: Accelerator | None = None
+) -> None:
+    """Zero the allocator's counters that only grow (allocation and free totals).
+
+    ``NotImplementedError`` naming the backend for one without the member
+    (:class:`~accel.protocols.AccumulatedStatsAPI`): accel cannot know what its
+    ``memory_stats()`` counts, so it does not pretend to have reset it.
+    """
+    acc = _resolve(accelerator)
+    if not isinstance(acc, AccumulatedStatsAPI):
+        raise NotImplementedError(
+            f"backend {type(acc).__qualname__} has no reset_accumulated_memory_stats() "
+            f"(optional, added in accel API_VERSION 2 of {API_VERSION}: see "
+            "accel.protocols.AccumulatedStatsAPI), so its accumulated counters cannot be reset"
+        )
+    acc.reset_accumulated_memory_stats(device_index)
