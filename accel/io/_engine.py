@@ -134,15 +134,12 @@ class _Transfer:
     view: memoryview
     direct_fd: int | None
     buffered_fd: int
-    owns_fds: bool
+    owned_fds: tuple[int, ...]  # opened for this request, closed when it ends
     remaining: int
     error: BaseException | None = None
 
     def close(self) -> None:
-        if not self.owns_fds:
-            return
-        for fd in {self.direct_fd, self.buffered_fd} - {None}:
-            assert fd is not None
+        for fd in self.owned_fds:
             os.close(fd)
 
 
@@ -165,8 +162,8 @@ def _check_tensor(tensor: object) -> torch.Tensor:
 
 
 def _check_fd(fd: int, kind: Kind) -> int:
-    """``fd`` if a positional transfer can use it: open, and not in append mode (where the
-    kernel puts every write at the end, whatever the offset)."""
+    """``fd``'s status flags, if a positional transfer can use it: open, and not in append
+    mode (where the kernel puts every write at the end, whatever the offset)."""
     try:
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as error:
@@ -176,7 +173,21 @@ def _check_fd(fd: int, kind: Kind) -> int:
             f"file descriptor {fd} was opened with O_APPEND, where every write lands at the "
             "end of the file whatever its offset; open it without O_APPEND"
         )
-    return fd
+    return flags
+
+
+def _buffered_twin(fd: int, flags: int) -> int:
+    """A new descriptor of ``fd``'s file without O_DIRECT, for the parts of a request that
+    O_DIRECT cannot take (an unaligned buffer, offset or tail). The caller's descriptor and
+    its flags stay as they are."""
+    try:
+        return os.open(f"/proc/self/fd/{fd}", (flags & os.O_ACCMODE) | os.O_CLOEXEC)
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"file descriptor {fd} was opened with O_DIRECT and this request is not aligned "
+            f"to {ALIGNMENT} bytes; reopening it without O_DIRECT failed: {error.strerror}",
+        ) from None
 
 
 def _check_offset(offset: object) -> int:
@@ -188,12 +199,16 @@ def _check_offset(offset: object) -> int:
 class AsyncIO:
     """Asynchronous reads and writes of CPU tensors at file offsets.
 
-    ``block_size`` bytes per system call, ``queue_depth`` calls in flight. ``direct``:
+    ``block_size`` bytes per system call (any size: rounded up to a multiple of
+    :data:`ALIGNMENT`, which O_DIRECT needs and which keeps tiny sizes from costing a
+    system call per few bytes), ``queue_depth`` calls in flight. ``direct``:
     ``None`` (default) uses O_DIRECT where the file system supports it and the buffer and
     offset are aligned to :data:`ALIGNMENT`, buffered I/O otherwise (each request reports
     which in ``request.direct``); ``True`` requires O_DIRECT (misalignment or an
     unsupporting file system is an error); ``False`` never uses it. Lengths need no
-    alignment: an unaligned tail goes through the page cache.
+    alignment: an unaligned tail goes through the page cache. A descriptor the caller
+    opened with O_DIRECT is used as it is for the aligned part; the rest goes through a
+    second descriptor of the same file without O_DIRECT.
 
     Writes never truncate: bytes of the file outside the written range stay as they were.
     A request that fails raises from ``result()`` and from :meth:`wait`; a failed write is
@@ -205,17 +220,16 @@ class AsyncIO:
     ) -> None:
         if (
             not isinstance(block_size, int)  # pyright: ignore[reportUnnecessaryIsInstance]
-            or block_size < ALIGNMENT
-            or block_size % ALIGNMENT
+            or isinstance(block_size, bool)
+            or block_size < 1
         ):
-            raise ValueError(
-                f"block_size must be a positive multiple of {ALIGNMENT} bytes, got {block_size!r}"
-            )
+            raise ValueError(f"block_size must be a positive number of bytes, got {block_size!r}")
         if not isinstance(queue_depth, int) or not 1 <= queue_depth <= 256:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"queue_depth must be an integer in [1, 256], got {queue_depth!r}")
         if direct not in (None, True, False):
             raise ValueError(f"direct must be None (auto), True or False, got {direct!r}")
         self.block_size = block_size
+        self._step = -(-block_size // ALIGNMENT) * ALIGNMENT  # bytes per system call
         self.queue_depth = queue_depth
         self.direct = direct
         self._pool = ThreadPoolExecutor(max_workers=queue_depth, thread_name_prefix="accel-io")
@@ -345,18 +359,24 @@ class AsyncIO:
                 f"to {ALIGNMENT} bytes; got address % {ALIGNMENT} = {address % ALIGNMENT}, "
                 f"offset {offset} (allocate with accel.io.aligned_empty)"
             )
+        owned: tuple[int, ...]
         if isinstance(path, int):
-            name, owns = f"<fd {path}>", False
-            direct_fd, buffered_fd = None, _check_fd(path, kind)
+            name = f"<fd {path}>"
+            flags = _check_fd(path, kind)
+            if flags & os.O_DIRECT:
+                buffered_fd = _buffered_twin(path, flags)
+                direct_fd, owned = (path if aligned else None), (buffered_fd,)
+            else:
+                direct_fd, buffered_fd, owned = None, path, ()
         else:
-            name, owns = os.fspath(path), True
+            name = os.fspath(path)
             direct_fd, buffered_fd = self._open(kind, name, aligned)
+            owned = (buffered_fd,) if direct_fd is None else (direct_fd, buffered_fd)
         if kind == "read" and nbytes:
             size = os.fstat(buffered_fd).st_size
             if offset + nbytes > size:
-                if owns:
-                    for fd in {direct_fd, buffered_fd} - {None}:
-                        os.close(fd)  # type: ignore[arg-type]
+                for fd in owned:
+                    os.close(fd)
                 raise EOFError(
                     f"{name}: reading {nbytes} bytes at offset {offset} needs "
                     f"{offset + nbytes} bytes, the file has {size}"
@@ -371,7 +391,7 @@ class AsyncIO:
         blocks = self._blocks(nbytes, direct_fd is not None)
         storage = tensor.untyped_storage().data_ptr()
         transfer = _Transfer(
-            request, tensor, storage, view, direct_fd, buffered_fd, owns, remaining=len(blocks)
+            request, tensor, storage, view, direct_fd, buffered_fd, owned, remaining=len(blocks)
         )
         if not blocks:  # an empty tensor: nothing to move
             transfer.close()
@@ -396,13 +416,12 @@ class AsyncIO:
     def _blocks(self, nbytes: int, direct: bool) -> list[tuple[int, int, bool]]:
         # O_DIRECT covers the aligned prefix; the unaligned tail goes through the cache.
         aligned_end = nbytes - nbytes % ALIGNMENT if direct else 0
+        step = self._step
         blocks = [
-            (start, min(start + self.block_size, aligned_end), True)
-            for start in range(0, aligned_end, self.block_size)
+            (start, min(start + step, aligned_end), True) for start in range(0, aligned_end, step)
         ]
         blocks += [
-            (start, min(start + self.block_size, nbytes), False)
-            for start in range(aligned_end, nbytes, self.block_size)
+            (start, min(start + step, nbytes), False) for start in range(aligned_end, nbytes, step)
         ]
         return blocks
 

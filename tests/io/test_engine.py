@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import pathlib
 import subprocess
@@ -182,7 +183,9 @@ def test_bad_tensors_are_rejected(
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"block_size": 1000}, "block_size must be a positive multiple of 4096"),
+    [({"block_size": 0}, "block_size must be a positive number of bytes, got 0"),
+     ({"block_size": True}, "block_size must be a positive number of bytes, got True"),
+     ({"block_size": 4096.0}, "block_size must be a positive number of bytes, got 4096.0"),
      ({"queue_depth": 0}, r"queue_depth must be an integer in \[1, 256\]"),
      ({"direct": "yes"}, "direct must be None")],
 )  # fmt: skip
@@ -432,3 +435,40 @@ def test_lazy_views_and_fifos_are_refused(tmp_path: pathlib.Path) -> None:
         with pytest.raises(ValueError, match="is a FIFO or socket"):
             engine.write(torch.ones(2), fifo)
         engine.write(values.conj().resolve_conj(), tmp_path / "resolved.bin").result()
+
+
+@pytest.mark.parametrize("block_size", [1, 1000, 1024, 4096 + 512, 3 << 20])
+def test_any_block_size_moves_every_byte_at_any_offset(
+    tmp_path: pathlib.Path, block_size: int
+) -> None:
+    # DeepSpeed's callers pass block sizes such as 1024; alignment is the engine's business.
+    data = torch.randint(0, 256, (3 * 4096 + 777,), dtype=torch.uint8)
+    path = tmp_path / "blocks.bin"
+    with AsyncIO(block_size=block_size, queue_depth=4) as aio:
+        assert aio.block_size == block_size
+        aio.write(data, path, offset=1024).result()
+        back = torch.empty_like(data)
+        aio.read(back, path, offset=1024).result()
+    assert torch.equal(back, data)
+    assert path.stat().st_size == 1024 + data.numel()
+
+
+def test_an_o_direct_descriptor_takes_unaligned_requests(tmp_path: pathlib.Path) -> None:
+    # A caller's O_DIRECT descriptor is kept for what O_DIRECT can take; an unaligned
+    # buffer, offset or tail goes through a second descriptor without O_DIRECT.
+    path = tmp_path / "direct.bin"
+    try:
+        fd = os.open(path, os.O_DIRECT | os.O_CREAT | os.O_WRONLY, 0o600)
+    except OSError as error:  # a file system without O_DIRECT (old tmpfs)
+        pytest.skip(f"O_DIRECT is not supported under {tmp_path}: {error}")
+    data = aligned_empty(4 * 4096, torch.uint8)
+    data.copy_(torch.randint(0, 256, data.shape, dtype=torch.uint8))
+    pieces = [(0, 4096), (4096, 1024), (5120, 3072 + 4096), (12288, 4096)]
+    try:
+        with AsyncIO(block_size=1024) as aio:
+            for start, length in pieces:
+                aio.write(data[start : start + length], fd, offset=start).result()
+        assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT, "the caller's flags changed"
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == data.numpy().tobytes()

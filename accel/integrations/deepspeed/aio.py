@@ -49,6 +49,7 @@ class aio_handle:
         threads = min(queue_depth * intra_op_parallelism, 64)
         self._engine = AsyncIO(block_size=block_size, queue_depth=threads)
         self._validations: list[tuple[torch.Tensor, str, int, bool]] = []
+        self._locked: set[int] = set()  # addresses of new_cpu_locked_tensor's buffers
         self._lock = threading.Lock()
 
     # -- getters -------------------------------------------------------------------------
@@ -100,25 +101,30 @@ class aio_handle:
         buffer: torch.Tensor,
         filename: str,
         validate: bool,
-        async_op: bool,
+        async_op: bool | None = None,
         file_offset: int = 0,
+        **keywords: bool,
     ) -> int:
         """Parallel read; asynchronous returns 0 (then :meth:`wait`), synchronous waits and
-        returns the number of operations completed."""
+        returns the number of operations completed. The fourth argument is DeepSpeed's
+        ``async`` (a keyword Python code can only pass as ``**{"async": True}``)."""
+        asynchronous = _async_argument("pread", async_op, keywords)
         self._engine.read(buffer, filename, file_offset)
-        return self._after_submit(buffer, filename, file_offset, validate, async_op, "read")
+        return self._after_submit(buffer, filename, file_offset, validate, asynchronous, "read")
 
     def pwrite(
         self,
         buffer: torch.Tensor,
         filename: str,
         validate: bool,
-        async_op: bool,
+        async_op: bool | None = None,
         file_offset: int = 0,
+        **keywords: bool,
     ) -> int:
         """Parallel write; as :meth:`pread`."""
+        asynchronous = _async_argument("pwrite", async_op, keywords)
         self._engine.write(buffer, filename, file_offset)
-        return self._after_submit(buffer, filename, file_offset, validate, async_op, "write")
+        return self._after_submit(buffer, filename, file_offset, validate, asynchronous, "write")
 
     def sync_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
         """Parallel read, waited for; returns the operations completed."""
@@ -132,9 +138,24 @@ class aio_handle:
         """Start a parallel read; returns 0, :meth:`wait` counts it."""
         return self.pread(buffer, filename, False, True, file_offset)
 
-    def async_pwrite(self, buffer: torch.Tensor, filename: str | int, file_offset: int = 0) -> int:
-        """Start a parallel write to a path or an open descriptor; returns 0."""
-        self._engine.write(buffer, filename, file_offset)
+    def async_pwrite(
+        self,
+        buffer: torch.Tensor,
+        filename: str | int | None = None,
+        file_offset: int = 0,
+        fd: int | None = None,
+    ) -> int:
+        """Start a parallel write to a path (``filename``) or an open descriptor (``fd``, or
+        an ``int`` in its place, as DeepSpeed's two overloads take them); returns 0. A
+        descriptor opened with O_DIRECT takes any size and offset."""
+        if (filename is None) == (fd is None):
+            raise TypeError(
+                "async_pwrite() takes a filename or an fd (exactly one), got "
+                f"filename={filename!r}, fd={fd!r}"
+            )
+        target = fd if filename is None else filename
+        assert target is not None
+        self._engine.write(buffer, target, file_offset)
         return 0
 
     def wait(self) -> int:
@@ -151,12 +172,19 @@ class aio_handle:
     def new_cpu_locked_tensor(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
         """An O_DIRECT-aligned, page-locked (where the device has pinned memory) buffer
         of ``num_elem`` elements of ``example_tensor``'s dtype."""
-        return aligned_empty(num_elem, example_tensor.dtype, pin_memory=True)
+        tensor = aligned_empty(num_elem, example_tensor.dtype, pin_memory=True)
+        with self._lock:
+            self._locked.add(tensor.data_ptr())
+        return tensor
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
         """Release a buffer from :meth:`new_cpu_locked_tensor` (memory returns when the
-        last reference goes); True."""
-        del tensor
+        last reference goes): True for one of this handle's, False otherwise, as in
+        DeepSpeed."""
+        with self._lock:
+            if tensor.data_ptr() not in self._locked:
+                return False
+            self._locked.discard(tensor.data_ptr())
         return True
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
@@ -176,6 +204,20 @@ class aio_handle:
             with self._lock:
                 self._validations.append((buffer, filename, offset, kind == "read"))
         return 0 if async_op else self.wait()
+
+
+def _async_argument(method: str, async_op: bool | None, keywords: dict[str, bool]) -> bool:
+    """DeepSpeed's ``async`` argument, given positionally or as the keyword ``async``."""
+    unknown = sorted(set(keywords) - {"async"})
+    if unknown:
+        raise TypeError(f"{method}() got unexpected keyword arguments: {', '.join(unknown)}")
+    if "async" in keywords:
+        if async_op is not None:
+            raise TypeError(f"{method}() got async twice (positionally and as a keyword)")
+        return bool(keywords["async"])
+    if async_op is None:
+        raise TypeError(f"{method}() missing its 'async' argument (True or False)")
+    return bool(async_op)
 
 
 def _validate(buffer: torch.Tensor, filename: str, offset: int, kind: str) -> None:

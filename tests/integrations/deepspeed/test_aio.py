@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -54,3 +55,38 @@ def test_a_failed_validated_write_leaves_nothing_for_the_next_wait(tmp_path: pat
         handle.wait()
     handle.pwrite(buffer, str(tmp_path / "good.swp"), True, True)
     assert handle.wait() == 1
+
+
+def test_aio_handle_takes_deepspeeds_small_blocks_offsets_and_descriptors(
+    tmp_path: pathlib.Path,
+) -> None:
+    # What DeepSpeed's own aio unit tests do: 1 KiB blocks, writes at 1 KiB offsets through
+    # a descriptor opened with O_DIRECT, the overloads' keyword names, `async` as a keyword.
+    handle = op_builders.AsyncIOBuilder().load().aio_handle(1024, 2, True, True, 2)
+    assert handle.get_block_size() == 1024
+    data = handle.new_cpu_locked_tensor(4 * 1024, torch.empty(0, dtype=torch.uint8))
+    data.copy_(torch.randint(0, 256, (4 * 1024,), dtype=torch.uint8))
+    path = tmp_path / "offsets.bin"
+    try:
+        fd = os.open(path, os.O_DIRECT | os.O_CREAT | os.O_WRONLY, 0o600)
+    except OSError as error:
+        pytest.skip(f"O_DIRECT is not supported under {tmp_path}: {error}")
+    try:
+        for start, length in ((0, 1024), (1024, 2048), (3072, 1024)):
+            piece = torch.narrow(data, 0, start, length)
+            assert handle.async_pwrite(buffer=piece, fd=fd, file_offset=start) == 0
+            assert handle.wait() == 1
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == data.numpy().tobytes()
+    back = torch.zeros_like(data)
+    assert handle.async_pwrite(buffer=data, filename=str(tmp_path / "named.bin")) == 0
+    assert handle.wait() == 1
+    assert handle.pread(back, str(tmp_path / "named.bin"), True, **{"async": False}) == 1
+    assert torch.equal(back, data)
+    with pytest.raises(TypeError, match="exactly one"):
+        handle.async_pwrite(data, str(path), 0, fd=3)
+    with pytest.raises(TypeError, match="missing its 'async' argument"):
+        handle.pread(back, str(path), False)
+    assert handle.free_cpu_locked_tensor(data) is True
+    assert handle.free_cpu_locked_tensor(back) is False  # not one of the handle's, as in DeepSpeed
