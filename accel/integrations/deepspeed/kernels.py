@@ -10,14 +10,16 @@ modules mishandle:
 - non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
   the update is lost); states that are not float32 are updated through float32 copies;
 - functions of DeepSpeed's module that accel does not implement (ZenFlow's
-  ``zenflow_adam_*``) are taken from DeepSpeed's own build of the module, compiled on
-  first use as before: nothing that worked stops working;
+  ``zenflow_adam_*``) are taken from DeepSpeed's own build of the module when called,
+  compiled then (logged) as without accel; looking them up builds nothing;
 - ``inference_all_reduce_`` reduces every dtype (DeepSpeed's returns float64 or integer
   tensors unreduced), through ``torch.distributed`` for dtypes shared memory does not take.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ from typing import Any, ClassVar
 import torch
 
 from accel.ops import cpu_optim
+
+logger = logging.getLogger("accel")
 
 _SUCCESS = 0  # DeepSpeed's functions return 0 on success
 
@@ -98,20 +102,55 @@ def _in_place(
 
 
 class DeepSpeedModule:
-    """Base of the module stand-ins: names accel does not implement come from
-    ``fallback()``, DeepSpeed's own compiled module (loaded once, on first need)."""
+    """Base of the module stand-ins.
 
-    def __init__(self, fallback: Callable[[], Any] | None = None) -> None:
+    A function of DeepSpeed's compiled module that accel does not implement (ZenFlow's
+    ``zenflow_adam_*``) is found by name in DeepSpeed's binding source, without building
+    anything, so ``hasattr`` answers at once and truly. It is loaded from DeepSpeed's own
+    build only when called, which may JIT-compile for minutes: that call is logged at
+    WARNING. Any other name is an ``AttributeError``.
+    """
+
+    def __init__(
+        self,
+        fallback: Callable[[], Any] | None = None,
+        native_names: Callable[[], frozenset[str]] | None = None,
+    ) -> None:
         self._fallback = fallback
+        self._native_names = native_names
+        self._names: frozenset[str] | None = None
         self._native: Any = None
 
     def __getattr__(self, name: str) -> Any:
+        declared = self.__dict__.get("_native_names")
+        if not name.startswith("_") and declared is not None:
+            names = self._names
+            if names is None:
+                names = self._names = declared()
+            if name in names:
+                return functools.partial(self._call_native, name)
+        raise AttributeError(
+            f"accel's prebuilt {type(self).__name__} has no {name!r}, and DeepSpeed's module "
+            "declares none"
+        )
+
+    def _call_native(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.deepspeed_native(), name)(*args, **kwargs)
+
+    def deepspeed_native(self) -> Any:
+        """DeepSpeed's own compiled module for this op, built by DeepSpeed's JIT if it has
+        not been (minutes, and a compiler); logged at WARNING because it is slow."""
         fallback = self.__dict__.get("_fallback")
-        if name.startswith("_") or fallback is None:
-            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-        if self.__dict__.get("_native") is None:
+        if fallback is None:
+            raise RuntimeError(f"{type(self).__name__} has no DeepSpeed counterpart to load")
+        if self._native is None:
+            logger.warning(
+                "%s: loading DeepSpeed's own build of the module for a function accel does "
+                "not implement (DeepSpeed may JIT-compile it now, which takes minutes)",
+                type(self).__name__,
+            )
             self._native = fallback()
-        return getattr(self._native, name)
+        return self._native
 
 
 class _OptimizerModule(DeepSpeedModule):
@@ -119,8 +158,12 @@ class _OptimizerModule(DeepSpeedModule):
 
     kind: ClassVar[str]
 
-    def __init__(self, fallback: Callable[[], Any] | None = None) -> None:
-        super().__init__(fallback)
+    def __init__(
+        self,
+        fallback: Callable[[], Any] | None = None,
+        native_names: Callable[[], frozenset[str]] | None = None,
+    ) -> None:
+        super().__init__(fallback, native_names)
         self._optimizers = _Registry(self.kind)
 
     def _create(

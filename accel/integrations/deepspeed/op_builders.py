@@ -9,7 +9,10 @@ and ``jit_load()`` never reach a compiler.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import re
+from pathlib import Path
 from typing import Any, ClassVar
 
 from accel.integrations.deepspeed import comm_ops, kernels
@@ -83,22 +86,47 @@ def _deepspeed_name(builder: str) -> str:
 _singles: dict[type[Any], Any] = {}
 
 
-def _native_module(class_name: str) -> Any:
-    """DeepSpeed's own build of a module, for the functions accel does not implement:
-    its builder for the device, compiled on first use as without accel."""
+def _native_builder(class_name: str) -> Any:
+    """DeepSpeed's own builder of an op for the device (not accel's)."""
     real_accelerator = importlib.import_module("deepspeed.accelerator.real_accelerator")
     current: Any = real_accelerator.get_accelerator()
     native: Any = getattr(current, "native_accelerator", current)  # accel's adapter: DeepSpeed's
     builder = native.get_op_builder(class_name) if native is not None else None
     if builder is None:
         raise AttributeError(f"DeepSpeed has no {class_name} for this device to fall back to")
-    return builder().load()
+    return builder()
+
+
+def _native_module(class_name: str) -> Any:
+    """DeepSpeed's own build of a module, for the functions accel does not implement:
+    its builder for the device, compiled on first use as without accel."""
+    return _native_builder(class_name).load()
+
+
+_BINDING = re.compile(r'm\.def\(\s*"(\w+)"')
+
+
+def _native_names(class_name: str) -> frozenset[str]:
+    """The functions DeepSpeed's module declares, read from its binding sources (shipped
+    with DeepSpeed): nothing is built. Empty when the builder or its sources are absent."""
+    try:
+        builder = _native_builder(class_name)
+        paths = [builder.deepspeed_src_path(source) for source in builder.sources()]
+    except AttributeError:  # DeepSpeed has no such builder for this device: nothing declared
+        return frozenset()
+    names: set[str] = set()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            names.update(_BINDING.findall(Path(path).read_text(errors="replace")))
+    return frozenset(names)
 
 
 def _single(kernels_class: type[Any], class_name: str) -> Any:
     # One kernels object per class per process, as a compiled module is one object.
     if kernels_class not in _singles:
-        _singles[kernels_class] = kernels_class(lambda: _native_module(class_name))
+        _singles[kernels_class] = kernels_class(
+            lambda: _native_module(class_name), lambda: _native_names(class_name)
+        )
     return _singles[kernels_class]
 
 

@@ -220,9 +220,38 @@ def test_functions_accel_lacks_come_from_deepspeeds_own_module() -> None:
         loads.append(1)
         return types.SimpleNamespace(zenflow_adam_create=lambda *args: ("native", args))
 
-    ops = kernels.CPUAdamKernels(native)
+    ops = kernels.CPUAdamKernels(native, lambda: frozenset({"zenflow_adam_create"}))
     assert ops.zenflow_adam_create(1, 2) == ("native", (1, 2))
     assert ops.zenflow_adam_create(3) == ("native", (3,))
     assert loads == [1]  # loaded once, on first need
     with pytest.raises(AttributeError, match="zenflow_adam_create"):
         kernels.CPUAdamKernels().zenflow_adam_create  # noqa: B018
+
+
+def test_functions_accel_lacks_are_found_without_building_and_loaded_on_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `hasattr(op, "zenflow_adam_ctrl_size")` used to load DeepSpeed's module: a JIT build
+    # of minutes. Now the name is looked up in DeepSpeed's binding source; only a call
+    # loads DeepSpeed's build, and says so.
+    built: list[str] = []
+    native = types.SimpleNamespace(zenflow_adam_ctrl_size=lambda: 64)
+
+    def build() -> Any:
+        built.append("cpu_adam")
+        return native
+
+    module = kernels.CPUAdamKernels(build, lambda: frozenset({"zenflow_adam_ctrl_size"}))
+    assert hasattr(module, "zenflow_adam_ctrl_size")
+    assert not hasattr(module, "no_such_function")
+    assert built == []
+    with caplog.at_level("WARNING", logger="accel"):
+        assert module.zenflow_adam_ctrl_size() == 64
+    assert built == ["cpu_adam"]
+    assert "may JIT-compile" in caplog.text
+
+
+def test_deepspeeds_declared_functions_are_read_from_its_sources() -> None:
+    names = op_builders._native_names("CPUAdamBuilder")
+    assert {"adam_update", "create_adam", "zenflow_adam_create"} <= names
+    assert op_builders._native_names("NoSuchBuilder") == frozenset()
