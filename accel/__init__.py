@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         set_accelerator,
     )
     from accel.functions import (
+        ddp_device_ids,
+        ddp_output_device,
         device_index,
         fork_rng,
         get_device_properties,
@@ -38,6 +40,8 @@ __all__ = [
     "Accelerator",
     "__version__",
     "current_selection",
+    "ddp_device_ids",
+    "ddp_output_device",
     "device_index",
     "fork_rng",
     "get_accelerator",
@@ -53,6 +57,8 @@ __all__ = [
 _LAZY = {
     "API_VERSION": "accel.protocols",
     "Accelerator": "accel.protocols",
+    "ddp_device_ids": "accel.functions",
+    "ddp_output_device": "accel.functions",
     "device_index": "accel.functions",
     "fork_rng": "accel.functions",
     "get_device_properties": "accel.functions",

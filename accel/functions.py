@@ -30,6 +30,8 @@ from accel.protocols import (
 )
 
 __all__ = [
+    "ddp_device_ids",
+    "ddp_output_device",
     "device_index",
     "fork_rng",
     "get_device_properties",
@@ -119,3 +121,25 @@ def reset_accumulated_memory_stats(
             "accel.protocols.AccumulatedStatsAPI), so its accumulated counters cannot be reset"
         )
     acc.reset_accumulated_memory_stats(device_index)
+
+
+def _takes_device_ids(acc: Accelerator) -> bool:
+    # DistributedDataParallel takes device_ids/output_device only for modules on one
+    # device that is not the host; for host (CPU) modules both must be None.
+    import torch
+
+    return torch.device(acc.device_name()).type != "cpu"
+
+
+def ddp_device_ids(device: int, accelerator: Accelerator | None = None) -> list[int] | None:
+    """``DistributedDataParallel(device_ids=...)`` for a module on device ``device``:
+    ``[device]`` on accelerators, ``None`` on the CPU (where DDP refuses device ids)."""
+    acc = _resolve(accelerator)
+    return [device] if _takes_device_ids(acc) else None
+
+
+def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> int | None:
+    """``DistributedDataParallel(output_device=...)``: ``device`` on accelerators, ``None``
+    on the CPU."""
+    acc = _resolve(accelerator)
+    return device if _takes_device_ids(acc) else None

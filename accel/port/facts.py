@@ -9,7 +9,13 @@
   position (``init_process_group(x)``, ``backend=x``), resolved with Python's scoping rules
   (a function's own assignments, then enclosing functions, then the module; class bodies
   are not visible from methods). A literal assigned to such a variable in that scope is
-  then provably a device (or backend) and may be rewritten.
+  then provably a device (or backend) and may be rewritten;
+- where an ``int`` provably reaches a device position: a literal (``.to(0)``,
+  ``map_location=0``), a variable whose every binding in its scope is an ``int`` literal,
+  ``int(...)``, ``range(...)``'s item or a parameter annotated ``int``, or ``self.x``
+  where every ``self.x = ...`` in the module assigns such a value. torch reads an int
+  device as ``cuda:<int>``, which fails on every other device;
+- the calls of ``DistributedDataParallel`` (however it is imported) and their lines.
 
 The analysis uses :mod:`ast` (C speed, linear), whose tree costs ~150 bytes per source
 byte: above ``ANALYSIS_LIMIT`` characters it is skipped and only the local rules apply.
@@ -23,6 +29,8 @@ from dataclasses import dataclass, field
 ANALYSIS_LIMIT = 1_000_000  # characters: ~150 MB of ast at the limit
 Scope = tuple[str, ...]  # () is the module; ("main",) a function; ("Trainer", "step") a method
 DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type"})
+INT_DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+DDP_NAME = "DistributedDataParallel"
 
 
 @dataclass
@@ -36,6 +44,16 @@ class ModuleFacts:
     own_methods: set[str] = field(default_factory=set[str])
     """Names of methods (and properties) the module's own classes define: ``x.cuda()`` is
     not provably a tensor's or a module's where the module defines a ``cuda`` of its own."""
+    int_device_uses: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
+    """(scope of the use, name) of variables that are provably ``int`` where a device
+    position uses them."""
+    int_attributes: set[str] = field(default_factory=set[str])
+    """``x`` of every ``self.x`` that is provably an ``int`` (see the module docstring)."""
+    ddp_names: set[str] = field(default_factory=lambda: {DDP_NAME})
+    """Names ``DistributedDataParallel`` is called by (``DDP`` after ``import ... as DDP``)."""
+    lines: set[int] = field(default_factory=set[int])
+    """Lines holding an int device position or a DDP call: worth parsing though they may
+    not mention "cuda"."""
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -70,6 +88,13 @@ class _Collector(ast.NodeVisitor):
         self.globals: dict[Scope, set[str]] = {}
         self.uses: list[tuple[Scope, str, str]] = []  # (scope, name, "device"/"backend")
         self.scope_kinds: dict[Scope, list[str]] = {}
+        # Whether each binding is provably an int: (scope, name) -> kinds of its bindings.
+        self.binding_kinds: dict[tuple[Scope, str], set[str]] = {}
+        self.int_stores: set[int] = set()  # ids of Name nodes an int is stored to
+        # self.x = value: (scope of the method, x, value); resolved in visit_Module.
+        self.attribute_stores: list[tuple[Scope, str, ast.expr]] = []
+        # (scope, expression, line) of values in int-taking device positions.
+        self.int_candidates: list[tuple[Scope, ast.expr, int]] = []
 
     # -- imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -85,14 +110,19 @@ class _Collector(ast.NodeVisitor):
             for alias in node.names:
                 if alias.name == "cuda":
                     self.facts.cuda_names.add(alias.asname or "cuda")
+        for alias in node.names:
+            if alias.name == DDP_NAME and alias.asname:
+                self.facts.ddp_names.add(alias.asname)
         self._bind(*(a.asname or a.name for a in node.names))
 
     # -- scopes and bindings
     def _current(self) -> Scope:
         return tuple(self.scope)
 
-    def _bind(self, *names: str) -> None:
+    def _bind(self, *names: str, kind: str = "other") -> None:
         self.assigned.setdefault(self._current(), set()).update(names)
+        for name in names:
+            self.binding_kinds.setdefault((self._current(), name), set()).add(kind)
 
     def _enter(self, name: str, kind: str, node: ast.AST, arguments: ast.arguments | None) -> None:
         self.scope.append(name)
@@ -100,8 +130,11 @@ class _Collector(ast.NodeVisitor):
         self.scope_kinds[self._current()] = list(self.kinds)
         if arguments is not None:
             every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
-            every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
-            self._bind(*(a.arg for a in every))
+            for argument in every:
+                annotation = argument.annotation
+                is_int = isinstance(annotation, ast.Name) and annotation.id == "int"
+                self._bind(argument.arg, kind="int" if is_int else "other")
+            self._bind(*(a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None))
         self.generic_visit(node)
         self.scope.pop()
         self.kinds.pop()
@@ -125,10 +158,40 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Store | ast.Del):
-            self._bind(node.id)
+            self._bind(node.id, kind="int" if id(node) in self.int_stores else "other")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if _is_int_literal_or_call(node.value):
+            self.int_stores.update(id(t) for t in node.targets if isinstance(t, ast.Name))
+        for target in node.targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                self.attribute_stores.append((self._current(), target.attr, node.value))
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        value, target = node.value, node.target
+        if value is not None and _is_int_literal_or_call(value) and isinstance(target, ast.Name):
+            self.int_stores.add(id(target))
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> None:
+        iterator = node.iter
+        if (
+            isinstance(node.target, ast.Name)
+            and isinstance(iterator, ast.Call)
+            and isinstance(iterator.func, ast.Name)
+            and iterator.func.id == "range"
+        ):
+            self.int_stores.add(id(node.target))
+        self.generic_visit(node)
 
     # -- uses
     def visit_Call(self, node: ast.Call) -> None:
+        self._note_int_positions(node)
         for keyword in node.keywords:
             if isinstance(keyword.value, ast.Name):
                 if keyword.arg in DEVICE_KEYWORDS:
@@ -148,6 +211,20 @@ class _Collector(ast.NodeVisitor):
             elif name == "init_process_group":
                 self._use(first.id, "backend")
         self.generic_visit(node)
+
+    def _note_int_positions(self, node: ast.Call) -> None:
+        function = node.func
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+        candidates = [k.value for k in node.keywords if k.arg in INT_DEVICE_KEYWORDS]
+        if node.args and (
+            (name == "to" and isinstance(function, ast.Attribute))
+            or (name == "device" and isinstance(function, ast.Attribute))
+        ):
+            candidates.append(node.args[0])
+        for value in candidates:
+            self.int_candidates.append((self._current(), value, value.lineno))
+        if name in self.facts.ddp_names:
+            self.facts.lines.add(node.lineno)
 
     def _use(self, name: str, kind: str) -> None:
         self.uses.append((self._current(), name, kind))
@@ -172,3 +249,46 @@ class _Collector(ast.NodeVisitor):
                 self.facts.device_variables if kind == "device" else self.facts.backend_variables
             )
             variables.add((self.resolve(scope, name), name))
+        self._resolve_ints()
+
+    def _is_int_name(self, scope: Scope, name: str) -> bool:
+        kinds = self.binding_kinds.get((self.resolve(scope, name), name), set())
+        return kinds == {"int"}
+
+    def _resolve_ints(self) -> None:
+        stores: dict[str, list[tuple[Scope, ast.expr]]] = {}
+        for scope, attribute, value in self.attribute_stores:
+            stores.setdefault(attribute, []).append((scope, value))
+        for attribute, values in stores.items():
+            if all(
+                _is_int_literal_or_call(value)
+                or (isinstance(value, ast.Name) and self._is_int_name(scope, value.id))
+                for scope, value in values
+            ):
+                self.facts.int_attributes.add(attribute)
+        for scope, value, line in self.int_candidates:
+            if _is_int_literal(value):
+                self.facts.lines.add(line)
+            elif isinstance(value, ast.Name) and self._is_int_name(scope, value.id):
+                self.facts.int_device_uses.add((scope, value.id))
+                self.facts.lines.add(line)
+            elif (
+                isinstance(value, ast.Attribute)
+                and isinstance(value.value, ast.Name)
+                and value.value.id == "self"
+                and value.attr in self.facts.int_attributes
+            ):
+                self.facts.lines.add(line)
+
+
+def _is_int_literal(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Constant) and type(node.value) is int  # not a bool
+    )
+
+
+def _is_int_literal_or_call(node: ast.expr) -> bool:
+    """An int literal or ``int(...)``: provably an int wherever it is assigned."""
+    return _is_int_literal(node) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int"
+    )

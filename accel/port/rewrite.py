@@ -9,6 +9,7 @@ rewrote something.
 from __future__ import annotations
 
 import ast
+import bisect
 import sys
 from dataclasses import dataclass, replace
 from typing import cast
@@ -79,17 +80,20 @@ def port_source(source: str) -> PortResult:
     triggers = TRIGGERS + facts.triggers
     pieces: list[str] = []
     findings: list[Finding] = []
+    imports: set[str] = set()
     batch: list[Chunk] = []
+    marked = sorted(facts.lines)
 
     def flush() -> None:
         if batch:
-            text, batch_findings = _port_batch(batch, facts)
+            text, batch_findings, batch_imports = _port_batch(batch, facts)
             pieces.append(text)
             findings.extend(batch_findings)
+            imports.update(batch_imports)
             batch.clear()
 
     for chunk in chunks:
-        if any(trigger in chunk.text for trigger in triggers):
+        if any(trigger in chunk.text for trigger in triggers) or _holds_a_line(chunk, marked):
             if chunk.longest > MAX_LINE_TOKENS:
                 raise PortError(
                     f"line {chunk.line}: a logical line of {chunk.longest} tokens is more than "
@@ -105,9 +109,20 @@ def port_source(source: str) -> PortResult:
             pieces.append(chunk.text)
     flush()
     findings.sort(key=lambda f: (f.line, f.column))
-    if any(f.rewritten for f in findings):
-        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n")
+    if any(f.rewritten and f.rule != "ddp" for f in findings):
+        imports.add("get_accelerator")
+    if imports:
+        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n", imports)
     return PortResult("".join(pieces), findings)
+
+
+def _holds_a_line(chunk: Chunk, marked: list[int]) -> bool:
+    """Whether ``chunk`` holds one of the (sorted) lines the analysis marked (an int
+    device position, a DDP call), which need not mention "cuda"."""
+    if not marked:
+        return False
+    first = bisect.bisect_left(marked, chunk.line)
+    return first < len(marked) and marked[first] <= chunk.line + chunk.text.count("\n")
 
 
 # The operand of these continues a left-recursive chain (a + b + c, a.b.c, f()(), x[0][1]).
@@ -161,7 +176,7 @@ def _check_nesting(chunk: Chunk) -> None:
         )
 
 
-def _port_batch(batch: list[Chunk], facts: ModuleFacts) -> tuple[str, list[Finding]]:
+def _port_batch(batch: list[Chunk], facts: ModuleFacts) -> tuple[str, list[Finding], set[str]]:
     first_line = batch[0].line
     text = "".join(chunk.text for chunk in batch)
     limit = sys.getrecursionlimit()
@@ -184,4 +199,5 @@ def _port_batch(batch: list[Chunk], facts: ModuleFacts) -> tuple[str, list[Findi
     finally:
         sys.setrecursionlimit(limit)
     shift = first_line - 1
-    return code, [replace(f, line=f.line + shift) for f in transformer.findings]
+    findings = [replace(f, line=f.line + shift) for f in transformer.findings]
+    return code, findings, transformer.imports

@@ -13,6 +13,12 @@ following DeepSpeed's porting guide:
 - ``t.cuda(...)`` -> ``t.to(get_accelerator().device_name(...))``; ``t.is_cuda`` ->
   ``get_accelerator().on_accelerator(t)``; ``t.pin_memory()`` ->
   ``get_accelerator().pin_memory(t)``;
+- an ``int`` that provably reaches a device position (``.to(0)``, ``.to(self.gpu_id)``,
+  ``map_location=0``, ``device=local_rank`` with ``local_rank = int(...)``) ->
+  ``get_accelerator().device_name(i)``;
+- ``DistributedDataParallel(..., device_ids=[i], output_device=i)`` ->
+  ``device_ids=ddp_device_ids(i)``, ``output_device=ddp_output_device(i)`` (``None`` on
+  the CPU, where DDP refuses them);
 - ``init_process_group('nccl', ...)`` and ``backend='nccl'`` ->
   ``get_accelerator().communication_backend_name()``;
 - anything else under ``torch.cuda`` (graphs, ``amp``, ...) is left as it is and reported
@@ -29,7 +35,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import CodeRange, PositionProvider
 
-from accel.port.facts import ModuleFacts
+from accel.port.facts import DDP_NAME, ModuleFacts
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
 
@@ -77,6 +83,12 @@ RULES = {
     "backend": "'nccl' where torch.distributed expects a backend names the accelerator's "
     "collectives library",
     "tensor-method": ".cuda()/.pin_memory()/.is_cuda have device-generic equivalents",
+    "int-device": "torch reads an int in a device position (.to(0), map_location=0, "
+    "device=i) as cuda:<int>; the int is provably one (a literal, or a variable or self "
+    "attribute only ever assigned ints), so it names the accelerator's device <int>",
+    "ddp": "DistributedDataParallel takes device_ids=[i]/output_device=i only for modules "
+    "on an accelerator and refuses them on the CPU; accel.ddp_device_ids(i) and "
+    "ddp_output_device(i) give each its value",
     "default-generators": "torch.cuda.default_generators[i] is the accelerator's generator i",
     "amp": "torch.cuda.amp.X is torch.amp.X / torch.autocast for the device 'cuda'; the "
     "device-generic forms take the accelerator's device type",
@@ -159,6 +171,8 @@ class PortTransformer(cst.CSTTransformer):
         self.findings: list[Finding] = []
         self.facts = facts or ModuleFacts()
         self.scope: list[str] = []
+        self.imports: set[str] = set()
+        """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use."""
 
     # -- names and scopes
     def _is_torch_cuda(self, node: cst.BaseExpression) -> bool:
@@ -385,6 +399,13 @@ class PortTransformer(cst.CSTTransformer):
             first = keyword is None and position == 0
             if keyword in DEVICE_KEYWORDS or (first and positional_device):
                 replacement, rule = _as_device(arg.value), "device-position"
+                # set_device(i) takes an index as it is; elsewhere an int means cuda:<i>.
+                takes_int = keyword is not None or not m.matches(
+                    func, m.Attribute(attr=m.Name("set_device"))
+                )
+                if replacement is None and takes_int and self._is_int(arg.value):
+                    replacement = _accelerator_call("device_name", [cst.Arg(arg.value)])
+                    rule = "int-device"
             elif keyword == "backend" or (first and is_init):
                 replacement, rule = _as_backend(arg.value), "backend"
             else:
@@ -392,7 +413,54 @@ class PortTransformer(cst.CSTTransformer):
             if replacement is not None:
                 self._note_device(original.args[position].value, arg.value, replacement, rule)
                 args[position] = arg.with_changes(value=replacement)
+        if self._is_ddp(func):
+            args = self._ddp_arguments(original, args)
         return updated.with_changes(args=args)
+
+    def _is_int(self, node: cst.BaseExpression) -> bool:
+        """Whether ``node`` is provably an ``int`` here (ModuleFacts says when)."""
+        if isinstance(node, cst.Integer):
+            return True
+        if isinstance(node, cst.Name):
+            return (tuple(self.scope), node.value) in self.facts.int_device_uses
+        return (
+            isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "self"
+            and node.attr.value in self.facts.int_attributes
+        )
+
+    def _is_ddp(self, func: cst.BaseExpression) -> bool:
+        if isinstance(func, cst.Name):
+            return func.value in self.facts.ddp_names
+        return isinstance(func, cst.Attribute) and func.attr.value == DDP_NAME
+
+    def _ddp_arguments(self, original: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
+        """``device_ids=[i]`` -> ``ddp_device_ids(i)``, ``output_device=i`` ->
+        ``ddp_output_device(i)``: a list (None) on accelerators (the CPU), as DDP wants."""
+        code = cst.Module([]).code_for_node
+        for position, arg in enumerate(args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            value = arg.value
+            if keyword == "device_ids":
+                if not isinstance(value, cst.List | cst.Tuple):
+                    continue  # an expression: it may already choose None for the CPU
+                element = value.elements[0] if len(value.elements) == 1 else None
+                if not isinstance(element, cst.Element):
+                    self._manual(original.args[position], "device_ids= that is not one device: "
+                                 "DDP on the CPU needs None; use accel.ddp_device_ids(i)")  # fmt: skip
+                    continue
+                function, inner = "ddp_device_ids", element.value
+            elif keyword == "output_device":
+                function, inner = "ddp_output_device", value
+            else:
+                continue
+            replacement = cst.Call(func=cst.Name(function), args=[cst.Arg(inner)])
+            self.imports.add(function)
+            self._note(original.args[position], f"{keyword}={code(value)} -> "
+                       f"{keyword}={code(replacement)} (None on the CPU)", rule="ddp")  # fmt: skip
+            args[position] = arg.with_changes(value=replacement)
+        return args
 
     def _note_device(
         self,

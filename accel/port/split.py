@@ -15,6 +15,7 @@ import io
 import itertools
 import re
 import tokenize
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 MAX_BRACKETS = 200  # CPython: "too many nested parentheses"
@@ -120,7 +121,7 @@ def _statement_starts(source: str) -> list[tuple[int, int]]:
 
 
 IMPORT_LINE = "from accel import get_accelerator"
-_HAS_IMPORT = re.compile(r"^from\s+accel\s+import\s+[^\n]*\bget_accelerator\b", re.MULTILINE)
+_ACCEL_IMPORT = re.compile(r"^from\s+accel\s+import\s+([^\n]*)", re.MULTILINE)
 _IMPORT = re.compile(r"(import|from)\s")
 _DOCSTRING = re.compile(r"[rRbBuU]{0,2}(\"|')")
 
@@ -149,14 +150,17 @@ def ends_leading_block(chunk: str, *, first: bool) -> bool:
     return not all(isinstance(node, ast.Import | ast.ImportFrom) for node in body)
 
 
-def with_import(pieces: list[str], newline: str = "\n") -> list[str]:
+def with_import(
+    pieces: list[str], newline: str = "\n", names: Iterable[str] = ("get_accelerator",)
+) -> list[str]:
     """``pieces`` (runs of whole top-level statements, in order) with ``from accel import
-    get_accelerator`` added once.
+    <names>`` added once (``IMPORT_LINE`` for the usual ``get_accelerator``).
 
     It goes after the module's leading docstring and import statements, directly below
-    the last of them (before the blank lines that follow it); nothing is added if the
-    module already imports it there. Only the leading pieces are cut into statements
-    again, as far as the first statement that is neither.
+    the last of them (before the blank lines that follow it); names the module already
+    imports from accel there are left out, and nothing is added if that is all of them.
+    Only the leading pieces are cut into statements again, as far as the first statement
+    that is neither.
     """
     head: list[str] = []
     seen_statement = False
@@ -165,16 +169,24 @@ def with_import(pieces: list[str], newline: str = "\n") -> list[str]:
         head.extend(chunks)
         for chunk in chunks:
             if ends_leading_block(chunk, first=not seen_statement):
-                return _insert_import(head, newline) + pieces[count:]
+                return _insert_import(head, newline, set(names)) + pieces[count:]
             seen_statement = seen_statement or is_statement(chunk)
-    return _insert_import(head, newline)
+    return _insert_import(head, newline, set(names))
 
 
-def _insert_import(chunks: list[str], newline: str) -> list[str]:
+def _insert_import(chunks: list[str], newline: str, names: set[str]) -> list[str]:
     """``chunks`` (single statements: the leading block and the statement after it) with
-    the import below the last docstring or import statement."""
-    if any(_HAS_IMPORT.match(chunk) for chunk in chunks):
+    the import of ``names`` below the last docstring or import statement."""
+    imported = {
+        name.strip().split(" as ")[0].strip("() ")
+        for chunk in chunks
+        for found in _ACCEL_IMPORT.findall(chunk)
+        for name in found.split(",")
+    }
+    missing = sorted(names - imported)
+    if not missing:
         return chunks
+    line = f"from accel import {', '.join(missing)}"
     after = -1  # index of the last chunk of the leading docstring/import block
     for index, chunk in enumerate(chunks):
         if ends_leading_block(chunk, first=after == -1):
@@ -183,13 +195,13 @@ def _insert_import(chunks: list[str], newline: str) -> list[str]:
             after = index
     result = list(chunks)
     if after == -1:
-        return [IMPORT_LINE + newline, *result]
+        return [line + newline, *result]
     body = result[after].rstrip()
     rest = result[after][len(body) :]
     first_end = re.match(r"[ \t]*(\r\n|\n|\r)", rest)
     if first_end is None:  # the file ends on this statement, without a newline
-        result[after] = body + rest + newline + IMPORT_LINE + newline
+        result[after] = body + rest + newline + line + newline
     else:
         after_line = rest[first_end.end() :]
-        result[after] = body + first_end.group(0) + IMPORT_LINE + first_end.group(1) + after_line
+        result[after] = body + first_end.group(0) + line + first_end.group(1) + after_line
     return result

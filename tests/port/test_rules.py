@@ -357,3 +357,84 @@ def test_methods_the_module_defines_itself_are_not_rewritten_as_tensor_methods()
     namespace: dict[str, object] = {}
     exec(compile(result.source, "ported.py", "exec"), namespace)
     assert namespace["model"].on_gpu is True
+
+
+def test_an_int_is_rewritten_in_a_device_position_only_where_it_provably_is_one() -> None:
+    ported = _ported(
+        """
+        import os
+        import torch
+        rank = int(os.environ["LOCAL_RANK"])
+        maybe = 0
+        maybe = "cpu"
+        x = torch.ones(2).to(0)
+        y = torch.ones(2).to(rank)
+        z = torch.ones(2).to(maybe)
+        state = torch.load("c.pt", map_location=0)
+        torch.cuda.set_device(rank)
+        class Worker:
+            def __init__(self, gpu: int, other):
+                self.gpu = gpu
+                self.other = other
+                self.slot = 1
+                self.slot = other
+            def run(self, t):
+                for index in range(2):
+                    t.to(index)
+                return t.to(self.gpu), t.to(self.other), t.to(self.slot), t.to(torch.float16)
+        """
+    )
+    assert "torch.ones(2).to(get_accelerator().device_name(0))" in ported
+    assert "torch.ones(2).to(get_accelerator().device_name(rank))" in ported
+    assert "torch.ones(2).to(maybe)" in ported  # also bound to a string: not provably an int
+    assert "map_location=get_accelerator().device_name(0)" in ported
+    assert "get_accelerator().set_device(rank)" in ported  # an index, as set_device takes it
+    assert "t.to(get_accelerator().device_name(index))" in ported  # range()'s items
+    assert "t.to(get_accelerator().device_name(self.gpu))" in ported  # an int parameter
+    assert "t.to(self.other)" in ported  # unannotated
+    assert "t.to(self.slot)" in ported  # assigned an int and something else
+    assert "t.to(torch.float16)" in ported
+
+
+def test_ddp_device_ids_and_output_device_become_device_generic() -> None:
+    result = port_source(
+        textwrap.dedent(
+            """
+            from accel import get_accelerator
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            import torch
+            a = DDP(model, device_ids=[rank], output_device=rank)
+            b = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+            c = DDP(model, device_ids=[0, 1])
+            d = DDP(model, device_ids=[rank] if on_gpu else None)
+            """
+        )
+    )
+    ported = result.source
+    assert (
+        "a = DDP(model, device_ids=ddp_device_ids(rank), output_device=ddp_output_device(rank))"
+        in ported
+    )
+    assert "DistributedDataParallel(model, device_ids=ddp_device_ids(rank))" in ported
+    assert "c = DDP(model, device_ids=[0, 1])" in ported  # several devices: a person decides
+    assert [f.line for f in result.findings if not f.rewritten] == [7]
+    assert "d = DDP(model, device_ids=[rank] if on_gpu else None)" in ported  # already chooses
+    # The names it needs are imported once, beside the import the module already had.
+    assert ported.count("from accel import") == 2
+    assert "from accel import ddp_device_ids, ddp_output_device\n" in ported
+
+
+def test_ddp_device_ids_are_none_on_the_cpu_and_a_list_on_accelerators() -> None:
+    import accel
+    from accel.backends.cpu import CPUAccelerator
+
+    class NamedLikeAGPU(CPUAccelerator):  # DDP's rule reads only the device type
+        def device_name(self, device_index: int | None = None) -> str:
+            return "cuda" if device_index is None else f"cuda:{device_index}"
+
+    cpu = CPUAccelerator()
+    assert accel.ddp_device_ids(1, cpu) is None
+    assert accel.ddp_output_device(1, cpu) is None
+    gpu = NamedLikeAGPU()
+    assert accel.ddp_device_ids(1, gpu) == [1]
+    assert accel.ddp_output_device(1, gpu) == 1
