@@ -26,6 +26,7 @@ from typing import Any
 from accel.integrations.deepspeed._support import installed_version, unsupported_reason
 
 TARGET = "deepspeed.accelerator.real_accelerator"
+REPORT = "deepspeed.env_report"  # ds_report's tables
 _BUILDER_DEFINITIONS = "deepspeed.ops.op_builder."  # modules where DeepSpeed defines builders
 
 _lock = threading.RLock()
@@ -93,7 +94,7 @@ class _ImportHook:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TARGET:
+        if fullname not in (TARGET, REPORT):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
@@ -103,7 +104,10 @@ class _ImportHook:
 
         def exec_module(module: ModuleType) -> None:
             execute(module)
-            activate(module)
+            if fullname == TARGET:
+                activate(module)
+            elif _adapter is not None:
+                _truthful_report(module, _adapter)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -138,10 +142,35 @@ def activate(real_accelerator: ModuleType) -> None:
         if previous is not None and previous is not adapter:
             _rebind_accelerator(previous, adapter)
         _rebind_builders(adapter)
+        report = sys.modules.get(REPORT)
+        if report is not None:
+            _truthful_report(report, adapter)
         _active = True
+        global _adapter
+        _adapter = adapter
         import logging
 
         logging.getLogger("accel.integrations.deepspeed").info("DeepSpeed runs on %r", adapter)
+
+
+_adapter: Any = None  # the adapter once active, for modules imported after activation
+
+
+def _truthful_report(report: ModuleType, adapter: Any) -> None:
+    """ds_report's "installed" column from the truth: accel's builders are installed (they
+    were compiled when accel was installed), DeepSpeed's as DeepSpeed recorded them. Only
+    the report's own copy changes: DeepSpeed's builders read the real table to decide
+    whether to import a prebuilt module, and must keep reading DeepSpeed's answer."""
+    from accel.integrations.deepspeed.op_builders import accel_builders
+
+    served = {builder.NAME for builder in accel_builders(adapter.device_name()).values()}
+    installed: dict[str, bool] = getattr(report, "installed_ops", {})
+    recorded_for = getattr(report, "accelerator_name", "")
+    setattr(report, "installed_ops", {  # noqa: B010  (a module DeepSpeed wrote, untyped)
+        name: name in served or (was and recorded_for == adapter._name)
+        for name, was in {**installed, **dict.fromkeys(served, False)}.items()
+    })  # fmt: skip
+    setattr(report, "accelerator_name", adapter._name)  # noqa: B010
 
 
 def _deepspeed_modules() -> list[ModuleType]:

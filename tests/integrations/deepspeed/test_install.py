@@ -220,3 +220,43 @@ def test_a_broken_accel_is_said_once_without_a_traceback(tmp_path: pathlib.Path)
         "half-installed); DeepSpeed runs without accel in this process"
     ], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("report_first", [False, True])
+def test_ds_report_says_accels_prebuilt_ops_are_installed(
+    tmp_path: pathlib.Path, report_first: bool
+) -> None:
+    # ds_report said "installed: NO" for every op accel ships compiled. Its table now says
+    # YES for those; DeepSpeed's own record, which its builders read to decide whether to
+    # import a prebuilt module, is left as DeepSpeed wrote it.
+    code = """
+        import contextlib, io, json
+        if REPORT_FIRST:
+            import deepspeed.env_report as report
+            import deepspeed
+        else:
+            import deepspeed
+            import deepspeed.env_report as report
+        import deepspeed.git_version_info as recorded
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            report.op_report(verbose=False)
+        rows = {line.split()[0]: "[YES]" in line for line in text.getvalue().splitlines()
+                if "...." in line and "[" in line}
+        print(json.dumps({"rows": rows, "recorded": recorded.installed_ops}))
+    """.replace("REPORT_FIRST", str(report_first))
+    found = last_json(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")))
+    rows = found["rows"]
+    assert isinstance(rows, dict)
+    for op in (
+        "cpu_adam",
+        "cpu_adagrad",
+        "cpu_lion",
+        "fused_adam",
+        "async_io",
+        "deepspeed_shm_comm",
+    ):
+        assert rows[op] is True, (op, rows)
+    assert rows["pin_memory"] is False  # DeepSpeed's own builder: not built
+    assert found["recorded"] == dict.fromkeys(found["recorded"], False)  # type: ignore[arg-type]
+    assert_no_jit(tmp_path)
