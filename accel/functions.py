@@ -1,7 +1,8 @@
 """Device-generic functions that work with every backend, whatever accel it was written for.
 
 Each function acts on ``accelerator`` (default: ``get_accelerator()``). They are how
-callers use the members added to the protocols after the first release: a backend that
+callers use the members added to the protocols after the first release (and the device
+arguments ``DistributedDataParallel`` wants, which differ by device type): a backend that
 has such a member is asked through it, and one written before it gets an honest answer
 built from the core :class:`~accel.Accelerator` members, or an error naming the backend
 and the member where no honest answer exists.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 
+from accel._validate import check_index
 from accel.mixins.device import device_scope, select_device
 from accel.mixins.rng import fork_rng_states
 from accel.protocols import (
@@ -134,12 +136,12 @@ def _takes_device_ids(acc: Accelerator) -> bool:
 def ddp_device_ids(device: int, accelerator: Accelerator | None = None) -> list[int] | None:
     """``DistributedDataParallel(device_ids=...)`` for a module on device ``device``:
     ``[device]`` on accelerators, ``None`` on the CPU (where DDP refuses device ids)."""
-    acc = _resolve(accelerator)
-    return [device] if _takes_device_ids(acc) else None
+    index = check_index(device, "device")
+    return [index] if _takes_device_ids(_resolve(accelerator)) else None
 
 
 def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> int | None:
     """``DistributedDataParallel(output_device=...)``: ``device`` on accelerators, ``None``
     on the CPU."""
-    acc = _resolve(accelerator)
-    return device if _takes_device_ids(acc) else None
+    index = check_index(device, "device")
+    return index if _takes_device_ids(_resolve(accelerator)) else None

@@ -437,4 +437,6 @@ def test_ddp_device_ids_are_none_on_the_cpu_and_a_list_on_accelerators() -> None
     assert accel.ddp_output_device(1, cpu) is None
     gpu = NamedLikeAGPU()
     assert accel.ddp_device_ids(1, gpu) == [1]
+    with pytest.raises(TypeError, match="device must be a non-negative int, got str"):
+        accel.ddp_device_ids("1", gpu)  # type: ignore[arg-type]
     assert accel.ddp_output_device(1, gpu) == 1
