@@ -109,27 +109,3 @@ def test_deepspeeds_swap_utilities_run_on_accel_io(tmp_path: pathlib.Path) -> No
     facts = last_json(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")))
     assert facts == {"equal": True, "builder": ACCEL_BUILDERS[0]}
     assert_no_jit(tmp_path)
-
-
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_zero_infinity_swaps_to_nvme_through_accel_io(tmp_path: pathlib.Path, ranks: int) -> None:
-    # ZeRO-3 with parameters and optimizer states on "NVMe" (a directory) trains through
-    # accel's aio, where native DeepSpeed would first need libaio and a compiler, and gives
-    # the losses of the same run offloaded to CPU memory.
-    swap = tmp_path / "swap"
-    swap.mkdir()
-    script, env = SCRIPTS / "zero_infinity.py", fresh_env(tmp_path, ACCEL_DEEPSPEED="1")
-    if ranks == 1:
-        env["MASTER_PORT"] = str(29500 + os.getpid() % 1000)
-        result = subprocess.run(
-            [sys.executable, str(script), "--swap", str(swap)],
-            env=env, cwd=ROOT, capture_output=True, text=True, timeout=400, check=False,
-        )  # fmt: skip
-    else:
-        result = torchrun(script, ranks, env, "--swap", str(swap))
-    facts = last_json(result)
-    assert facts["world"] == ranks
-    assert isinstance(facts["swap_files"], int)
-    assert facts["swap_files"] > 0
-    assert facts["nvme"] == pytest.approx(facts["cpu"], rel=1e-6)
-    assert_no_jit(tmp_path)
