@@ -22,7 +22,6 @@ from accel._validate import check_index
 from accel.mixins.device import device_scope, select_device
 from accel.mixins.rng import fork_rng_states
 from accel.protocols import (
-    API_VERSION,
     Accelerator,
     AccumulatedStatsAPI,
     DeviceLike,
@@ -119,8 +118,8 @@ def reset_accumulated_memory_stats(
     if not isinstance(acc, AccumulatedStatsAPI):
         raise NotImplementedError(
             f"backend {type(acc).__qualname__} has no reset_accumulated_memory_stats() "
-            f"(optional, added in accel API_VERSION 2 of {API_VERSION}: see "
-            "accel.protocols.AccumulatedStatsAPI), so its accumulated counters cannot be reset"
+            "(optional since accel API_VERSION 2: see accel.protocols.AccumulatedStatsAPI), "
+            "so its accumulated counters cannot be reset"
         )
     acc.reset_accumulated_memory_stats(device_index)
 

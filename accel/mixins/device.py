@@ -32,6 +32,12 @@ class _SelectableDevices(Protocol):
     def set_device(self, device_index: int) -> None: ...
 
 
+def _names_no_index(device: DeviceLike, device_type: str) -> ValueError:
+    return ValueError(
+        f"device_index {str(device)!r} names no device index; expected e.g. '{device_type}:0'"
+    )
+
+
 def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
     """Make ``device`` (an index, ``"<type>[:<index>]"`` or ``torch.device``) current.
 
@@ -44,9 +50,7 @@ def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
     if index is None:
         if ":" not in devices.device_name(0):
             return
-        raise ValueError(
-            f"device_index {str(device)!r} names no device index; expected e.g. '{device_type}:0'"
-        )
+        raise _names_no_index(device, device_type)
     devices.set_device(index)
 
 
@@ -120,10 +124,7 @@ class TorchDeviceMixin:
         """
         index = check_device(device_index, self.device_type)
         if index is None:
-            raise ValueError(
-                f"device_index {str(device_index)!r} names no device index; expected e.g. "
-                f"'{self.device_type}:0'"
-            )
+            raise _names_no_index(device_index, self.device_type)
         count = self.device_count()
         if index >= count:
             raise ValueError(
