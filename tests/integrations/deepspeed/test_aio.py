@@ -86,7 +86,13 @@ def test_aio_handle_takes_deepspeeds_small_blocks_offsets_and_descriptors(
     assert torch.equal(back, data)
     with pytest.raises(TypeError, match="exactly one"):
         handle.async_pwrite(data, str(path), 0, fd=3)
+    with pytest.raises(TypeError, match=r"exactly one\), got filename=None, fd=None"):
+        handle.async_pwrite(data)
     with pytest.raises(TypeError, match="missing its 'async' argument"):
         handle.pread(back, str(path), False)
+    with pytest.raises(TypeError, match="got async twice"):
+        handle.pwrite(back, str(path), False, True, **{"async": True})
+    with pytest.raises(TypeError, match="unexpected keyword arguments: asynch"):
+        handle.pread(back, str(path), False, asynch=True)
     assert handle.free_cpu_locked_tensor(data) is True
     assert handle.free_cpu_locked_tensor(back) is False  # not one of the handle's, as in DeepSpeed

@@ -249,6 +249,8 @@ def test_functions_accel_lacks_are_found_without_building_and_loaded_on_call(
         assert module.zenflow_adam_ctrl_size() == 64
     assert built == ["cpu_adam"]
     assert "may JIT-compile" in caplog.text
+    with pytest.raises(RuntimeError, match="CPUAdamKernels has no DeepSpeed counterpart"):
+        kernels.CPUAdamKernels().deepspeed_native()
 
 
 def test_deepspeeds_declared_functions_are_read_from_its_sources() -> None:
