@@ -15,6 +15,8 @@ import argparse
 import json
 import os
 
+from zero_parity import run_steps  # this script's directory is on sys.path
+
 STEPS = 5
 
 
@@ -64,17 +66,7 @@ def train(device: str, swap: str) -> tuple[list[float], int]:
     engine, *_ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=config
     )
-    rank = torch.distributed.get_rank()
-    data = torch.Generator().manual_seed(100 + rank)
-    losses = []
-    for _ in range(STEPS):
-        x, y = torch.randn(4, 32, generator=data), torch.randn(4, 8, generator=data)
-        loss = torch.nn.functional.mse_loss(engine(x.to(torch.bfloat16)).float(), y)
-        engine.backward(loss)
-        engine.step()
-        total = loss.detach().float().clone()
-        torch.distributed.all_reduce(total)
-        losses.append(total.item() / torch.distributed.get_world_size())
+    losses = run_steps(engine, STEPS, bf16=True)
     swap_files = sum(len(files) for _, _, files in os.walk(swap))  # before destroy() cleans up
     engine.destroy()
     return losses, swap_files
