@@ -39,11 +39,22 @@ class EditableWheelWithStartupHook(editable_wheel):
         self.copy_file(STARTUP_PTH, os.path.join(installation_dir, os.path.basename(STARTUP_PTH)))
 
 
-# -fno-math-errno lets gcc vectorise sqrtf (an Adam kernel runs ~4x slower without it).
-# No -march=native: the kernels are cloned per instruction set and picked at load time.
+# -fno-math-errno lets gcc vectorise sqrtf (an Adam kernel runs ~4x slower without it), and
+# -fno-trapping-math lets it vectorise loops that select between float results (half.h's
+# conversions): nothing here enables floating-point traps, and no result changes.
+# No -march=native: the kernels are compiled per instruction-set level and picked at run
+# time (csrc/common/simd.h).
 # OpenMP links the system libgomp.so.1, the soname torch's wheel ships, so both share one
 # runtime in a process instead of fighting over the cores.
-UNIX_FLAGS = ["-O3", "-fno-math-errno", "-fopenmp", "-Wall", "-Wextra", "-fvisibility=hidden"]
+UNIX_FLAGS = [
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fopenmp",
+    "-Wall",
+    "-Wextra",
+    "-fvisibility=hidden",
+]
 
 # Every extension includes these; a change to one rebuilds both.
 COMMON_HEADERS = [
@@ -52,6 +63,8 @@ COMMON_HEADERS = [
     "csrc/common/dtypes.h",
     "csrc/common/half.h",
     "csrc/common/simd.h",
+    "csrc/common/vec.h",
+    "csrc/common/vec_level.inc",
 ]
 
 ext_modules = []
@@ -69,7 +82,7 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
         Pybind11Extension(
             "accel.ops._cpu_optim",
             ["csrc/cpu_optim/cpu_optim.cpp"],
-            depends=COMMON_HEADERS,
+            depends=[*COMMON_HEADERS, "csrc/cpu_optim/adam_level.inc"],
             cxx_std=17,
             extra_compile_args=UNIX_FLAGS,
             extra_link_args=["-fopenmp"],

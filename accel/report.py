@@ -48,6 +48,8 @@ class Report:
     """Facts about this environment and its accelerators."""
 
     versions: dict[str, str]
+    cpu_kernels: str
+    """The instruction-set level of the native CPU kernels (:func:`accel.ops.isa.describe`)."""
     selected: str
     how: str
     detail: str
@@ -79,6 +81,12 @@ def _versions() -> dict[str, str]:
     if torch.version.hip is not None:
         versions["hip"] = torch.version.hip
     return versions
+
+
+def _cpu_kernels() -> str:
+    from accel.ops import isa  # a bad ACCEL_CPU_ISA raises its ValueError here
+
+    return isa.describe()
 
 
 def _capabilities(entry: _registry.Registered, available: bool) -> dict[str, bool | None]:
@@ -139,6 +147,7 @@ def collect() -> Report:
     accelerator = selection.accelerator
     return Report(
         versions=_versions(),
+        cpu_kernels=_cpu_kernels(),
         selected=backend_label(accelerator),
         how=selection.how,
         detail=selection.detail,
@@ -161,6 +170,7 @@ def render(report: Report, width: int | None = None) -> str:
     # Recorded into a buffer and exported as plain text, so the caller decides where it goes.
     console = Console(width=width or 120, record=True, file=io.StringIO(), highlight=False)
     console.print("  ".join(f"{name} {version}" for name, version in report.versions.items()))
+    console.print(f"cpu kernels: {report.cpu_kernels}")
     console.print(f"selected backend: [bold]{report.selected}[/]")
     console.print(f"chosen by: {report.how} ({report.detail})")
     console.print(f"devices: {report.device_count}")

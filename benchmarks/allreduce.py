@@ -1,21 +1,26 @@
 """All-reduce latency: accel's shared-memory path vs gloo (and DeepSpeed's when installed).
 
     accel run --standalone --nproc-per-node 2 benchmarks/allreduce.py [--iters 20]
+    accel run --standalone --nproc-per-node 2 benchmarks/allreduce.py --compare-dtypes
 
 Run under a launcher; rank 0 prints a markdown table. For each message size the methods
 are timed in alternating rounds in the same job (the machine is noisy), and the median per
 call is reported; a ratio column is the median of the per-round ratios. Bus bandwidth is
-2 * (n - 1) / n * bytes / time, as nccl-tests define it.
+2 * (n - 1) / n * bytes / time, as nccl-tests define it. ``--compare-dtypes`` times accel's
+all-reduce of the same number of bytes in fp32, bf16 and fp16 instead, interleaved, and
+reports each 16-bit dtype's bus bandwidth over fp32's. The header names the kernels'
+instruction-set level (``ACCEL_CPU_ISA`` caps it; accel/ops/isa.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import statistics
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
@@ -24,6 +29,7 @@ import torch.distributed as dist  # noqa: E402
 from _collective_timing import seconds_per_call  # noqa: E402  # beside this script
 
 from accel.comm import all_reduce_, uses_shared_memory  # noqa: E402
+from accel.ops import isa  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
@@ -70,6 +76,59 @@ def _microseconds(seconds: float) -> str:
     return f"{micro:.1f}" if micro < 100 else f"{micro:.0f}"
 
 
+def _paired_ratios(samples: dict[str, list[float]], base: str) -> dict[str, float]:
+    """Each method's time over ``base``'s, the median of the rounds' ratios: the machine
+    flips between quiet and busy spells lasting seconds, which shift a whole round alike."""
+    return {
+        name: statistics.median(
+            theirs / ours for theirs, ours in zip(times, samples[base], strict=True)
+        )
+        for name, times in samples.items()
+    }
+
+
+def _interleaved(
+    calls: Mapping[str, Callable[[], object]], size: int, args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """Seconds per call of each of ``calls`` (one warm-up each), one sample per round, the
+    calls taking turns within each round."""
+    iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():
+        call()
+    for _ in range(args.rounds):
+        for name, call in calls.items():
+            samples[name].append(seconds_per_call(call, iters))
+    return samples
+
+
+def compare_dtypes(args: argparse.Namespace) -> None:
+    """accel's all-reduce of the same bytes in each dtype, interleaved; rank 0 prints."""
+    world = dist.get_world_size()
+    rows = []
+    for size in SIZES:
+        tensors = {name: torch.ones(size // d.itemsize, dtype=d) for name, d in DTYPES.items()}
+        calls = {name: functools.partial(all_reduce_, t) for name, t in tensors.items()}
+        samples = _interleaved(calls, size, args)
+        medians = {name: statistics.median(times) for name, times in samples.items()}
+        rows.append((size, medians, _paired_ratios(samples, "float32")))
+    if dist.get_rank() == 0:
+        print(
+            f"{world} ranks, torch {torch.__version__}, kernels: {isa.describe()}, "
+            f"median of {args.rounds} rounds (ratios: median of the rounds' ratios)"
+        )
+        print("| size | fp32 (us) | bf16 (us) | fp16 (us) | fp32 bus GB/s | "
+              "bf16 / fp32 bus bandwidth | fp16 / fp32 bus bandwidth |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        for size, medians, ratios in rows:
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            times = " | ".join(_microseconds(medians[name]) for name in DTYPES)
+            bus = 2 * (world - 1) / world * size / medians["float32"] / 1e9
+            # Same bytes, so bandwidth ratio = fp32 time / 16-bit time.
+            print(f"| {label} | {times} | {bus:.1f} | {1 / ratios['bfloat16']:.2f}x | "
+                  f"{1 / ratios['float16']:.2f}x |")  # fmt: skip
+
+
 def main() -> None:
     """Time every size and print the table on rank 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -86,11 +145,20 @@ def main() -> None:
         action="store_true",
         help="also time the native call alone (the floor under all_reduce_'s Python entry)",
     )
+    parser.add_argument(
+        "--compare-dtypes",
+        action="store_true",
+        help="time accel's all-reduce in fp32, bf16 and fp16 (same bytes) instead of the peers",
+    )
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     assert uses_shared_memory(), "the shared-memory path is not available in this job"
+    if args.compare_dtypes:
+        compare_dtypes(args)
+        dist.destroy_process_group()
+        return
     methods: dict[str, Callable[[torch.Tensor], object]] = {"accel shm": all_reduce_}
     if args.native:
         methods["accel native call"] = _native_call()
@@ -102,26 +170,13 @@ def main() -> None:
     rows = []
     for size in SIZES:
         tensor = torch.ones(size // dtype.itemsize, dtype=dtype)
-        iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
-        samples: dict[str, list[float]] = {name: [] for name in methods}
-        for method in methods.values():
-            method(tensor)  # warm up
-        for _ in range(args.rounds):
-            for name, method in methods.items():
-                samples[name].append(seconds_per_call(lambda m=method, t=tensor: m(t), iters))
+        calls = {name: functools.partial(method, tensor) for name, method in methods.items()}
+        samples = _interleaved(calls, size, args)
         medians = {name: statistics.median(times) for name, times in samples.items()}
-        # The ratios pair each round's times: the machine flips between quiet and busy
-        # spells lasting seconds, which shift every method in a round alike.
-        ratios = {
-            name: statistics.median(
-                peer / ours for peer, ours in zip(times, samples["accel shm"], strict=True)
-            )
-            for name, times in samples.items()
-        }
-        rows.append((size, medians, ratios))
+        rows.append((size, medians, _paired_ratios(samples, "accel shm")))
     if dist.get_rank() == 0:
         print(
-            f"{world} ranks, torch {torch.__version__}, {args.dtype}, "
+            f"{world} ranks, torch {torch.__version__}, {args.dtype}, kernels: {isa.describe()}, "
             f"median of {args.rounds} rounds (ratios: median of the rounds' ratios)"
         )
         names = list(methods)

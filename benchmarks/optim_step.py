@@ -1,6 +1,7 @@
 """AdamW step time on the CPU: accel's CPUAdam vs torch (fused, foreach) and DeepSpeed.
 
     python benchmarks/optim_step.py [--rounds 5] [--steps 3] [--quick]
+    ACCEL_CPU_ISA=x86-64-v3 python benchmarks/optim_step.py   # a lower instruction-set level
 
 Every method is timed in the same process, round-robin (one round = a few steps of each
 method in turn), so the shared machine's noise hits all of them alike; the table reports
@@ -8,6 +9,10 @@ the median time per step over the rounds. Effective bandwidth counts the 28 byte
 AdamW step must move per parameter (read p, g, m, v; write p, m, v). The roofline is the
 time a threaded in-place read-modify-write over the same number of bytes takes, measured
 in this run with accel's own probe (`scale_in_place`, x *= a: 8 bytes per element).
+16-bit cases (bf16 or fp16 parameters and gradients, fp32 states: 22 bytes per parameter,
+ideally 0.79x of fp32's time) also time accel's fp32 step on the same shapes in the same
+rounds ("accel CPUAdam fp32") and report the median of the rounds' 16-bit / fp32 ratios.
+The header names the kernels' instruction-set level (accel/ops/isa.py).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 import torch  # noqa: E402
 
-from accel.ops import _cpu_optim  # noqa: E402  (the raw kernels: the roofline probe)
+from accel.ops import _cpu_optim, isa  # noqa: E402  (_cpu_optim: the roofline probe)
 from accel.optim import CPUAdam  # noqa: E402
 
 BYTES_PER_PARAM = 28
@@ -56,11 +61,15 @@ class Case:
         return sum(torch.Size(s).numel() for s in self.shapes)
 
 
-def _params(case: Case) -> list[torch.Tensor]:
+FP32_REFERENCE = "accel CPUAdam fp32"
+
+
+def _params(case: Case, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    dtype = dtype or case.dtype
     params = []
     for shape in case.shapes:
-        p = torch.randn(shape).to(case.dtype).requires_grad_()
-        p.grad = torch.randn(shape).to(case.dtype) * 1e-3
+        p = torch.randn(shape).to(dtype).requires_grad_()
+        p.grad = torch.randn(shape).to(dtype) * 1e-3
         params.append(p)
     return params
 
@@ -71,6 +80,10 @@ def _methods(case: Case) -> dict[str, Callable[[], None]]:
     ours = CPUAdam(_params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
     methods["accel CPUAdam"] = ours.step  # type: ignore[assignment]
     if case.dtype != torch.float32:
+        reference = CPUAdam(
+            _params(case, torch.float32), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD
+        )
+        methods[FP32_REFERENCE] = reference.step  # type: ignore[assignment]
         return methods  # torch's reference points are fp32 runs
     fused = torch.optim.AdamW(
         _params(case), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, fused=True
@@ -103,8 +116,9 @@ def _roofline_seconds(numel: int, rounds: int) -> float:
     return statistics.median(samples) * (numel * BYTES_PER_PARAM) / bytes_moved
 
 
-def run_case(case: Case, rounds: int, steps: int) -> dict[str, float]:
-    """Median seconds per step for each method, plus the roofline."""
+def run_case(case: Case, rounds: int, steps: int) -> tuple[dict[str, float], float | None]:
+    """Median seconds per step for each method, plus the roofline; and for a 16-bit case
+    the median of the rounds' 16-bit / fp32 time ratios."""
     methods = _methods(case)
     for step in methods.values():
         step()  # warm up: allocate state
@@ -117,9 +131,13 @@ def run_case(case: Case, rounds: int, steps: int) -> dict[str, float]:
             samples[name].append((time.perf_counter() - start) / steps)
     result = {name: statistics.median(times) for name, times in samples.items()}
     result["roofline"] = _roofline_seconds(case.numel, rounds)
+    ratio = None
+    if FP32_REFERENCE in samples:
+        pairs = zip(samples["accel CPUAdam"], samples[FP32_REFERENCE], strict=True)
+        ratio = statistics.median(ours / fp32 for ours, fp32 in pairs)
     del methods
     gc.collect()
-    return result
+    return result, ratio
 
 
 def main() -> None:
@@ -137,24 +155,21 @@ def main() -> None:
             Case("GPT-2 small fp32 (148 tensors)", gpt2_small_shapes()),
             Case("64M bf16 params+grads", [(64 << 20,)], torch.bfloat16),
             Case("GPT-2 small bf16 (148 tensors)", gpt2_small_shapes(), torch.bfloat16),
+            Case("64M fp16 params+grads", [(64 << 20,)], torch.float16),
         ]
     native = _cpu_optim
     print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
-          f"{native.max_threads()} accel threads, kernels: {native.simd_level()}")  # fmt: skip
+          f"{native.max_threads()} accel threads, kernels: {isa.describe()}")  # fmt: skip
     print("| case | method | ms/step | vs accel | GB/s (28 B/param) | roofline fraction |")
     print("|---|---|---|---|---|---|")
-    fp32_time: dict[str, float] = {}
     for case in cases:
-        result = run_case(case, args.rounds, args.steps)
+        result, ratio = run_case(case, args.rounds, args.steps)
         roofline = result.pop("roofline")
         ours = result["accel CPUAdam"]
-        key = case.name.replace("bf16 params+grads", "fp32").replace("bf16", "fp32")
-        if case.dtype == torch.float32:
-            fp32_time[key] = ours
         for name, seconds in result.items():
-            relation = f"{seconds / ours:.2f}x" if name != "accel CPUAdam" else "1.00x"
-            if name == "accel CPUAdam" and case.dtype != torch.float32 and key in fp32_time:
-                relation = f"{seconds / fp32_time[key]:.2f}x of fp32"
+            relation = f"{seconds / ours:.2f}x"
+            if name == "accel CPUAdam" and ratio is not None:
+                relation = f"{ratio:.2f}x of fp32"
             bandwidth = case.numel * BYTES_PER_PARAM / seconds / 1e9
             print(f"| {case.name} | {name} | {seconds * 1e3:.1f} | {relation} | {bandwidth:.1f} | "
                   f"{roofline / seconds:.2f} |")  # fmt: skip

@@ -67,5 +67,11 @@ def scale_in_place(data: int, numel: int, factor: float) -> None:
 def simd_level() -> str:
     """The instruction set the kernels run with on this CPU."""
 
+def isa() -> str:
+    """The instruction-set level the kernels use: x86-64-v4, x86-64-v3 or baseline."""
+
+def cpu_isa() -> str:
+    """The best instruction-set level this CPU runs."""
+
 def max_threads() -> int:
     """OpenMP threads a step may use."""

@@ -9,6 +9,12 @@ OTHER_DTYPES: dict[str, int]
 UNKNOWN_DTYPE: int
 """The code for any dtype in neither table."""
 
+def isa() -> str:
+    """The instruction-set level the kernels use: x86-64-v4, x86-64-v3 or baseline."""
+
+def cpu_isa() -> str:
+    """The best instruction-set level this CPU runs."""
+
 class Communicator:
     """One node-local group's shared segment (see csrc/shm_comm/shm_comm.cpp)."""
 

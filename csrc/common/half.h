@@ -31,9 +31,10 @@ inline float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32
 
 inline uint16_t float_to_bf16(float value) {
   const uint32_t bits = float_to_bits(value);
-  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
   const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
+  // (A float compare, one instruction per vector, where an integer test of the exponent
+  // and mantissa bits takes three.)
+  return static_cast<uint16_t>(value != value ? ((bits >> 16) | 0x40u) : rounded);
 }
 
 // After F. Giesen, "half to float done quick": rebias by multiplying, which also turns

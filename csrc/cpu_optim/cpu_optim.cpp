@@ -18,6 +18,7 @@
 #include "../common/convert.h"
 #include "../common/half.h"
 #include "../common/simd.h"
+#include "../common/vec.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -64,9 +65,9 @@ struct AdamScalars {
   bool decoupled;
 };
 
-ACCEL_SIMD_CLONES void adam_kernel(float* __restrict p, const float* __restrict g,
-                                   float* __restrict m, float* __restrict v, int64_t n,
-                                   const AdamScalars s) {
+// The portable step: the baseline level, and CPUs other than x86-64.
+void adam_kernel(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 int64_t n, const AdamScalars s) {
   for (int64_t i = 0; i < n; ++i) {
     float param = s.decoupled ? p[i] * s.decay : p[i];
     const float grad = s.decoupled ? g[i] : g[i] + s.weight_decay * param;
@@ -79,11 +80,12 @@ ACCEL_SIMD_CLONES void adam_kernel(float* __restrict p, const float* __restrict 
   }
 }
 
-// The same step with the parameter and gradient converted in registers, for 16-bit
-// parameters or gradients (one pass over memory, no staging buffers).
+// The same step with a bf16 parameter or gradient converted in registers (one pass over
+// memory). half.h's fp16 conversions do not vectorise inside this loop (gcc 12), so fp16
+// tensors take run()'s conversion buffers instead on this level.
 template <int P, int G>
-inline void adam_typed(void* __restrict p, const void* __restrict g, float* __restrict m,
-                       float* __restrict v, int64_t n, const AdamScalars s) {
+void adam_typed(void* __restrict p, const void* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                const AdamScalars s) {
   for (int64_t i = 0; i < n; ++i) {
     const float stored = accel::load_as_float<P>(p, i);
     const float param = s.decoupled ? stored * s.decay : stored;
@@ -100,25 +102,49 @@ inline void adam_typed(void* __restrict p, const void* __restrict g, float* __re
 
 using AdamTyped = void (*)(void*, const void*, float*, float*, int64_t, const AdamScalars);
 
-#define ACCEL_ADAM_TYPED(NAME, P, G)                                                          \
-  ACCEL_SIMD_CLONES void NAME(void* p, const void* g, float* m, float* v, int64_t n,         \
-                              const AdamScalars s) {                                          \
-    adam_typed<P, G>(p, g, m, v, n, s);                                                       \
-  }
-ACCEL_ADAM_TYPED(adam_bf16_bf16, kBFloat16, kBFloat16)
-ACCEL_ADAM_TYPED(adam_bf16_f32, kBFloat16, kFloat32)
-ACCEL_ADAM_TYPED(adam_f32_bf16, kFloat32, kBFloat16)
-ACCEL_ADAM_TYPED(adam_f16_f16, kFloat16, kFloat16)
-ACCEL_ADAM_TYPED(adam_f16_f32, kFloat16, kFloat32)
-ACCEL_ADAM_TYPED(adam_f32_f16, kFloat32, kFloat16)
-#undef ACCEL_ADAM_TYPED
-
-// [param dtype][grad dtype]; fp32/fp32 uses adam_kernel directly.
+// [param dtype][grad dtype]: the portable typed kernels.
 constexpr AdamTyped kAdamTyped[3][3] = {
-    {nullptr, adam_f32_bf16, adam_f32_f16},
-    {adam_bf16_f32, adam_bf16_bf16, nullptr},
-    {adam_f16_f32, nullptr, adam_f16_f16},
+    {nullptr, adam_typed<kFloat32, kBFloat16>, nullptr},
+    {adam_typed<kBFloat16, kFloat32>, adam_typed<kBFloat16, kBFloat16>, nullptr},
+    {nullptr, nullptr, nullptr},
 };
+
+#if ACCEL_X86_GCC
+// The x86-64-v4 and x86-64-v3 steps, every dtype pair in registers.
+ACCEL_BEGIN_V4
+namespace adam_v4 {
+#define LEVEL v4
+#include "adam_level.inc"
+#undef LEVEL
+}  // namespace adam_v4
+ACCEL_END_LEVEL
+
+ACCEL_BEGIN_V3
+namespace adam_v3 {
+#define LEVEL v3
+#include "adam_level.inc"
+#undef LEVEL
+}  // namespace adam_v3
+ACCEL_END_LEVEL
+#endif
+
+// The Adam step on the process's level for a pair of dtypes; false (nothing done) where
+// that level has no kernel for the pair and run() must convert through fp32 buffers.
+bool adam_any(int param_dtype, int grad_dtype, void* p, const void* g, float* m, float* v, int64_t n,
+              const AdamScalars& s) {
+#if ACCEL_X86_GCC
+  if (accel::isa() == accel::kV4) return adam_v4::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
+  if (accel::isa() == accel::kV3) return adam_v3::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
+#endif
+  if (param_dtype == kFloat32 && grad_dtype == kFloat32) {
+    adam_kernel(static_cast<float*>(p), static_cast<const float*>(g), m, v, n, s);
+    return true;
+  }
+  const AdamTyped kernel = kAdamTyped[param_dtype][grad_dtype];
+  if (kernel == nullptr) return false;
+  kernel(p, g, m, v, n, s);
+  return true;
+}
 
 struct AdagradScalars {
   float clr;  // lr / (1 + (step - 1) * lr_decay)
@@ -126,8 +152,8 @@ struct AdagradScalars {
   float weight_decay;
 };
 
-ACCEL_SIMD_CLONES void adagrad_kernel(float* __restrict p, const float* __restrict g,
-                                      float* __restrict sum, int64_t n, const AdagradScalars s) {
+ACCEL_KERNEL_BODY void adagrad_kernel_body(float* __restrict p, const float* __restrict g,
+                                           float* __restrict sum, int64_t n, const AdagradScalars s) {
   for (int64_t i = 0; i < n; ++i) {
     const float grad = g[i] + s.weight_decay * p[i];
     const float state = sum[i] + grad * grad;
@@ -135,13 +161,17 @@ ACCEL_SIMD_CLONES void adagrad_kernel(float* __restrict p, const float* __restri
     p[i] = p[i] - s.clr * (grad / (std::sqrt(state) + s.eps));
   }
 }
+ACCEL_DISPATCHED(adagrad_kernel,
+                 (float* __restrict p, const float* __restrict g, float* __restrict sum, int64_t n,
+                  const AdagradScalars s),
+                 (p, g, sum, n, s))
 
 struct LionScalars {
   float beta1, one_minus_beta1, beta2, one_minus_beta2, lr, decay;
 };
 
-ACCEL_SIMD_CLONES void lion_kernel(float* __restrict p, const float* __restrict g,
-                                   float* __restrict m, int64_t n, const LionScalars s) {
+ACCEL_KERNEL_BODY void lion_kernel_body(float* __restrict p, const float* __restrict g,
+                                        float* __restrict m, int64_t n, const LionScalars s) {
   for (int64_t i = 0; i < n; ++i) {
     const float update = m[i] * s.beta1 + s.one_minus_beta1 * g[i];
     // sign() that keeps NaN (as torch.sign does) and maps +-0 to +-0.
@@ -150,6 +180,10 @@ ACCEL_SIMD_CLONES void lion_kernel(float* __restrict p, const float* __restrict 
     m[i] = m[i] * s.beta2 + s.one_minus_beta2 * g[i];
   }
 }
+ACCEL_DISPATCHED(lion_kernel,
+                 (float* __restrict p, const float* __restrict g, float* __restrict m, int64_t n,
+                  const LionScalars s),
+                 (p, g, m, n, s))
 
 // ---------------------------------------------------------------- batches
 
@@ -327,13 +361,11 @@ void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
   run(
       b,
       [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
-        adam_kernel(p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
+        adam_any(kFloat32, kFloat32, p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
       },
       [&](void* p, const void* g, size_t t, int64_t begin, int64_t n) {
-        const AdamTyped kernel = kAdamTyped[b.param_dtypes[t]][b.grad_dtypes[t]];
-        if (kernel == nullptr) return false;
-        kernel(p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
-        return true;
+        return adam_any(b.param_dtypes[t], b.grad_dtypes[t], p, g, at(b.state1[t], begin), at(b.state2[t], begin), n,
+                        scalars[t]);
       });
 }
 
@@ -379,9 +411,10 @@ void lion_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
 
 // Memory-bandwidth probe for benchmarks: x = x * a in place, threaded like the steps. Its
 // time per byte is the roofline an optimizer step (pure streaming) can approach.
-ACCEL_SIMD_CLONES void scale_kernel(float* __restrict x, int64_t n, float a) {
+ACCEL_KERNEL_BODY void scale_kernel_body(float* __restrict x, int64_t n, float a) {
   for (int64_t i = 0; i < n; ++i) x[i] *= a;
 }
+ACCEL_DISPATCHED(scale_kernel, (float* __restrict x, int64_t n, float a), (x, n, a))
 
 void scale_in_place(uintptr_t data, int64_t numel, float factor) {
   require(numel >= 0, "numel must be >= 0");
@@ -396,15 +429,13 @@ void scale_in_place(uintptr_t data, int64_t numel, float factor) {
   }
 }
 
+// "x86-64-v3 (AVX2+FMA+F16C)", and what capped it when ACCEL_CPU_ISA did.
 std::string simd_level() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
-  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2+FMA)";
-  return "x86-64 baseline (SSE2)";
-#else
-  return "baseline (compiler auto-vectorisation)";
-#endif
+  static const char* const kDescriptions[] = {"baseline (SSE2)", "x86-64-v3 (AVX2+FMA+F16C)", "x86-64-v4 (AVX-512)"};
+  std::string level = ACCEL_X86_GCC ? kDescriptions[accel::isa()] : "baseline (compiler auto-vectorisation)";
+  if (accel::isa() < accel::cpu_isa())
+    level += std::string(", capped by ACCEL_CPU_ISA; the CPU has ") + accel::isa_name(accel::cpu_isa());
+  return level;
 }
 
 // After fork() the child has no OpenMP worker threads, and libgomp can hang the first
@@ -415,6 +446,7 @@ void single_thread_after_fork() { omp_set_num_threads(1); }
 
 PYBIND11_MODULE(_cpu_optim, m) {
   m.doc() = "accel's prebuilt CPU optimizer kernels (no libtorch; see accel/ops/cpu_optim.py)";
+  accel::export_isa(m);
   pthread_atfork(nullptr, nullptr, single_thread_after_fork);
   accel::export_dtypes(m);
   m.def("adam_step", &adam_step, "Adam/AdamW step over many tensors (fp32 states).", py::arg("params"),

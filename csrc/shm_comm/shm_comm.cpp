@@ -49,9 +49,12 @@ namespace py = pybind11;
 namespace {
 
 constexpr uint64_t kMagic = 0x6163636c73686d33ull;  // "acclshm3" (Control gained op, root)
-// Calls from this many bytes on split the arithmetic across the ranks (reduce_share);
+// Calls from this many elements on split the arithmetic across the ranks (reduce_share);
 // smaller ones are latency-bound, and the extra barrier would cost more than it saves.
-constexpr int64_t kSplitBytes = 128 << 10;
+// Counted in elements, not bytes: the sums' cost grows with elements (a 16-bit element
+// costs about as much arithmetic as an fp32 one: two conversions), the copies' with bytes.
+// 32Ki elements = 128 KiB of fp32, 64 KiB of bf16/fp16.
+constexpr int64_t kSplitElements = 32 << 10;
 
 // Element types the segment cannot sum, named so that ranks can still compare what they
 // pass: codes kOtherBase + i. A rank whose tensor cannot use the segment (one of these, or
@@ -115,24 +118,29 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must b
 // and 1 MiB (its rep_movsb_threshold and _stop_threshold), the sizes of most slot copies,
 // and `rep movsb` is slow on some AMD CPUs (docs/benchmarks.md, "How the segment sums").
 // (The optimize attribute stops gcc from turning the loop back into a memcpy call.)
-ACCEL_SIMD_CLONES __attribute__((optimize("no-tree-loop-distribute-patterns"))) void copy_bytes(
-    void* __restrict out, const void* __restrict in, size_t n) {
+ACCEL_KERNEL_BODY void copy_bytes_body(void* __restrict out, const void* __restrict in, size_t n) {
   char* to = static_cast<char*>(out);
   const char* from = static_cast<const char*>(in);
   size_t i = 0;
   for (; i + 64 <= n; i += 64) std::memcpy(to + i, from + i, 64);  // inlined as vector moves
   for (; i < n; ++i) to[i] = from[i];
 }
+ACCEL_DISPATCHED_WITH(__attribute__((optimize("no-tree-loop-distribute-patterns"))), copy_bytes,
+                      (void* __restrict out, const void* __restrict in, size_t n), (out, in, n))
 
 // --------------------------------------------------------------- sums
 
-ACCEL_SIMD_CLONES void add_f32(float* __restrict out, const float* __restrict a, const float* __restrict b, int64_t n) {
+ACCEL_KERNEL_BODY void add_f32_body(float* __restrict out, const float* __restrict a, const float* __restrict b,
+                                     int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
+ACCEL_DISPATCHED(add_f32, (float* __restrict out, const float* __restrict a, const float* __restrict b, int64_t n),
+                 (out, a, b, n))
 
-ACCEL_SIMD_CLONES void accumulate_f32(float* __restrict out, const float* __restrict a, int64_t n) {
+ACCEL_KERNEL_BODY void accumulate_f32_body(float* __restrict out, const float* __restrict a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += a[i];
 }
+ACCEL_DISPATCHED(accumulate_f32, (float* __restrict out, const float* __restrict a, int64_t n), (out, a, n))
 
 // out = ((slot_0 + slot_1) + slot_2) + ...: the same order on every rank, so every rank
 // gets the same bits.
@@ -163,30 +171,25 @@ void sum_f32_blocked(float* out, float* out2, const float* const* slots, int wor
 
 // Two 16-bit terms, the common case of two ranks: one pass, summed in fp32 and rounded
 // once, exactly as sum_half's blocks do (the same bits), without its float buffers.
-// (No __restrict: out may be a or b, element for element.)
-ACCEL_SIMD_CLONES void sum2_bf16(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
+// (No __restrict: out may be a or b, element for element.) This portable form serves the
+// baseline level and other CPUs, for bf16 only: half.h's fp16 conversions do not
+// vectorise inside this loop (gcc 12).
+void sum2_bf16_portable(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = accel::float_to_bf16(accel::bf16_to_float(a[i]) + accel::bf16_to_float(b[i]));
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("avx512f"))) void sum2_half_avx512(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
-    const __m512 y = _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                        _mm512_maskz_cvtps_ph(0xffff, _mm512_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  for (; i < n; ++i) out[i] = accel::float_to_half(accel::half_to_float(a[i]) + accel::half_to_float(b[i]));
-}
-#endif
+// Whether sum2_half has a one-pass kernel for the dtype on this process's level.
+bool has_sum2(int dtype) { return dtype == kBFloat16 || (dtype == kFloat16 && accel::isa() != accel::kBaseline); }
 
-// Whether sum2_half has a one-pass kernel for the dtype on this CPU.
-bool has_sum2(int dtype) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (dtype == kFloat16) return accel::half_instructions() == 2;
+void sum2(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, int dtype) {
+#if ACCEL_X86_GCC
+  namespace vec = accel::vec;
+  if (accel::isa() == accel::kV4)
+    return dtype == kBFloat16 ? vec::v4::add_rounded<kBFloat16>(out, a, b, n) : vec::v4::add_rounded<kFloat16>(out, a, b, n);
+  if (accel::isa() == accel::kV3)
+    return dtype == kBFloat16 ? vec::v3::add_rounded<kBFloat16>(out, a, b, n) : vec::v3::add_rounded<kFloat16>(out, a, b, n);
 #endif
-  return dtype == kBFloat16;
+  sum2_bf16_portable(out, a, b, n);
 }
 
 // out (and a non-null out2) = a + b, for a dtype has_sum2 accepts; out may be a or b.
@@ -194,10 +197,7 @@ void sum2_half(uint16_t* out, uint16_t* out2, const uint16_t* a, const uint16_t*
   constexpr int64_t kBlock = 4096;
   for (int64_t begin = 0; begin < n; begin += kBlock) {  // blocks: out2 copied while in cache
     const int64_t count = std::min(kBlock, n - begin);
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    if (dtype == kFloat16) sum2_half_avx512(out + begin, a + begin, b + begin, count);
-#endif
-    if (dtype == kBFloat16) sum2_bf16(out + begin, a + begin, b + begin, count);
+    sum2(out + begin, a + begin, b + begin, count, dtype);
     if (out2 != nullptr) copy_bytes(out2 + begin, out + begin, static_cast<size_t>(count) * sizeof(uint16_t));
   }
 }
@@ -323,7 +323,7 @@ class Communicator {
         char* slot = buffer(rank_, seq);
         char* tensor = reinterpret_cast<char*>(data) + begin * element;
         // Ranks agree on count and dtype (announce checks it), so they agree on the split.
-        const bool split = count * element >= kSplitBytes && world_ > 1;
+        const bool split = count >= kSplitElements && world_ > 1;
         if (split) {
           copy_other_shares(slot, tensor, count, element);
         } else if (count > 0) {
@@ -653,6 +653,7 @@ class Communicator {
 
 PYBIND11_MODULE(_shm_comm, m) {
   m.doc() = "accel's shared-memory all-reduce for the ranks of one node (see accel/comm.py)";
+  accel::export_isa(m);
   accel::export_dtypes(m);
   py::dict others;
   for (int i = 0; i < kOtherCount; ++i) others[kOtherDTypes[i]] = kOtherBase + i;

@@ -103,6 +103,20 @@ RANK_SCRIPT = textwrap.dedent(
                 all_reduce_(x)
                 exact &= torch.equal(x.view(torch.uint8), ref.view(torch.uint8))
         result["exact"] = exact
+        # Every 16-bit pattern against every other (a reversed copy on rank 1), on the
+        # split path (65,536 elements) and the whole-sum one (20,000): gloo's bits, and a
+        # NaN wherever gloo has one (gloo writes one canonical NaN; accel keeps the payload).
+        patterns = True
+        for dtype in (torch.bfloat16, torch.float16):
+            every = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype)
+            for n in (65536, 20000):
+                x = (every if rank == 0 else every.flip(0))[:n].clone()
+                ref = x.clone()
+                dist.all_reduce(ref)
+                all_reduce_(x)
+                same = (x.view(torch.int16) == ref.view(torch.int16)) | (x.isnan() & ref.isnan())
+                patterns &= bool(same.all())
+        result["every_pattern"] = patterns
         # reduce_scatter_tensor_: gloo's result (gloo has no fp16 reduce_scatter: for fp16,
         # the block all_reduce_ gives), across slot-sized pieces, and in place.
         scattered = True
@@ -214,6 +228,7 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert [r["exact"] for r in reports] == [True, True]
     assert [r["reduce_scatter_exact"] for r in reports] == [True, True]
+    assert [r["every_pattern"] for r in reports] == [True, True]
     assert [r["shm"] for r in reports] == [True, True]
     assert _shm_names() == before  # nothing left in /dev/shm
 

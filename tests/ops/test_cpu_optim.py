@@ -131,6 +131,10 @@ def test_16_bit_conversions_are_exact_for_every_bit_pattern(dtype: torch.dtype) 
     values[:8] = torch.tensor(
         [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 65504.0, 65520.0, 3e-8]
     )
+    # NaNs whose payload lies only in the bits a 16-bit type drops: still NaN, never inf.
+    values[8:12] = torch.tensor(
+        [0x7F800001, -0x007FFFFF, 0x7FBFFFFF, 0x7F801000], dtype=torch.int32
+    ).view(torch.float32)
     copies = torch.empty(200_000, dtype=dtype)
     cpu_optim.lion_step(
         [values.clone()],
@@ -148,14 +152,28 @@ def test_16_bit_conversions_are_exact_for_every_bit_pattern(dtype: torch.dtype) 
     assert bool(same.all())
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(dtype: torch.dtype) -> None:
+# Every parameter/gradient dtype pair with a kernel of its own (bf16 with fp16 has none).
+DTYPE_PAIRS = [
+    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
+    (torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+    (torch.float32, torch.bfloat16), (torch.float32, torch.float16),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("param_dtype", "grad_dtype"), DTYPE_PAIRS)
+@pytest.mark.parametrize("adamw", [True, False])
+def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(
+    param_dtype: torch.dtype, grad_dtype: torch.dtype, adamw: bool
+) -> None:
+    # 70,001 elements: a full 65,536-element chunk, then a tail no vector width divides.
     generator = torch.Generator().manual_seed(1)
     params, grads = (
-        torch.randn(70_001, generator=generator).to(dtype),
-        torch.randn(70_001, generator=generator).to(dtype),
+        torch.randn(70_001, generator=generator).to(param_dtype),
+        torch.randn(70_001, generator=generator).to(grad_dtype),
     )
-    reference, reference_grads = params.float(), grads.float()
+    # Copies even where the tensors are already fp32 (.float() would alias them).
+    reference = params.to(torch.float32, copy=True)
+    reference_grads = grads.to(torch.float32, copy=True)
     states = [torch.zeros(70_001) for _ in range(4)]
     for step in (1, 2, 3):
         options: dict[str, Any] = {
@@ -163,13 +181,13 @@ def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(dtype: torch.dtype) -> 
             "betas": (0.9, 0.999),
             "eps": 1e-8,
             "weight_decay": 0.01,
-            "adamw": True,
+            "adamw": adamw,
         }
         cpu_optim.adam_step([params], [grads], [states[0]], [states[1]], [step], **options)
         cpu_optim.adam_step(
             [reference], [reference_grads], [states[2]], [states[3]], [step], **options
         )
-        reference = reference.to(dtype).float()
-    assert torch.equal(params, reference.to(dtype))
+        reference = reference.to(param_dtype).float()
+    assert torch.equal(params, reference.to(param_dtype))
     assert torch.equal(states[0], states[2])
     assert torch.equal(states[1], states[3])
