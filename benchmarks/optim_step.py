@@ -1,6 +1,6 @@
 """AdamW step time on the CPU: accel's CPUAdam vs torch (fused, foreach) and DeepSpeed.
 
-    python benchmarks/optim_step.py [--rounds 5] [--steps 3] [--quick]
+    python benchmarks/optim_step.py [--rounds 5] [--steps 3] [--quick | --16-bit]
     ACCEL_CPU_ISA=x86-64-v3 python benchmarks/optim_step.py   # a lower instruction-set level
 
 Every method is timed in the same process, round-robin (one round = a few steps of each
@@ -146,6 +146,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="only the 1M and 16M cases")
+    parser.add_argument(
+        "--16-bit", dest="sixteen_bit", action="store_true",
+        help="only the 16-bit cases (each timed against fp32 in the same rounds)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     cases = [Case("1M fp32", [(1 << 20,)]), Case("16M fp32", [(16 << 20,)])]
@@ -157,6 +161,8 @@ def main() -> None:
             Case("GPT-2 small bf16 (148 tensors)", gpt2_small_shapes(), torch.bfloat16),
             Case("64M fp16 params+grads", [(64 << 20,)], torch.float16),
         ]
+    if args.sixteen_bit:
+        cases = [case for case in cases if case.dtype != torch.float32]
     native = _cpu_optim
     print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
           f"{native.max_threads()} accel threads, kernels: {isa.describe()}")  # fmt: skip

@@ -53,12 +53,17 @@ struct Avx512 {
     return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, wide, 16));
   }
   // Each lane's bf16 rounding of x, in the lane's high 16 bits (the low 16 are garbage):
-  // bits + 0x7fff + (the lowest kept bit), or a NaN with its quiet bit set.
+  // bits + 0x7fff + (the lowest kept bit). Right for every value but a NaN with payload
+  // bits in its low half, which the carry can turn into an infinity or a zero.
+  static __m512i bf16_rounded_high_bits(__m512i bits) {
+    const __m512i lowest_kept = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, bits, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lowest_kept);
+  }
+  // The same for every value: a NaN keeps its high half, with the quiet bit set.
   static __m512i bf16_high_bits(F x) {
     const __m512i bits = _mm512_castps_si512(x);
-    const __m512i lowest_kept = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lowest_kept);
-    return _mm512_mask_or_epi32(rounded, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), bits, _mm512_set1_epi32(0x400000));
+    return _mm512_mask_or_epi32(bf16_rounded_high_bits(bits), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), bits,
+                                _mm512_set1_epi32(0x400000));
   }
   static void store_bf16(uint16_t* out, F x) {
     const __m512i rounded = _mm512_maskz_srli_epi32(kAll, bf16_high_bits(x), 16);
@@ -67,14 +72,17 @@ struct Avx512 {
   // 2 * kWidth bf16 values as two float vectors, the even elements and the odd ones, and
   // back: for element-wise arithmetic, one load, a shift and an and, where two widening
   // loads take two shifts; and one shift and a blend, where two narrowing stores take two.
+  // store_bf16_pair takes results of arithmetic on bf16 values only: such a NaN has a zero
+  // low half (the operand's payload, quieted, or the default NaN), so plain rounding keeps
+  // it (see bf16_rounded_high_bits).
   static void load_bf16_pair(const uint16_t* in, F& even, F& odd) {
     const __m512i x = _mm512_loadu_si512(in);
     even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, x, 16));
     odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static void store_bf16_pair(uint16_t* out, F even, F odd) {
-    const __m512i low = _mm512_maskz_srli_epi32(kAll, bf16_high_bits(even), 16);
-    _mm512_storeu_si512(out, _mm512_mask_blend_epi16(0xaaaaaaaau, low, bf16_high_bits(odd)));
+    const __m512i low = _mm512_maskz_srli_epi32(kAll, bf16_rounded_high_bits(_mm512_castps_si512(even)), 16);
+    _mm512_storeu_si512(out, _mm512_mask_blend_epi16(0xaaaaaaaau, low, bf16_rounded_high_bits(_mm512_castps_si512(odd))));
   }
   static F load_f16(const uint16_t* in) {
     return _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
@@ -112,13 +120,15 @@ struct Avx2 {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
-  static __m256i bf16_high_bits(F x) {  // as Avx512's
-    const __m256i bits = _mm256_castps_si256(x);
+  static __m256i bf16_rounded_high_bits(__m256i bits) {  // as Avx512's
     const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lowest_kept);
+    return _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lowest_kept);
+  }
+  static __m256i bf16_high_bits(F x) {
+    const __m256i bits = _mm256_castps_si256(x);
     const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
-    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet),
-                                                _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bf16_rounded_high_bits(bits)),
+                                                _mm256_castsi256_ps(quiet), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
   }
   static void store_bf16(uint16_t* out, F x) {
     const __m256i rounded = _mm256_srli_epi32(bf16_high_bits(x), 16);
@@ -131,9 +141,10 @@ struct Avx2 {
     even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
     odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-  static void store_bf16_pair(uint16_t* out, F even, F odd) {
-    const __m256i low = _mm256_srli_epi32(bf16_high_bits(even), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_blend_epi16(low, bf16_high_bits(odd), 0xaa));
+  static void store_bf16_pair(uint16_t* out, F even, F odd) {  // as Avx512's
+    const __m256i low = _mm256_srli_epi32(bf16_rounded_high_bits(_mm256_castps_si256(even)), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                        _mm256_blend_epi16(low, bf16_rounded_high_bits(_mm256_castps_si256(odd)), 0xaa));
   }
   static F load_f16(const uint16_t* in) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));

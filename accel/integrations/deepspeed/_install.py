@@ -27,6 +27,7 @@ from accel.integrations.deepspeed._support import installed_version, unsupported
 
 TARGET = "deepspeed.accelerator.real_accelerator"
 REPORT = "deepspeed.env_report"  # ds_report's tables
+COMM = "deepspeed.comm.torch"  # TorchBackend.inference_all_reduce (comm_ops.direct_...)
 _BUILDER_DEFINITIONS = "deepspeed.ops.op_builder."  # modules where DeepSpeed defines builders
 
 _lock = threading.RLock()
@@ -94,7 +95,7 @@ class _ImportHook:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in (TARGET, REPORT):
+        if fullname not in (TARGET, REPORT, COMM):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
@@ -106,8 +107,12 @@ class _ImportHook:
             execute(module)
             if fullname == TARGET:
                 activate(module)
-            elif _adapter is not None:
+            elif _adapter is None:
+                pass
+            elif fullname == REPORT:
                 _truthful_report(module, _adapter)
+            else:
+                _direct_comm(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -145,6 +150,9 @@ def activate(real_accelerator: ModuleType) -> None:
         report = sys.modules.get(REPORT)
         if report is not None:
             _truthful_report(report, adapter)
+        torch_comm = sys.modules.get(COMM)
+        if torch_comm is not None:
+            _direct_comm(torch_comm)
         _active = True
         global _adapter
         _adapter = adapter
@@ -154,6 +162,16 @@ def activate(real_accelerator: ModuleType) -> None:
 
 
 _adapter: Any = None  # the adapter once active, for modules imported after activation
+
+
+def _direct_comm(torch_comm: ModuleType) -> None:
+    # The module may be mid-import (DeepSpeed imports its accelerator from it): then the
+    # hook's call, once it has executed, finds the class.
+    backend = getattr(torch_comm, "TorchBackend", None)
+    if isinstance(backend, type):
+        from accel.integrations.deepspeed.comm_ops import direct_inference_all_reduce
+
+        direct_inference_all_reduce(backend)
 
 
 def _truthful_report(report: ModuleType, adapter: Any) -> None:

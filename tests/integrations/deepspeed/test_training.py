@@ -54,6 +54,7 @@ def test_inference_all_reduce_through_deepspeed_comm(tmp_path: pathlib.Path, bac
         "owner": "accel",
         "shared_memory": True,
         "backend": backend,
+        "direct": True,
     }
     assert set(os.listdir("/dev/shm")) <= shm_before  # nothing left behind
     assert_no_jit(tmp_path)

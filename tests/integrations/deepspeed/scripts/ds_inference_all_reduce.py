@@ -55,6 +55,10 @@ def main() -> None:
                     "owner": comm_ops.owner(),
                     "shared_memory": shared,
                     "backend": str(torch.distributed.get_backend()),
+                    # deepspeed.comm calls accel without the dispatcher round trip.
+                    "direct": getattr(
+                        type(dist.comm.cdb).inference_all_reduce, "__accel_direct__", False
+                    ),
                 }
             )
         )
