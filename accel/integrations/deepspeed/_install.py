@@ -15,22 +15,27 @@ Nothing here imports torch or deepspeed at module level: the startup hook import
 
 from __future__ import annotations
 
+import _thread
 import importlib.machinery
 import os
 import sys
-import threading
-from collections.abc import Sequence
 from types import MethodType, ModuleType
-from typing import Any
 
 from accel.integrations.deepspeed._support import installed_version, unsupported_reason
+
+# This module runs in every process ACCEL_DEEPSPEED=1 arms, most of which never import
+# torch: typing and threading (~3 ms together) stay out (see accel/__init__.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 TARGET = "deepspeed.accelerator.real_accelerator"
 REPORT = "deepspeed.env_report"  # ds_report's tables
 COMM = "deepspeed.comm.torch"  # TorchBackend.inference_all_reduce (comm_ops.direct_...)
 _BUILDER_DEFINITIONS = "deepspeed.ops.op_builder."  # modules where DeepSpeed defines builders
 
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _armed = False
 _active = False
 _error: str | None = None  # a bad ACCEL_DEEPSPEED, raised when deepspeed is imported
