@@ -175,8 +175,14 @@ RANK_SCRIPT = textwrap.dedent(
 )
 
 
+# test_a_crashed_jobs_segment_is_never_read plants such a file; other tests, in other
+# workers or processes at the same time, must not count it as theirs.
+PLANTED = "accel-stale-"
+
+
 def _shm_names() -> set[str]:
-    return {p.name for p in SHM.iterdir()} if SHM.is_dir() else set()
+    names = {p.name for p in SHM.iterdir()} if SHM.is_dir() else set()
+    return {name for name in names if not name.startswith(PLANTED)}
 
 
 def _env() -> dict[str, str]:
@@ -267,7 +273,7 @@ def test_mismatched_sizes_are_an_error_not_garbage(tmp_path: Path) -> None:
 
 def test_a_crashed_jobs_segment_is_never_read(tmp_path: Path) -> None:
     # A leftover segment full of "all flags set" bytes, as a crashed job could leave it.
-    stale = SHM / f"accel-{secrets.token_hex(16)}"
+    stale = SHM / f"{PLANTED}{secrets.token_hex(16)}"
     stale.write_bytes(b"\xff" * (1 << 20))
     try:
         test_sums_match_gloo_bitwise_under_either_launcher(tmp_path, "torchrun")
