@@ -76,22 +76,13 @@ def _microseconds(seconds: float) -> str:
     return f"{micro:.1f}" if micro < 100 else f"{micro:.0f}"
 
 
-def _paired_ratios(samples: dict[str, list[float]], base: str) -> dict[str, float]:
-    """Each method's time over ``base``'s, the median of the rounds' ratios: the machine
-    flips between quiet and busy spells lasting seconds, which shift a whole round alike."""
-    return {
-        name: statistics.median(
-            theirs / ours for theirs, ours in zip(times, samples[base], strict=True)
-        )
-        for name, times in samples.items()
-    }
-
-
 def _interleaved(
-    calls: Mapping[str, Callable[[], object]], size: int, args: argparse.Namespace
-) -> dict[str, list[float]]:
-    """Seconds per call of each of ``calls`` (one warm-up each), one sample per round, the
-    calls taking turns within each round."""
+    calls: Mapping[str, Callable[[], object]], size: int, args: argparse.Namespace, base: str
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each call's median seconds per call, and its time over ``base``'s as the median of
+    the rounds' ratios: the calls take turns within each round (one warm-up each), and
+    the machine flips between quiet and busy spells lasting seconds, which shift a whole
+    round alike."""
     iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for call in calls.values():
@@ -99,7 +90,16 @@ def _interleaved(
     for _ in range(args.rounds):
         for name, call in calls.items():
             samples[name].append(seconds_per_call(call, iters))
-    return samples
+    medians = {name: statistics.median(times) for name, times in samples.items()}
+    ratios = {
+        name: statistics.median(a / b for a, b in zip(times, samples[base], strict=True))
+        for name, times in samples.items()
+    }
+    return medians, ratios
+
+
+def _label(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
 
 
 def compare_dtypes(args: argparse.Namespace) -> None:
@@ -109,9 +109,7 @@ def compare_dtypes(args: argparse.Namespace) -> None:
     for size in SIZES:
         tensors = {name: torch.ones(size // d.itemsize, dtype=d) for name, d in DTYPES.items()}
         calls = {name: functools.partial(all_reduce_, t) for name, t in tensors.items()}
-        samples = _interleaved(calls, size, args)
-        medians = {name: statistics.median(times) for name, times in samples.items()}
-        rows.append((size, medians, _paired_ratios(samples, "float32")))
+        rows.append((size, *_interleaved(calls, size, args, "float32")))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, kernels: {isa.describe()}, "
@@ -121,7 +119,7 @@ def compare_dtypes(args: argparse.Namespace) -> None:
               "bf16 / fp32 bus bandwidth | fp16 / fp32 bus bandwidth |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
         for size, medians, ratios in rows:
-            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            label = _label(size)
             times = " | ".join(_microseconds(medians[name]) for name in DTYPES)
             bus = 2 * (world - 1) / world * size / medians["float32"] / 1e9
             # Same bytes, so bandwidth ratio = fp32 time / 16-bit time.
@@ -171,9 +169,7 @@ def main() -> None:
     for size in SIZES:
         tensor = torch.ones(size // dtype.itemsize, dtype=dtype)
         calls = {name: functools.partial(method, tensor) for name, method in methods.items()}
-        samples = _interleaved(calls, size, args)
-        medians = {name: statistics.median(times) for name, times in samples.items()}
-        rows.append((size, medians, _paired_ratios(samples, "accel shm")))
+        rows.append((size, *_interleaved(calls, size, args, "accel shm")))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, {args.dtype}, kernels: {isa.describe()}, "
@@ -186,7 +182,7 @@ def main() -> None:
         print(f"| size | {columns} | {ratios} | accel bus GB/s |")
         print("|---|" + "---|" * (len(names) + len(peers) + 1))
         for size, medians, paired in rows:
-            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            label = _label(size)
             times = " | ".join(_microseconds(medians[n]) for n in names)
             speedups = " | ".join(f"{paired[n]:.2f}x" for n in peers)
             bus = 2 * (world - 1) / world * size / medians["accel shm"] / 1e9

@@ -7,7 +7,7 @@ test and measure every level it has::
 
     ACCEL_CPU_ISA=x86-64-v3 python -m pytest tests/ops
 
-The variable caps, it never raises: ``x86-64-v4`` on an AVX2 machine runs ``x86-64-v3``.
+The variable only lowers the level: ``x86-64-v4`` on an AVX2 machine runs ``x86-64-v3``.
 The level is read once per process, when the first extension loads.
 """
 

@@ -13,9 +13,9 @@
 namespace accel {
 namespace {
 
-// The dtype is chosen outside each loop, so every loop vectorises.
-ACCEL_KERNEL_BODY void to_f32_portable_body(const uint16_t* __restrict in, float* __restrict out,
-                                             int64_t n, int dtype) {
+// The baseline level's (and other CPUs') conversions. The dtype is chosen outside each
+// loop, so every loop vectorises.
+inline void to_f32_portable(const uint16_t* __restrict in, float* __restrict out, int64_t n, int dtype) {
   if (dtype == kBFloat16) {
     for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(in[i]);
   } else {
@@ -23,19 +23,13 @@ ACCEL_KERNEL_BODY void to_f32_portable_body(const uint16_t* __restrict in, float
   }
 }
 
-ACCEL_KERNEL_BODY void from_f32_portable_body(const float* __restrict in, uint16_t* __restrict out,
-                                               int64_t n, int dtype) {
+inline void from_f32_portable(const float* __restrict in, uint16_t* __restrict out, int64_t n, int dtype) {
   if (dtype == kBFloat16) {
     for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = float_to_half(in[i]);
   }
 }
-
-ACCEL_DISPATCHED(to_f32_portable, (const uint16_t* __restrict in, float* __restrict out, int64_t n, int dtype),
-                 (in, out, n, dtype))
-ACCEL_DISPATCHED(from_f32_portable, (const float* __restrict in, uint16_t* __restrict out, int64_t n, int dtype),
-                 (in, out, n, dtype))
 
 // out[i] = float(in[i]) for a kBFloat16 or kFloat16 buffer.
 [[maybe_unused]] inline void to_f32(const uint16_t* __restrict in, float* __restrict out, int64_t n,

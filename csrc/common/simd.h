@@ -6,7 +6,7 @@
 // -march=native. (The "avx2"/"avx512f" spellings would miss FMA/F16C and AVX512BW.)
 //
 // The level is decided once, by accel::init_isa() in each module's init (which raises on
-// a bad ACCEL_CPU_ISA, so a typo never silently runs the wrong code); accel/ops/_isa.py
+// a bad ACCEL_CPU_ISA, so a typo never silently runs the wrong code); accel/ops/isa.py
 // checks the variable first and reads the level back for `accel report`.
 #pragma once
 

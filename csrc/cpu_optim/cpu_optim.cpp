@@ -5,11 +5,12 @@
 // here repeat the ones that would otherwise corrupt memory (lengths, dtypes, null and
 // overlapping buffers; an address that is not a live buffer cannot be checked here, which
 // is why the op builders hand out the validating Python module, never this one). The GIL is released while the
-// kernels run. The math kernels are plain fp32 loops compiled three times (x86-64-v4,
-// x86-64-v3, baseline) and chosen at load time by the CPU (GCC target_clones), so one
-// binary is portable and still uses AVX-512 where it exists. States are always fp32. Adam
-// converts bf16/fp16 parameters and gradients in registers (adam_typed); the other
-// optimizers convert them through small L1-resident buffers around one fp32 kernel.
+// kernels run. Every kernel is compiled for x86-64-v4, x86-64-v3 and baseline and runs at
+// the process's level (../common/simd.h), so one binary is portable and still uses AVX-512
+// where it exists. States are always fp32. Adam converts bf16/fp16 parameters and
+// gradients in registers (adam_level.inc on v4/v3; adam_typed, bf16 only, on baseline);
+// the other optimizers convert them through small L1-resident buffers around one fp32
+// kernel.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
