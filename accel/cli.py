@@ -30,6 +30,28 @@ def _port(args: argparse.Namespace) -> int:
     )
 
 
+def _spec(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from accel.integrations.transformers import render_spec
+
+    if args.output is not None:
+        path = Path(args.output)
+        # transformers imports the file by its name from the working directory.
+        if path.suffix != ".py" or not path.stem.isidentifier():
+            raise ValueError(
+                f"accel spec: --output {args.output!r}: expected a file name like "
+                "accel_spec.py (transformers imports it as a module: a Python identifier "
+                "ending in .py)"
+            )
+    text = render_spec()
+    if args.output is None:
+        print(text, end="")
+    else:
+        Path(args.output).write_text(text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -61,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain", action="store_true", help="print each finding with its rule and why it is safe"
     )
     port.set_defaults(handler=_port)
+    spec = commands.add_parser(
+        "spec", help="write a framework's device spec for the selected backend"
+    )
+    spec.add_argument(
+        "framework",
+        choices=["transformers"],
+        help="transformers: a TRANSFORMERS_TEST_DEVICE_SPEC file for its device-agnostic tests",
+    )
+    spec.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of stdout")
+    spec.set_defaults(handler=_spec)
     run = commands.add_parser(
         "run",
         help="torchrun with NUMA-aware core binding (accel run --help for every option)",

@@ -4,6 +4,18 @@
 :mod:`accel.comm.process_group`.
 """
 
-from accel.comm.process_group import BACKEND_NAME, AccelProcessGroup, register
+from accel.comm.process_group import (
+    BACKEND_NAME,
+    AccelProcessGroup,
+    make_default,
+    register,
+    set_default_backend,
+)
 
-__all__ = ["BACKEND_NAME", "AccelProcessGroup", "register"]
+__all__ = [
+    "BACKEND_NAME",
+    "AccelProcessGroup",
+    "make_default",
+    "register",
+    "set_default_backend",
+]

@@ -115,3 +115,15 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         CUDAAccelerator, "probe", classmethod(lambda cls: Availability(False, "hidden by test"))
     )
+
+
+@pytest.fixture
+def default_backend_map() -> Iterator[dict[str, str]]:
+    """torch's device -> backend map, put back as it was after the test."""
+    import torch.distributed as dist
+
+    table = dist.Backend.default_device_backend_map
+    saved = dict(table)
+    yield table
+    table.clear()
+    table.update(saved)

@@ -124,3 +124,20 @@ def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
         for alias in node.names
     ]
     assert names == ["y"]
+
+
+def test_import_accel_loads_no_framework() -> None:
+    """Frameworks are imported by their integration only: ``import accel`` (and the pieces
+    a framework's spec or process group needs) never pays for Lightning or transformers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, accel, accel.process_group, accel.integrations.transformers, accel.cli;"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'transformers',"
+        " 'pytorch_lightning', 'deepspeed'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "[]"

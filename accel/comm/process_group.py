@@ -337,4 +337,62 @@ def register() -> None:
         backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
 
 
+def set_default_backend(device_type: str, backend: str | None) -> str | None:
+    """Make ``backend`` torch.distributed's default for tensors of ``device_type``.
+
+    torch keeps one process-wide map from device type to backend
+    (``torch.distributed.Backend.default_device_backend_map``); ``init_process_group()``
+    reads it when no backend is named (for ``device_id=`` and for the machine's own
+    accelerator), and so do frameworks that choose a backend per device, such as
+    Lightning's DDP. ``backend`` is a backend name, or a per-device string as
+    ``init_process_group`` takes it (``"cpu:accel,npu:hccl"``, which the ``device_id=``
+    path and Lightning accept; torch's argument-free default needs a plain name).
+    ``None`` removes the entry. Returns the entry it replaced (``None`` if there was
+    none), so a caller can put it back.
+
+    Raises:
+        ValueError: a backend named is not registered with torch.distributed, or a plain
+            name does not handle ``device_type`` (for backends that declare their devices).
+    """
+    table = dist.Backend.default_device_backend_map
+    previous = table.get(device_type)
+    if backend is None:
+        table.pop(device_type, None)
+        return previous
+    registered: list[str] = dist.Backend.backend_list
+    pairs = [pair.partition(":") for pair in backend.lower().split(",")]
+    names = [name if sep else device for device, sep, name in pairs]
+    unknown = [name for name in names if name not in registered]
+    if unknown or any(bool(sep) != (":" in backend) for _, sep, _ in pairs):
+        raise ValueError(
+            f"set_default_backend: backend {backend!r} for device type {device_type!r}: "
+            f"expected a registered torch.distributed backend ({sorted(registered)}) or "
+            "'device:backend' pairs of them separated by commas"
+        )
+    if ":" not in backend:
+        devices = dist.Backend.backend_capability.get(names[0])
+        if devices is not None and device_type not in devices:
+            raise ValueError(
+                f"set_default_backend: backend {backend!r} does not handle device type "
+                f"{device_type!r}; it handles {devices} (name it per device: "
+                f"'{device_type}:{names[0]}')"
+            )
+    table[device_type] = backend.lower()
+    return previous
+
+
+def make_default() -> str | None:
+    """Make ``"accel"`` the default torch.distributed backend for CPU tensors (opt-in).
+
+    After it, ``init_process_group()`` with no backend on a machine whose torch
+    accelerator is the CPU, ``init_process_group(device_id=torch.device("cpu"))`` and
+    frameworks that read torch's device-to-backend map (Lightning's DDP on the CPU) use
+    accel's shared-memory backend for CPU tensors; other device types keep theirs.
+    Returns the previous CPU default (``"gloo"`` in a fresh process), for
+    ``set_default_backend("cpu", previous)``.
+    """
+    register()
+    return set_default_backend("cpu", BACKEND_NAME)
+
+
 register()

@@ -198,7 +198,13 @@ def install(name: str) -> types.ModuleType:
     _setup_privateuseone_for_python_backend(rename=name, backend_module=module)
     library = torch.library.Library("_", "IMPL")
     library.fallback(lambda op, *args, **kwargs: run(op, args, kwargs), "PrivateUse1")
-    module._library = library  # type: ignore[attr-defined]  # keep the registration alive
+    # torch.tensor(data, device=...) copies with torch's Python key excluded, so the copy
+    # reaches PrivateUse1 directly; torch then looks for a kernel registered for that op
+    # (a fallback is not one) and asserts. A per-op kernel for it closes the gap.
+    per_op = torch.library.Library("aten", "IMPL")
+    for op in (torch.ops.aten._to_copy.default, torch.ops.aten.lift_fresh.default):
+        per_op.impl(op, lambda *args, _op=op, **kwargs: run(_op, args, kwargs), "PrivateUse1")
+    module._library = (library, per_op)  # type: ignore[attr-defined]  # keep them alive
     return module
 
 

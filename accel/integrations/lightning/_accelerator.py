@@ -1,0 +1,136 @@
+"""The Lightning accelerator for whatever backend accel selected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import lightning.pytorch.accelerators as trainer_accelerators
+import lightning.pytorch.plugins.precision as trainer_plugins
+import torch
+from typing_extensions import override
+
+from accel import get_accelerator
+from accel.comm.process_group import set_default_backend
+from accel.integrations.lightning._devices import device_index, parse_devices, process_group_backend
+
+NAME = "accel"
+
+
+class AccelAccelerator(trainer_accelerators.Accelerator):
+    """A Lightning accelerator backed by :func:`accel.get_accelerator`.
+
+    One class serves Fabric and the Trainer (the Trainer's accelerator base extends
+    Fabric's). ``devices`` means what it means for Lightning's own accelerators: on the
+    CPU backend a number of processes; on a device backend a count of devices, a list of
+    indices, ``"0,2"``, or ``-1`` for all of them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._replaced_default: tuple[str, str | None] | None = None
+
+    @override
+    def setup_device(self, device: torch.device) -> None:
+        """Make ``device`` current and the backend's collectives DDP's default for it.
+
+        Raises:
+            ValueError: ``device`` is not the selected backend's device type (Lightning
+                gives a single-device strategy the CPU unless told otherwise).
+        """
+        acc = get_accelerator()
+        expected = acc.device().type
+        if device.type != expected:
+            raise ValueError(
+                f"AccelAccelerator.setup_device: Lightning handed this process {device}, but "
+                f"accel's backend {type(acc).__name__} runs on {expected!r} devices. Lightning "
+                "gives a single-device strategy the CPU for every accelerator but CUDA and "
+                "MPS; pass strategy='accel_single_device' (and strategy='accel_ddp' for "
+                "several devices)"
+            )
+        index = device_index(device)
+        if index is not None and expected != "cpu":
+            acc.set_device(index)
+        # Lightning's DDP asks torch's device -> backend map; point it at the backend's own.
+        previous = set_default_backend(device.type, process_group_backend(acc, device.type))
+        if self._replaced_default is None:
+            self._replaced_default = (device.type, previous)
+
+    @override
+    def setup(self, trainer: pl.Trainer) -> None:
+        """Refuse mixed precision that would autocast on another device type."""
+        plugin = trainer.strategy.precision_plugin
+        expected = get_accelerator().device().type
+        if isinstance(plugin, trainer_plugins.MixedPrecision) and plugin.device != expected:
+            raise ValueError(
+                f"AccelAccelerator.setup: the Trainer's mixed precision autocasts on "
+                f"{plugin.device!r}, but accel's backend runs on {expected!r} (Lightning picks "
+                "the autocast device by accelerator name); pass "
+                f"plugins=[accel.integrations.lightning.trainer_precision({plugin.precision!r})]"
+            )
+
+    @override
+    def teardown(self) -> None:
+        """Put back the torch.distributed default that :meth:`setup_device` replaced."""
+        if self._replaced_default is not None:
+            device_type, previous = self._replaced_default
+            set_default_backend(device_type, previous)
+            self._replaced_default = None
+
+    @staticmethod
+    @override
+    def parse_devices(devices: Any) -> int | list[int]:
+        """A process count on the CPU backend; device indices on a device backend."""
+        return parse_devices(get_accelerator(), devices)
+
+    @staticmethod
+    @override
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        """One torch device per process."""
+        acc = get_accelerator()
+        parsed = parse_devices(acc, devices)
+        if isinstance(parsed, int):
+            return [acc.device()] * parsed
+        return [acc.device(index) for index in parsed]
+
+    @staticmethod
+    @override
+    def auto_device_count() -> int:
+        """The backend's device count (one process on the CPU backend)."""
+        return get_accelerator().device_count()
+
+    @staticmethod
+    @override
+    def is_available() -> bool:
+        """Whether accel's selected backend can run here."""
+        return get_accelerator().is_available()
+
+    @staticmethod
+    @override
+    def name() -> str:
+        """``"accel"``."""
+        return NAME
+
+    @override
+    def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
+        """The backend's memory statistics for ``device`` (MemoryAPI), in bytes."""
+        acc = get_accelerator()
+        index = device_index(device)
+        stats: dict[str, Any] = dict(acc.memory_stats(index))
+        stats.update(
+            allocated_bytes=acc.memory_allocated(index),
+            max_allocated_bytes=acc.max_memory_allocated(index),
+            reserved_bytes=acc.memory_reserved(index),
+            max_reserved_bytes=acc.max_memory_reserved(index),
+            total_bytes=acc.total_memory(index),
+            available_bytes=acc.available_memory(index),
+        )
+        return stats
+
+    @classmethod
+    @override
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
+        """Register under ``"accel"`` (Lightning's registries call this hook)."""
+        accelerator_registry.register(
+            NAME, cls, description="any accel backend (accel.get_accelerator())", override=True
+        )

@@ -1,0 +1,54 @@
+"""Mixed precision on the backend's device, in a dtype its DTypeAPI supports.
+
+Lightning autocasts on ``"cuda"`` for every accelerator but ``"cpu"`` and ``"mps"``, and
+on the CPU silently swaps fp16 for bf16; these plugins autocast where the backend's
+tensors are and refuse a dtype the backend does not support.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning.fabric.plugins.precision as fabric_plugins
+import lightning.pytorch.plugins.precision as trainer_plugins
+
+from accel import get_accelerator
+
+MixedPrecisionName = Literal["bf16-mixed", "16-mixed"]
+
+
+def fabric_precision(precision: MixedPrecisionName) -> fabric_plugins.MixedPrecision:
+    """Fabric's mixed precision, autocasting on the backend's device type.
+
+    Raises:
+        ValueError: ``precision`` is not a mixed-precision name, or the backend's
+            ``DTypeAPI`` does not support its dtype.
+    """
+    return fabric_plugins.MixedPrecision(precision=precision, device=_autocast_device(precision))
+
+
+def trainer_precision(precision: MixedPrecisionName) -> trainer_plugins.MixedPrecision:
+    """The Trainer's mixed precision, autocasting on the backend's device type.
+
+    Raises:
+        ValueError: as :func:`fabric_precision`.
+    """
+    return trainer_plugins.MixedPrecision(precision=precision, device=_autocast_device(precision))
+
+
+def _autocast_device(precision: str) -> str:
+    acc = get_accelerator()
+    supported = {"bf16-mixed": acc.is_bf16_supported, "16-mixed": acc.is_fp16_supported}
+    check = supported.get(precision)
+    if check is None:
+        raise ValueError(
+            f"precision {precision!r}: expected one of {sorted(supported)} (Lightning's other "
+            "precisions do not depend on the device: pass them as precision=...)"
+        )
+    if not check():
+        dtype = "bfloat16" if precision == "bf16-mixed" else "float16"
+        raise ValueError(
+            f"precision {precision!r}: accel's backend {type(acc).__name__} does not support "
+            f"{dtype} (DTypeAPI); it supports {acc.supported_dtypes()}"
+        )
+    return acc.device().type

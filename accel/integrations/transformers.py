@@ -1,0 +1,99 @@
+"""Hugging Face transformers' device-agnostic tests on any accel backend.
+
+transformers' test suite runs on a device it does not know when
+``TRANSFORMERS_TEST_DEVICE_SPEC`` names a Python file with ``DEVICE_NAME`` and hooks
+(``MANUAL_SEED_FN``, ``EMPTY_CACHE_FN``, ``DEVICE_COUNT_FN``, ...);
+``transformers.testing_utils.backend_*`` then call the hooks for that device.
+:func:`render_spec` writes that file for the selected backend (``accel spec
+transformers``), with every hook calling accel, and a hook left out where the backend
+does not have the member behind it. Nothing here imports transformers.
+
+transformers reads the hooks it knows and ignores the rest: 5.23 reads
+``MANUAL_SEED_FN``, ``EMPTY_CACHE_FN`` and ``DEVICE_COUNT_FN``; the memory and
+synchronize hooks are written too, for the versions that read them
+(docs/frameworks.md has the details).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from accel import get_accelerator
+from accel.protocols import Accelerator
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One spec entry: transformers' name, the accel member it calls, what it means."""
+
+    name: str
+    member: str
+    meaning: str
+
+
+HOOKS = (
+    Hook("MANUAL_SEED_FN", "manual_seed", "seed the current device's generator"),
+    Hook("EMPTY_CACHE_FN", "empty_cache", "release cached, unused device memory"),
+    Hook("DEVICE_COUNT_FN", "device_count", "number of devices"),
+    Hook("MEMORY_ALLOCATED_FN", "memory_allocated", "bytes held by tensors now"),
+    Hook("MAX_MEMORY_ALLOCATED_FN", "max_memory_allocated", "peak bytes held by tensors"),
+    Hook("RESET_PEAK_MEMORY_STATS_FN", "reset_peak_memory_stats", "restart the peaks"),
+    Hook("RESET_MAX_MEMORY_ALLOCATED_FN", "reset_peak_memory_stats", "restart the peaks"),
+    Hook("SYNCHRONIZE_FN", "synchronize", "wait for the device's queued work"),
+)
+
+_TEMPLATE = '''\
+"""transformers' device spec for accel's {backend} backend ({device} devices).
+
+Written by `accel spec transformers`. Use it as
+    TRANSFORMERS_TEST_DEVICE_SPEC={{this file}} python -m pytest tests/...
+Every hook calls accel.get_accelerator(); a hook the backend cannot back is left out
+(transformers then uses its default for it).
+"""
+
+from accel.integrations.transformers import spec_accelerator as _spec_accelerator
+
+# Raises if this process selects a backend for another device type than the one the
+# spec was written for.
+_accelerator = _spec_accelerator({device})
+
+DEVICE_NAME = {device}
+{hooks}'''
+
+
+def render_spec(accelerator: Accelerator | None = None) -> str:
+    """The text of a ``TRANSFORMERS_TEST_DEVICE_SPEC`` file for ``accelerator``.
+
+    ``accelerator`` defaults to :func:`accel.get_accelerator`; the file selects it again
+    when transformers imports it (so the process that runs the tests needs the same
+    backend: the same ``ACCEL_BACKEND``, or the same auto-detected device).
+    """
+    acc = get_accelerator() if accelerator is None else accelerator
+    lines: list[str] = []
+    for hook in HOOKS:
+        if callable(getattr(acc, hook.member, None)):
+            lines.append(f"{hook.name} = _accelerator.{hook.member}  # {hook.meaning}")
+        else:
+            lines.append(f"# {hook.name}: left out, the backend has no {hook.member}()")
+    return _TEMPLATE.format(
+        backend=type(acc).__name__, device=json.dumps(acc.device().type),
+        hooks="\n".join(lines) + "\n",
+    )  # fmt: skip
+
+
+def spec_accelerator(device_type: str) -> Accelerator:
+    """The selected accelerator, checked to run on ``device_type`` (called by spec files).
+
+    Raises:
+        ValueError: the selected backend runs on another device type.
+    """
+    acc = get_accelerator()
+    actual = acc.device().type
+    if actual != device_type:
+        raise ValueError(
+            f"transformers device spec: written for {device_type!r} devices, but accel "
+            f"selected {type(acc).__name__} ({actual!r}) in this process; set ACCEL_BACKEND "
+            "or regenerate the spec with `accel spec transformers`"
+        )
+    return acc

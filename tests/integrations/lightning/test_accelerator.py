@@ -1,0 +1,175 @@
+"""``AccelAccelerator`` and its helpers, in this process, against Lightning's own contracts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import lightning.fabric.accelerators as fabric_accelerators
+import lightning.fabric.strategies as fabric_strategies
+import lightning.pytorch.accelerators as trainer_accelerators
+import lightning.pytorch.strategies as trainer_strategies
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import given
+from hypothesis import strategies as st
+
+import accel
+import accel.integrations.lightning as accel_lightning
+from accel.integrations.lightning import _devices, _precision
+
+
+class _Devices:
+    """What parse_devices asks a backend: its device type and how many it has."""
+
+    def __init__(self, device_type: str, count: int) -> None:
+        self.type, self.count = device_type, count
+
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device(self.type, index)
+
+    def device_count(self) -> int:
+        return self.count
+
+
+def test_accel_and_its_strategies_are_registered_with_fabric_and_the_trainer() -> None:
+    for registry in (
+        fabric_accelerators.ACCELERATOR_REGISTRY,
+        trainer_accelerators.AcceleratorRegistry,
+    ):
+        assert registry["accel"]["accelerator"] is accel_lightning.AccelAccelerator
+    assert isinstance(
+        fabric_strategies.STRATEGY_REGISTRY.get("accel_ddp"), fabric_strategies.DDPStrategy
+    )
+    assert isinstance(
+        trainer_strategies.StrategyRegistry.get("accel_ddp"), trainer_strategies.DDPStrategy
+    )
+    single = fabric_strategies.STRATEGY_REGISTRY.get("accel_single_device")
+    assert single.root_device == accel.get_accelerator().device()
+    accel_lightning.register()  # idempotent
+    assert (
+        fabric_accelerators.ACCELERATOR_REGISTRY["accel"]["accelerator"]
+        is accel_lightning.AccelAccelerator
+    )
+
+
+def test_the_accelerator_answers_from_the_selected_backend() -> None:
+    acc = accel.get_accelerator()
+    lightning_accelerator = accel_lightning.AccelAccelerator
+    assert lightning_accelerator.name() == "accel"
+    assert lightning_accelerator.is_available() == acc.is_available()
+    assert lightning_accelerator.auto_device_count() == acc.device_count()
+    assert lightning_accelerator.get_parallel_devices(3) == [acc.device()] * 3
+
+
+def test_device_stats_are_the_backends_memory_numbers() -> None:
+    acc = accel.get_accelerator()
+    keep = torch.empty(1 << 20, device=acc.device())
+    stats = accel_lightning.AccelAccelerator().get_device_stats(acc.device())
+    assert stats["total_bytes"] == acc.total_memory()
+    assert 0 < stats["available_bytes"] <= stats["total_bytes"]
+    assert set(acc.memory_stats()) <= set(stats)
+    assert all(isinstance(value, int) for value in stats.values())
+    del keep
+
+
+@pytest.mark.parametrize(("given_devices", "expected"), [(1, 1), (3, 3), ("2", 2), (" 4 ", 4)])
+def test_cpu_devices_are_a_process_count(given_devices: Any, expected: int) -> None:
+    assert _devices.parse_devices(_Devices("cpu", 1), given_devices) == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, "0", [0], "0,1", True, 1.5, None, "two"])
+def test_bad_cpu_devices_name_the_value(bad: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"devices={bad!r}")):
+        _devices.parse_devices(_Devices("cpu", 1), bad)
+
+
+@pytest.mark.parametrize(
+    ("given_devices", "expected"),
+    [(1, [0]), (3, [0, 1, 2]), (-1, [0, 1, 2, 3]), ("-1", [0, 1, 2, 3]), ("1,3", [1, 3]),
+     ([2, 0], [2, 0]), ((3,), [3])],
+)  # fmt: skip
+def test_device_backend_devices_are_indices(given_devices: Any, expected: list[int]) -> None:
+    assert _devices.parse_devices(_Devices("xpu", 4), given_devices) == expected
+
+
+@pytest.mark.parametrize("bad", [0, 5, -2, [4], [0, 0], [], [True], "1,x", "", 2.0])
+def test_bad_device_indices_name_the_value(bad: Any) -> None:
+    with pytest.raises(ValueError, match="devices="):
+        _devices.parse_devices(_Devices("xpu", 4), bad)
+
+
+@given(count=st.integers(1, 16), wanted=st.integers(-3, 20))
+def test_an_int_gives_the_first_devices_or_an_error(count: int, wanted: int) -> None:
+    backend = _Devices("xpu", count)
+    if wanted == -1 or 0 < wanted <= count:
+        assert _devices.parse_devices(backend, wanted) == list(
+            range(count if wanted == -1 else wanted)
+        )
+    else:
+        with pytest.raises(ValueError, match=f"devices={wanted}"):
+            _devices.parse_devices(backend, wanted)
+
+
+def test_a_device_of_another_type_is_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="strategy='accel_single_device'"):
+        accel_lightning.AccelAccelerator().setup_device(torch.device("meta"))
+
+
+@pytest.mark.usefixtures("default_backend_map")
+def test_setup_device_makes_the_backends_library_ddps_default_until_teardown() -> None:
+    acc = accel.get_accelerator()
+    before = dist.Backend.default_device_backend_map["cpu"]
+    lightning_accelerator = accel_lightning.AccelAccelerator()
+    lightning_accelerator.setup_device(torch.device("cpu"))
+    assert dist.Backend.default_device_backend_map["cpu"] == acc.communication_backend_name()
+    lightning_accelerator.teardown()
+    assert dist.Backend.default_device_backend_map["cpu"] == before
+
+
+def test_a_backend_library_that_does_not_declare_the_device_is_named_per_device() -> None:
+    class Backend(_Devices):
+        def __init__(self, library: str) -> None:
+            super().__init__("accelfake", 1)
+            self.library = library
+
+        def communication_backend_name(self) -> str:
+            return self.library
+
+    assert _devices.process_group_backend(Backend("gloo"), "cpu") == "gloo"  # type: ignore[arg-type]
+    assert (
+        _devices.process_group_backend(Backend("gloo"), "accelfake")  # type: ignore[arg-type]
+        == "cpu:gloo,accelfake:gloo"
+    )
+
+
+class _DTypes:
+    def __init__(self, bf16: bool, fp16: bool) -> None:
+        self.bf16, self.fp16 = bf16, fp16
+
+    def is_bf16_supported(self) -> bool:
+        return self.bf16
+
+    def is_fp16_supported(self) -> bool:
+        return self.fp16
+
+    def supported_dtypes(self) -> list[torch.dtype]:
+        return [torch.float32]
+
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device("xpu", index)
+
+
+@pytest.mark.parametrize(
+    "make", [accel_lightning.fabric_precision, accel_lightning.trainer_precision]
+)
+def test_mixed_precision_follows_the_dtype_api(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_precision, "get_accelerator", lambda: _DTypes(bf16=True, fp16=False))
+    plugin = make("bf16-mixed")
+    assert plugin.device == "xpu"
+    assert plugin.precision == "bf16-mixed"
+    with pytest.raises(ValueError, match="does not support float16"):
+        make("16-mixed")
+    with pytest.raises(ValueError, match="'32-true': expected one of"):
+        make("32-true")

@@ -1,0 +1,155 @@
+"""A small model trained by Lightning (Fabric or the Trainer); one JSON file per rank.
+
+    python train.py --api fabric --accelerator accel [--strategy S] [--devices N]
+                    [--num-nodes N] [--precision P] [--fake NAME]
+
+``--fake NAME`` installs tests/support/fake_device.py as device ``NAME`` first, so accel
+selects that device's backend. Every rank trains on its own fixed batch, so losses are
+the same whichever accelerator runs them, and DDP's averaged gradients make every
+rank's model the same. ``--out DIR`` gets ``rank<N>.json`` (ranks share stdout, where
+lines would interleave): rank, device, the process group's backend configuration, the
+losses, the dtype the model's output had and the parameters' sum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+STEPS = 6
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+
+def _batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(rank))
+    return x, x.sum(dim=1, keepdim=True)
+
+
+def _report(
+    out: str, rank: int, device: torch.device, losses: list[float], dtype: str, model: Any
+) -> None:
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend_config()) if dist.is_initialized() else None
+    total = sum(float(p.detach().to("cpu", torch.float64).sum()) for p in model.parameters())
+    result = {
+        "rank": rank, "device": str(device), "backend": backend, "losses": losses,
+        "output_dtype": dtype, "parameter_sum": total,
+    }  # fmt: skip
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def _plugins(args: argparse.Namespace, api: str) -> list[Any]:
+    if not args.accel_precision:
+        return []
+    import accel.integrations.lightning as accel_lightning
+
+    make = (
+        accel_lightning.fabric_precision if api == "fabric" else accel_lightning.trainer_precision
+    )
+    return [make(args.accel_precision)]
+
+
+def run_fabric(args: argparse.Namespace) -> None:
+    import lightning
+
+    fabric = lightning.Fabric(
+        accelerator=args.accelerator, strategy=args.strategy, devices=args.devices,
+        num_nodes=args.num_nodes, precision=args.precision, plugins=_plugins(args, "fabric"),
+    )  # fmt: skip
+    fabric.launch()
+    # Module first, optimizer after: the fake device's tensors are wrapper tensors, which
+    # Module.to() replaces rather than updates (the order Lightning documents anyway).
+    model = fabric.setup_module(_model())
+    optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.05))
+    x, y = (t.to(fabric.device) for t in _batch(fabric.global_rank))
+    losses, dtype = [], ""
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        with fabric.autocast():
+            out = model(x)
+        dtype = str(out.dtype)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        fabric.backward(loss)
+        optimizer.step()
+        losses.append(float(loss))
+    _report(args.out, fabric.global_rank, fabric.device, losses, dtype, model)
+
+
+def run_trainer(args: argparse.Namespace) -> None:
+    import lightning
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _model()
+            self.losses: list[float] = []
+            self.dtype_seen = ""
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = _batch(self.global_rank)
+            out = self.net(x.to(self.device))
+            self.dtype_seen = str(out.dtype)
+            loss = torch.nn.functional.mse_loss(out.float(), y.to(self.device))
+            self.losses.append(float(loss))
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+        def train_dataloader(self) -> Any:
+            return torch.utils.data.DataLoader(range(STEPS), batch_size=1)
+
+    module = Module()
+    trainer = lightning.Trainer(
+        accelerator=args.accelerator, strategy=args.strategy, devices=args.devices,
+        num_nodes=args.num_nodes, precision=args.precision, plugins=_plugins(args, "trainer"),
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=args.root, use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(module)
+    _report(args.out, trainer.global_rank, trainer.strategy.root_device, module.losses,
+            module.dtype_seen, module)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--api", choices=("fabric", "trainer"), required=True)
+    parser.add_argument("--accelerator", default="accel")
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--devices", default="1")
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--accel-precision", default=None)
+    parser.add_argument("--fake", default=None)
+    parser.add_argument("--root", default=".", help="the Trainer's default_root_dir")
+    parser.add_argument("--out", required=True, help="directory for rank<N>.json")
+    args = parser.parse_args()
+    if args.fake:
+        import fake_device
+
+        fake_device.install(args.fake)
+    import accel.integrations.lightning  # noqa: F401  (registers "accel")
+
+    (run_fabric if args.api == "fabric" else run_trainer)(args)
+    import torch.distributed as dist
+
+    # Lightning leaves the group up; gloo's can abort the interpreter at exit
+    # ("terminate called without an active exception").
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
