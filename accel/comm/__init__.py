@@ -26,7 +26,15 @@ import torch.distributed as dist
 from accel.comm import _op
 from accel.comm import _torch_dist as tdist
 from accel.comm._release import run_released
-from accel.comm._segment import SLOT_BYTES, reduce, shm_group, summable_codes, wire_code
+from accel.comm._segment import (
+    SLOT_BYTES,
+    reduce,
+    shm_group,
+    shm_timeout,
+    spanning_of,
+    summable_codes,
+    wire_code,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -88,7 +96,11 @@ def all_reduce_(
     # On every rank, whatever its tensor: the setup is collective.
     shm = shm_group(group, "all_reduce_")
     if shm is None:
-        run_released(tdist.all_reduce, [tensor], group, tensor)
+        spanning = spanning_of(group)
+        if spanning is not None and not torch.compiler.is_compiling():
+            spanning.all_reduce(tensor, shm_timeout(group, timeout))
+        else:
+            run_released(tdist.all_reduce, [tensor], group, tensor)
     elif torch.compiler.is_compiling():
         # Inside a compiled graph the call must be an op torch.compile can see.
         _op.shm_all_reduce_(tensor, shm.key, shm.seconds(timeout))

@@ -18,7 +18,6 @@ import functools
 import itertools
 import os
 import secrets
-import socket
 import threading
 import warnings
 import weakref
@@ -29,7 +28,9 @@ import torch
 import torch.distributed as dist
 
 from accel.comm import _torch_dist as tdist
+from accel.comm._nodes import node_identity
 from accel.comm._release import run_released
+from accel.comm._spanning import Spanning, build, placement
 from accel.ops._dtypes import dtype_codes
 
 # Per rank and buffer; larger messages go in chunks, with two rank barriers per chunk.
@@ -111,6 +112,7 @@ _lock = threading.Lock()
 # lifetime. None: the group is not node-local.
 _groups: dict[int, ShmGroup | None] = {}
 _by_key: dict[int, ShmGroup] = {}
+_spanning: dict[int, Spanning] = {}  # groups on several nodes, same keys as _groups
 _keys = itertools.count(1)
 
 
@@ -136,15 +138,6 @@ def wire_code(dtype: torch.dtype) -> int:
 def by_key(key: int) -> ShmGroup:
     """The segment whose :attr:`ShmGroup.key` is ``key`` (how the compiled op finds it)."""
     return _by_key[key]
-
-
-def _node_identity() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            boot_id = boot.read().strip()
-    except OSError:
-        boot_id = ""
-    return f"{socket.gethostname()}/{boot_id}"
 
 
 def _gather_text(text: str, world: int, group: dist.ProcessGroup | None) -> list[str]:
@@ -200,16 +193,19 @@ def _group_timeout(process_group: dist.ProcessGroup) -> float:
         return dist.default_pg_timeout.total_seconds()
 
 
-def _setup(group: dist.ProcessGroup | None) -> ShmGroup | None:
+def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if world == 1 or not _cpu_capable(group):
         return None  # nothing to exchange, or no CPU collectives to exchange it with
-    identities = _gather_text(f"{_node_identity()} {os.getpid()}", world, group)
-    if any(
-        identity.rsplit(" ", 1)[0] != identities[0].rsplit(" ", 1)[0] for identity in identities
-    ):
-        return None  # ranks on several nodes: shared memory cannot reach them all
+    identities = _gather_text(f"{node_identity()} {os.getpid()}", world, group)
+    nodes = [identity.rsplit(" ", 1)[0] for identity in identities]
+    if any(node != nodes[0] for node in nodes):
+        # Ranks on several nodes: one segment cannot reach them all; one per node can.
+        process_group = group if group is not None else dist.group.WORLD
+        assert process_group is not None  # initialised: the caller checked
+        ranks = dist.get_process_group_ranks(process_group)
+        return build(placement(nodes, ranks), ranks[rank], _group_timeout(process_group))
     pids = [int(identity.rsplit(" ", 1)[1]) for identity in identities]
     offer = torch.zeros(2, dtype=torch.int64)  # rank 0's descriptor, the session id
     communicator: Any = None
@@ -280,9 +276,28 @@ def shm_group(group: dist.ProcessGroup | None, call: str) -> ShmGroup | None:
         return _groups[id(process_group)]
 
 
-def _remember(process_group: dist.ProcessGroup, shm: ShmGroup | None) -> None:
-    """Keep ``shm`` for ``process_group`` until the group is garbage."""
+def shm_timeout(group: dist.ProcessGroup | None, timeout: float | None) -> float:
+    """A call's timeout in seconds: ``timeout``, or ``group``'s own when it is None."""
+    if timeout is not None:
+        return float(timeout)
+    process_group = group if group is not None else dist.group.WORLD
+    assert process_group is not None  # initialised: the caller checked
+    return _group_timeout(process_group)
+
+
+def spanning_of(group: dist.ProcessGroup | None) -> Spanning | None:
+    """The two levels of a group that spans nodes (None: node-local, not yet set up by
+    :func:`shm_group`, or one rank per node)."""
+    return _spanning.get(id(group if group is not None else dist.group.WORLD))
+
+
+def _remember(process_group: dist.ProcessGroup, found: ShmGroup | Spanning | None) -> None:
+    """Keep what ``_setup`` found for ``process_group`` until the group is garbage."""
     ident = id(process_group)
+    if isinstance(found, Spanning):
+        _spanning[ident] = found
+        found = None
+    shm = found
     _groups[ident] = shm
     if shm is not None:
         _by_key[shm.key] = shm
@@ -298,6 +313,7 @@ def _remember(process_group: dist.ProcessGroup, shm: ShmGroup | None) -> None:
 
 def _forget(ident: int, key: int | None) -> None:
     _groups.pop(ident, None)
+    _spanning.pop(ident, None)
     if key is not None:
         _by_key.pop(key, None)
 

@@ -37,7 +37,7 @@ from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingMod
 from torch.distributed.distributed_c10d import GroupName
 
 from accel import comm
-from accel.comm._segment import register_group_owner
+from accel.comm._segment import register_group_owner, spanning_of
 
 BACKEND_NAME = "accel"
 # torch's stubs lack these (PrefixStore, _create_work_from_future) or type them too
@@ -242,7 +242,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         ):
             self.wait_queued()
             return self.gloo.allreduce(tensors, opts)
-        if not self.uses_shared_memory():
+        if not self.uses_shared_memory() and spanning_of(self) is None:
             return self.gloo.allreduce(tensors, opts)
         self.shared_reductions += 1
         outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()

@@ -1,0 +1,172 @@
+"""Groups that span nodes: shared memory inside each node, gloo between them.
+
+Nodes are simulated on this host with ``ACCEL_NODE_ID`` (one value per simulated node),
+launched by ``accel run --nnodes 2 --node-rank i`` for even placements and by hand for an
+uneven one. Each rank runs tests/comm/scripts/two_level_check.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accel.comm._nodes import NODE_ENV, node_identity
+from accel.comm._spanning import placement
+from tests.support import ROOT
+
+CHECK = Path(__file__).resolve().parent / "scripts" / "two_level_check.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _env(node: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    env.update({NODE_ENV: node, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    return env
+
+
+def _results(out: Path, world: int) -> list[dict[str, Any]]:
+    ranks = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
+    assert [r["rank"] for r in sorted(ranks, key=lambda r: r["rank"])] == list(range(world))
+    return sorted(ranks, key=lambda r: r["rank"])
+
+
+def _nodes_by_launcher(tmp_path: Path, per_node: int, backend: str) -> list[dict[str, Any]]:
+    """Two `accel run` launchers on this host, one per simulated node."""
+    port = str(_free_port())
+    launchers = []
+    for node in range(2):
+        command = [
+            sys.executable, "-m", "accel", "run", "--nnodes=2", f"--node-rank={node}",
+            f"--nproc-per-node={per_node}", "--master-addr=127.0.0.1", f"--master-port={port}",
+            str(CHECK), str(tmp_path), backend,
+        ]  # fmt: skip
+        launchers.append(subprocess.Popen(
+            command, env=_env(f"node{node}"), cwd=tmp_path, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for launcher in launchers:
+        _, stderr = launcher.communicate(timeout=400)
+        assert launcher.returncode == 0, stderr[-4000:]
+    return _results(tmp_path, 2 * per_node)
+
+
+def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[str, Any]]:
+    """One process per rank, ``nodes[i]`` the simulated node of rank i."""
+    port = str(_free_port())
+    processes = []
+    for rank, node in enumerate(nodes):
+        env = _env(node)
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                   WORLD_SIZE=str(len(nodes)), LOCAL_RANK=str(rank))  # fmt: skip
+        processes.append(subprocess.Popen(
+            [sys.executable, str(CHECK), str(tmp_path), backend], env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for process in processes:
+        _, stderr = process.communicate(timeout=400)
+        assert process.returncode == 0, stderr[-4000:]
+    return _results(tmp_path, len(nodes))
+
+
+def _check(ranks: list[dict[str, Any]]) -> None:
+    for rank in ranks:
+        assert rank["identical"], f"rank {rank['rank']}: ranks ended with different sums"
+        for key, error in rank["errors"].items():
+            assert error <= rank["bounds"][key], (key, error, rank["bounds"][key])
+        # DDP on the group under test trains as DDP on flat gloo (summation order aside).
+        assert rank["ddp"] == pytest.approx(rank["ddp_gloo"], rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["gloo", "accel"])
+def test_two_nodes_of_two_ranks(backend: str, tmp_path: Path) -> None:
+    ranks = _nodes_by_launcher(tmp_path, 2, backend)
+    _check(ranks)
+    assert all(rank["levels"] == {"even": True, "local": 2} for rank in ranks)
+
+
+@pytest.mark.slow
+def test_two_nodes_of_one_rank_stay_flat_gloo(tmp_path: Path) -> None:
+    ranks = _nodes_by_launcher(tmp_path, 1, "accel")
+    _check(ranks)
+    assert all(rank["levels"] is None for rank in ranks)  # gloo is already the one level
+
+
+@pytest.mark.slow
+def test_uneven_nodes_one_and_three(tmp_path: Path) -> None:
+    ranks = _ranks_by_hand(tmp_path, ["a", "b", "b", "b"], "accel")
+    _check(ranks)
+    assert [rank["levels"] for rank in ranks] == [
+        {"even": False, "local": 1}, *[{"even": False, "local": 3}] * 3,
+    ]  # fmt: skip
+
+
+def test_placement_groups_ranks_by_node_in_first_seen_order() -> None:
+    where = placement(["x", "y", "x", "y"], [10, 11, 12, 13])
+    assert where.nodes == ((10, 12), (11, 13))
+    assert where.even
+    assert where.node_of(13) == (11, 13)
+    uneven = placement(["b", "a", "a", "a"], [0, 1, 2, 3])
+    assert uneven.nodes == ((0,), (1, 2, 3))
+    assert not uneven.even
+
+
+@pytest.mark.parametrize("bad", ["", "two words", "x" * 129, "tab\there"])
+def test_a_bad_node_id_names_the_variable(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(NODE_ENV, bad)
+    node_identity.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=f"{NODE_ENV}="):
+            node_identity()
+    finally:
+        node_identity.cache_clear()
+
+
+def test_the_node_id_overrides_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(NODE_ENV, "rack7-node3")
+    node_identity.cache_clear()
+    try:
+        assert node_identity() == "env:rack7-node3"
+    finally:
+        node_identity.cache_clear()
+    monkeypatch.delenv(NODE_ENV)
+    assert node_identity() != "env:rack7-node3"  # the real identity once unset
+    node_identity.cache_clear()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 3])
+def test_a_killed_rank_makes_every_survivor_raise(victim: int, tmp_path: Path) -> None:
+    script = CHECK.with_name("two_level_fault.py")
+    port = str(_free_port())
+    processes = []
+    for rank, node in enumerate(["a", "a", "b", "b"]):
+        env = _env(node)
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="4",
+                   LOCAL_RANK=str(rank))  # fmt: skip
+        processes.append(subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), str(victim)], env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for process in processes:
+        process.communicate(timeout=300)
+    survivors = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("rank*.json"))]
+    assert sorted(r["rank"] for r in survivors) == sorted({0, 1, 2, 3} - {victim})
+    for survivor in survivors:
+        assert survivor["error"], survivor  # raised, did not hang or finish
+        assert survivor["seconds"] < 20.0  # within the group's timeout
+        # It names what died: the peer's rank and pid (shared memory) or address (gloo).
+        assert "exited" in survivor["error"] or "peer" in survivor["error"], survivor
