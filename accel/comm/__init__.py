@@ -20,6 +20,8 @@ safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -35,6 +37,7 @@ from accel.comm._segment import (
     summable_codes,
     wire_code,
 )
+from accel.comm._spanning import Spanning
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -98,7 +101,7 @@ def all_reduce_(
     if shm is None:
         spanning = spanning_of(group)
         if spanning is not None and not torch.compiler.is_compiling():
-            spanning.all_reduce(tensor, shm_timeout(group, timeout))
+            _two_level_all_reduce(spanning, tensor, shm_timeout(group, timeout))
         else:
             run_released(tdist.all_reduce, [tensor], group, tensor)
     elif torch.compiler.is_compiling():
@@ -237,3 +240,45 @@ def barrier(
         tdist.barrier(group=group)
     else:
         shm.communicator.barrier(timeout=shm.seconds(timeout))
+
+
+def _two_level_all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
+    """Sum ``tensor`` over a group that spans nodes, in place (accel.comm._spanning says
+    how); every rank ends bit-identical.
+
+    Raises:
+        RuntimeError: a peer died or timed out; the message adds which global ranks the
+            node-local ranks it names are.
+    """
+    try:
+        _two_levels(spanning, tensor, timeout)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"{error} [two-level all_reduce: node-local ranks 0..{spanning.local_size - 1} "
+            f"are global ranks {list(spanning.node)}]"
+        ) from error
+
+
+def _two_levels(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
+    local, size = spanning.local, spanning.local_size
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    if not spanning.even:
+        all_reduce_(flat, group=local, timeout=timeout)
+        if spanning.across is not None:  # this rank is its node's leader
+            run_released(tdist.all_reduce, [flat], spanning.across, flat)
+        broadcast_(flat, spanning.node[0], group=local, timeout=timeout)
+    else:
+        share = math.ceil(flat.numel() / size)
+        padded = flat
+        if share * size != flat.numel():
+            padded = flat.new_zeros(share * size)
+            padded[: flat.numel()] = flat
+        mine = flat.new_empty(share)
+        reduce_scatter_tensor_(mine, padded, group=local, timeout=timeout)
+        assert spanning.across is not None  # every rank has a share to send, when even
+        run_released(tdist.all_reduce, [mine], spanning.across, mine)
+        all_gather_into_tensor_(padded, mine, group=local, timeout=timeout)
+        if padded is not flat:
+            flat.copy_(padded[: flat.numel()])
+    if flat.data_ptr() != tensor.data_ptr():
+        tensor.copy_(flat.view_as(tensor))

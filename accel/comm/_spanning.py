@@ -6,7 +6,8 @@ same number of ranks L on every node, ``all_reduce`` is a reduce-scatter inside 
 position on the other nodes (gloo; the L sub-groups run at once), and an all-gather inside
 the node: each rank sends about 1/L of what flat gloo sends between nodes. With uneven
 placement (3 ranks here, 1 there) the node sums first, one leader per node all-reduces the
-whole tensor over gloo, and the node's leader broadcasts it.
+whole tensor over gloo, and the node's leader broadcasts it. (The sum itself is
+``accel.comm._two_level_all_reduce``: it is made of accel.comm's collectives.)
 
 The placement comes from the ranks' node identities (:mod:`accel.comm._nodes`), gathered
 when the group is first used; sub-groups are made then, with
@@ -17,16 +18,13 @@ one twice fails).
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
 from accel.comm import _torch_dist as tdist
-from accel.comm._release import run_released
 
 
 @dataclass(frozen=True)
@@ -84,46 +82,6 @@ class Spanning:
     def local_size(self) -> int:
         """How many of the group's ranks share this node."""
         return len(self.node)
-
-    def all_reduce(self, tensor: torch.Tensor, timeout: float) -> None:
-        """Sum ``tensor`` over the whole group, in place; every rank ends bit-identical.
-
-        Raises:
-            RuntimeError: a peer died or timed out; the message adds which global ranks
-                the node-local ranks it names are.
-        """
-        try:
-            self._all_reduce(tensor, timeout)
-        except RuntimeError as error:
-            raise RuntimeError(
-                f"{error} [two-level all_reduce: node-local ranks 0..{self.local_size - 1} "
-                f"are global ranks {list(self.node)}]"
-            ) from error
-
-    def _all_reduce(self, tensor: torch.Tensor, timeout: float) -> None:
-        from accel import comm  # the package imports this module
-
-        flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
-        if not self.even:
-            comm.all_reduce_(flat, group=self.local, timeout=timeout)
-            if self.across is not None:  # this rank is its node's leader
-                run_released(tdist.all_reduce, [flat], self.across, flat)
-            comm.broadcast_(flat, self.node[0], group=self.local, timeout=timeout)
-        else:
-            share = math.ceil(flat.numel() / self.local_size)
-            padded = flat
-            if share * self.local_size != flat.numel():
-                padded = flat.new_zeros(share * self.local_size)
-                padded[: flat.numel()] = flat
-            mine = flat.new_empty(share)
-            comm.reduce_scatter_tensor_(mine, padded, group=self.local, timeout=timeout)
-            assert self.across is not None  # every rank has a share to send, when even
-            run_released(tdist.all_reduce, [mine], self.across, mine)
-            comm.all_gather_into_tensor_(padded, mine, group=self.local, timeout=timeout)
-            if padded is not flat:
-                flat.copy_(padded[: flat.numel()])
-        if flat.data_ptr() != tensor.data_ptr():
-            tensor.copy_(flat.view_as(tensor))
 
 
 def build(where: Placement, rank: int, timeout: float) -> Spanning | None:
