@@ -21,6 +21,7 @@ safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -101,7 +102,10 @@ def all_reduce_(
     if shm is None:
         spanning = spanning_of(group)
         if spanning is not None and not torch.compiler.is_compiling():
-            _two_level_all_reduce(spanning, tensor, shm_timeout(group, timeout))
+            _named_ranks(
+                spanning, "all_reduce", _two_level_all_reduce, tensor,
+                shm_timeout(group, timeout),
+            )  # fmt: skip
         else:
             run_released(tdist.all_reduce, [tensor], group, tensor)
     elif torch.compiler.is_compiling():
@@ -219,6 +223,10 @@ def broadcast_(
     if not 0 <= root < dist.get_world_size(group):
         raise ValueError(f"src {src} is not a rank of the group")
     shm = shm_group(group, "broadcast_")
+    spanning = spanning_of(group) if shm is None else None
+    if spanning is not None and not torch.compiler.is_compiling():
+        _named_ranks(spanning, "broadcast", _two_level_broadcast, tensor, src, timeout)
+        return tensor
     eligible = _movable(tensor)
     done = shm is not None and shm.communicator.broadcast(
         data=tensor.data_ptr() if eligible else 0, nbytes=tensor.numel() * tensor.element_size(),
@@ -242,24 +250,45 @@ def barrier(
         shm.communicator.barrier(timeout=shm.seconds(timeout))
 
 
-def _two_level_all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
-    """Sum ``tensor`` over a group that spans nodes, in place (accel.comm._spanning says
-    how); every rank ends bit-identical.
-
-    Raises:
-        RuntimeError: a peer died or timed out; the message adds which global ranks the
-            node-local ranks it names are.
-    """
+def _named_ranks(
+    spanning: Spanning, name: str, collective: Callable[..., None], *args: object
+) -> None:
+    """Run a two-level collective; a peer's death or timeout raises ``RuntimeError`` with
+    the global ranks behind the node-local ranks the error names."""
     try:
-        _two_levels(spanning, tensor, timeout)
+        collective(spanning, *args)
     except RuntimeError as error:
         raise RuntimeError(
-            f"{error} [two-level all_reduce: node-local ranks 0..{spanning.local_size - 1} "
+            f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
             f"are global ranks {list(spanning.node)}]"
         ) from error
 
 
-def _two_levels(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
+def _two_level_broadcast(
+    spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float | None
+) -> None:
+    """``src``'s tensor to a group that spans nodes: over gloo to one rank per node (the
+    ranks at ``src``'s position, or the leaders), then inside each node's shared memory."""
+    local = spanning.local
+    source_node = spanning.where.node_of(src)
+    if spanning.even:
+        position = source_node.index(src)
+        if spanning.node[position] == dist.get_rank():  # one of the ranks at that position
+            assert spanning.across is not None  # every rank has one, when even
+            run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=src)
+        broadcast_(tensor, spanning.node[position], group=local, timeout=timeout)
+        return
+    if source_node == spanning.node:  # the whole node (its leader too) takes it from src
+        broadcast_(tensor, src, group=local, timeout=timeout)
+    if spanning.across is not None:  # the leaders pass it from src's node's leader
+        run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=source_node[0])
+    if source_node != spanning.node:
+        broadcast_(tensor, spanning.node[0], group=local, timeout=timeout)
+
+
+def _two_level_all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
+    """Sum ``tensor`` over a group that spans nodes, in place (accel.comm._spanning says
+    how); every rank ends bit-identical."""
     local, size = spanning.local, spanning.local_size
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     if not spanning.even:

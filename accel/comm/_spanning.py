@@ -6,8 +6,9 @@ same number of ranks L on every node, ``all_reduce`` is a reduce-scatter inside 
 position on the other nodes (gloo; the L sub-groups run at once), and an all-gather inside
 the node: each rank sends about 1/L of what flat gloo sends between nodes. With uneven
 placement (3 ranks here, 1 there) the node sums first, one leader per node all-reduces the
-whole tensor over gloo, and the node's leader broadcasts it. (The sum itself is
-``accel.comm._two_level_all_reduce``: it is made of accel.comm's collectives.)
+whole tensor over gloo, and the node's leader broadcasts it. A broadcast goes over gloo to
+one rank per node (those at the source's position, or the leaders), then through each
+node's memory. (Both are in ``accel.comm``: they are made of its collectives.)
 
 The placement comes from the ranks' node identities (:mod:`accel.comm._nodes`), gathered
 when the group is first used; sub-groups are made then, with
@@ -76,7 +77,8 @@ class Spanning:
     local: dist.ProcessGroup  # this node's ranks of the group (gloo; accel.comm's segment)
     across: dist.ProcessGroup | None  # same local position on every node, or the leaders
     even: bool
-    node: tuple[int, ...]  # global ranks on this node; the first leads (uneven broadcast)
+    node: tuple[int, ...]  # global ranks on this node; the first leads (uneven placement)
+    where: Placement  # every node's ranks
 
     @property
     def local_size(self) -> int:
@@ -100,4 +102,4 @@ def build(where: Placement, rank: int, timeout: float) -> Spanning | None:
     else:
         leaders = tuple(node[0] for node in where.nodes)
         across = _subgroup(leaders, timeout) if rank in leaders else None
-    return Spanning(local, across, where.even, mine)
+    return Spanning(local, across, where.even, mine, where)

@@ -172,6 +172,14 @@ class AccelProcessGroup(dist.ProcessGroup):
         """Whether a collective may use shared memory now (not from inside accel.comm)."""
         return not self.in_own_collective() and self.uses_shared_memory()
 
+    def _two_level(self) -> bool:
+        """Whether the group spans nodes and a collective may take both levels now."""
+        return (
+            not self.in_own_collective()
+            and not self.uses_shared_memory()
+            and spanning_of(self) is not None
+        )
+
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
         group is node-local; gloo's otherwise."""
@@ -183,10 +191,11 @@ class AccelProcessGroup(dist.ProcessGroup):
     _allgather_base = all_gather_single  # the name torch releases before 2.10 call
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
-        """One tensor from ``opts.rootRank`` through shared memory when node-local; gloo's
-        otherwise (and for several tensors)."""
+        """One tensor from ``opts.rootRank`` through shared memory when node-local, over
+        both levels when the group spans nodes; gloo's otherwise (and for several
+        tensors)."""
         opts = opts or dist.BroadcastOptions()
-        if len(tensors) != 1 or not self._direct():
+        if len(tensors) != 1 or not (self._direct() or self._two_level()):
             self.wait_queued()
             return self.gloo.broadcast(tensors, opts)
         source = dist.get_global_rank(self, opts.rootRank)

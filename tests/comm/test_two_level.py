@@ -84,6 +84,7 @@ def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[
 def _check(ranks: list[dict[str, Any]]) -> None:
     for rank in ranks:
         assert rank["identical"], f"rank {rank['rank']}: ranks ended with different sums"
+        assert rank["broadcast_ok"], f"rank {rank['rank']}: a broadcast delivered other bytes"
         for key, error in rank["errors"].items():
             assert error <= rank["bounds"][key], (key, error, rank["bounds"][key])
         # DDP on the group under test trains as DDP on flat gloo (summation order aside).

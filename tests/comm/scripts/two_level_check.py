@@ -6,7 +6,8 @@ BACKEND ``gloo``: sums go through ``accel.comm.all_reduce_`` on a gloo group; ``
 through ``dist.all_reduce`` on the "accel" process group. Each sum is checked against the
 exact (float64) sum of every rank's values, gathered over a separate flat gloo group, and
 every rank's result is gathered so the test can check they are identical. A DDP model
-trained on the group under test is compared with the same model trained on flat gloo.
+trained on the group under test is compared with the same model trained on flat gloo, and
+a broadcast from every rank must deliver its bytes exactly.
 """
 
 from __future__ import annotations
@@ -85,6 +86,17 @@ def main() -> None:
             # Bit for bit (NaN-safe): the bytes of every rank's result.
             first = results[0].view(torch.uint8)
             identical &= all(torch.equal(r.view(torch.uint8), first) for r in results)
+    # Broadcast from every rank, bit for bit, through the levels under test.
+    broadcast_ok = True
+    for src in range(world):
+        for dtype in DTYPES:
+            expected = torch.randn(1003, generator=torch.Generator().manual_seed(src)).to(dtype)
+            mine = expected.clone() if rank == src else torch.zeros(1003, dtype=dtype)
+            if backend == "accel":
+                dist.broadcast(mine, src)
+            else:
+                comm.broadcast_(mine, src)
+            broadcast_ok &= torch.equal(mine.view(torch.uint8), expected.view(torch.uint8))
     spanning = spanning_of(None)
     record = {
         "rank": rank,
@@ -92,6 +104,7 @@ def main() -> None:
         "errors": errors,
         "bounds": bounds,
         "identical": identical,
+        "broadcast_ok": broadcast_ok,
         "ddp": _ddp_losses(None, rank),
         "ddp_gloo": _ddp_losses(flat, rank),
     }  # fmt: skip
