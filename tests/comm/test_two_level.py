@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,15 +19,9 @@ import pytest
 from accel.comm._nodes import NODE_ENV, node_identity
 from accel.comm._spanning import placement
 from tests.support import ROOT
+from tests.support.ports import free_port
 
 CHECK = Path(__file__).resolve().parent / "scripts" / "two_level_check.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _env(node: str) -> dict[str, str]:
@@ -45,7 +38,7 @@ def _results(out: Path, world: int) -> list[dict[str, Any]]:
 
 def _nodes_by_launcher(tmp_path: Path, per_node: int, backend: str) -> list[dict[str, Any]]:
     """Two `accel run` launchers on this host, one per simulated node."""
-    port = str(_free_port())
+    port = str(free_port())
     launchers = []
     for node in range(2):
         command = [
@@ -65,7 +58,7 @@ def _nodes_by_launcher(tmp_path: Path, per_node: int, backend: str) -> list[dict
 
 def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[str, Any]]:
     """One process per rank, ``nodes[i]`` the simulated node of rank i."""
-    port = str(_free_port())
+    port = str(free_port())
     processes = []
     for rank, node in enumerate(nodes):
         env = _env(node)
@@ -152,7 +145,7 @@ def test_the_node_id_overrides_the_host(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.parametrize("victim", [0, 3])
 def test_a_killed_rank_makes_every_survivor_raise(victim: int, tmp_path: Path) -> None:
     script = CHECK.with_name("two_level_fault.py")
-    port = str(_free_port())
+    port = str(free_port())
     processes = []
     for rank, node in enumerate(["a", "a", "b", "b"]):
         env = _env(node)

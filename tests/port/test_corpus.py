@@ -24,6 +24,7 @@ import torch
 
 from accel.cli import main
 from accel.port.rewrite import port_source
+from tests.support.ports import free_port
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -159,17 +160,9 @@ def test_the_ported_snapshot_script_trains_as_two_ddp_ranks(ported: Path, tmp_pa
     assert reports[0]["losses"] != reports[1]["losses"]  # on different shards
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_the_ported_snapshot_script_trains_on_two_nodes(ported: Path, tmp_path: Path) -> None:
     # Two launchers, one rank each, meeting at a c10d rendezvous: two nodes on one host.
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     script = ["ddp_snapshot.py", "4", str(tmp_path / "n.pt"), str(tmp_path / "n.json")]
     rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "corpus"]
     command = [sys.executable, "-m", "accel", "run", "--nnodes", "2", "--nproc-per-node", "1"]

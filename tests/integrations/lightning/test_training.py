@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support import ROOT
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow  # every test starts Lightning in other processes
 
@@ -69,16 +69,9 @@ def _launch(tmp_path: Path, ranks: int, *args: str) -> list[dict[str, Any]]:
     return _ranks(out)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _two_nodes(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
     """Two one-device nodes on this host, started by hand as Lightning documents it."""
-    port = str(_free_port())
+    port = str(free_port())
     out = _out(tmp_path)
     processes = []
     for node in range(2):
