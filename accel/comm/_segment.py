@@ -296,8 +296,7 @@ def _remember(process_group: dist.ProcessGroup, found: ShmGroup | Spanning | Non
     ident = id(process_group)
     if isinstance(found, Spanning):
         _spanning[ident] = found
-        found = None
-    shm = found
+    shm = found if isinstance(found, ShmGroup) else None
     _groups[ident] = shm
     if shm is not None:
         _by_key[shm.key] = shm

@@ -27,10 +27,9 @@ def process_group_backend(acc: Accelerator, device_type: str) -> str:
 
 
 def current_device() -> torch.device:
-    """The selected backend's current device (``cpu`` on the CPU backend)."""
+    """The selected backend's current device, with its index (``cpu`` on the CPU backend)."""
     acc = get_accelerator()
-    device = acc.device()
-    return device if device.type == "cpu" else acc.device(acc.current_device())
+    return acc.device(acc.current_device())
 
 
 def device_index(device: torch.device | str | int) -> int | None:
