@@ -22,13 +22,12 @@ import torch.distributed as dist
 
 import accel.comm
 from accel.comm import all_reduce_
+from tests.support.shm import PLANTED, SHM, shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
 pytestmark = pytest.mark.slow
 
-
-SHM = Path("/dev/shm")
 
 RANK_SCRIPT = textwrap.dedent(
     """
@@ -175,16 +174,6 @@ RANK_SCRIPT = textwrap.dedent(
 )
 
 
-# test_a_crashed_jobs_segment_is_never_read plants such a file; other tests, in other
-# workers or processes at the same time, must not count it as theirs.
-PLANTED = "accel-stale-"
-
-
-def _shm_names() -> set[str]:
-    names = {p.name for p in SHM.iterdir()} if SHM.is_dir() else set()
-    return {name for name in names if not name.startswith(PLANTED)}
-
-
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("ACCEL_BACKEND", "LOCAL_SIZE")}
 
@@ -223,7 +212,7 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
 
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    before = _shm_names()
+    before = shm_names()
     command = ["-m", "torch.distributed.run"] if launcher == "torchrun" else ["-m", "accel", "run"]
     result = subprocess.run(
         [sys.executable, *command, "--standalone", "--nproc-per-node", "2", str(script), "exact",
@@ -236,26 +225,26 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     assert [r["reduce_scatter_exact"] for r in reports] == [True, True]
     assert [r["every_pattern"] for r in reports] == [True, True]
     assert [r["shm"] for r in reports] == [True, True]
-    assert _shm_names() == before  # nothing left in /dev/shm
+    assert shm_names() == before  # nothing left in /dev/shm
 
 
 def test_a_dead_peer_is_reported_within_seconds_and_leaves_nothing(tmp_path: Path) -> None:
-    before = _shm_names()
+    before = shm_names()
     survivor = _spawn(tmp_path, "dead")[0]
     assert survivor["shm"] is True
     assert survivor["error"] is not None
     assert "rank 1 (pid" in str(survivor["error"])
     assert "exited while rank 0 waited" in str(survivor["error"])
     assert float(survivor["seconds"]) < 1.0  # type: ignore[arg-type]
-    assert _shm_names() == before
+    assert shm_names() == before
 
 
 def test_a_killed_peer_leaves_nothing_in_dev_shm(tmp_path: Path) -> None:
-    before = _shm_names()
+    before = shm_names()
     survivor = _spawn(tmp_path, "killed")[0]
     assert survivor["shm"] is True
     assert "exited while rank 0 waited" in str(survivor["error"])
-    assert _shm_names() == before
+    assert shm_names() == before
 
 
 def test_a_hung_peer_times_out_with_a_clear_error(tmp_path: Path) -> None:
@@ -285,12 +274,12 @@ def test_a_crashed_jobs_segment_is_never_read(tmp_path: Path) -> None:
 def test_the_segment_has_no_name_and_a_foreign_session_is_refused() -> None:
     from accel.ops import _shm_comm
 
-    before = _shm_names()
+    before = shm_names()
     pids = [os.getpid(), os.getpid()]
     owner = _shm_comm.Communicator("", True, 0, 2, 4096, 1234, pids)
     path = owner.path()
     assert path.startswith(f"/proc/{os.getpid()}/fd/")
-    assert _shm_names() == before  # anonymous: nothing in /dev/shm, ever
+    assert shm_names() == before  # anonymous: nothing in /dev/shm, ever
     with pytest.raises(RuntimeError, match="does not belong to this job"):
         _shm_comm.Communicator(path, False, 1, 2, 4096, 9999, pids)
     peer = _shm_comm.Communicator(path, False, 1, 2, 4096, 1234, pids)
@@ -327,7 +316,7 @@ def test_the_native_collectives_check_again_what_python_checked() -> None:
 
 def test_a_segment_whose_mapping_fails_is_an_error_and_leaves_nothing() -> None:
     # mmap fails under a small address-space limit after the segment is made and sized.
-    before = _shm_names()
+    before = shm_names()
     code = textwrap.dedent(
         """
         import os, resource
@@ -343,7 +332,7 @@ def test_a_segment_whose_mapping_fails_is_an_error_and_leaves_nothing() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert "mmap of the shared segment failed" in result.stdout, result.stderr
-    assert _shm_names() == before
+    assert shm_names() == before
 
 
 def test_ranks_that_disagree_from_the_first_call_agree_on_the_path(tmp_path: Path) -> None:
@@ -422,13 +411,13 @@ KILL_STEPS = [
 def test_a_rank_killed_at_any_step_of_the_setup_leaves_nothing_and_no_hang(
     tmp_path: Path, victim: str, step: str
 ) -> None:
-    before = _shm_names()
+    before = shm_names()
     started = time.monotonic()
     reports = _spawn(tmp_path, f"kill:{victim}:{step}", wait_for_all=True)
     assert time.monotonic() - started < 100  # the survivor gave up (gloo saw its peer die)
     assert [r["rank"] for r in reports] == [1 - int(victim)] or reports == []
     assert all(r["error"] is not None for r in reports)
-    assert _shm_names() == before
+    assert shm_names() == before
 
 
 def test_works_under_torch_compile(tmp_path: Path) -> None:

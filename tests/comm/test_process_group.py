@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import accel.process_group
 from tests.support import ROOT
+from tests.support.shm import shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -54,7 +55,7 @@ def test_backend_is_registered_once() -> None:
 def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_match(ranks: int) -> None:
     # 2 ranks: identical losses; 3 (more ranks than this machine's cores, so slow, but the
     # protocol must not care): equal within the rounding of gloo's different sum order.
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_names()
     result = _torchrun(SCRIPTS / "process_group_check.py", ranks)
     assert result.returncode == 0, result.stderr[-4000:]
     facts = json.loads(result.stdout.strip().splitlines()[-1])
@@ -62,11 +63,11 @@ def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_match(ranks: int)
     assert facts["checked"]["all_reduce"] == 40
     assert facts["checked"]["broadcast"] == 40
     assert facts["checked"]["all_gather_into_tensor"] == 40
-    assert facts["checked"]["reduce_scatter"] > 0
+    assert facts["checked"]["reduce_scatter"] == 40
     assert facts["ddp_losses_match"] is True
     assert facts["fsdp_losses_match"] is True
     assert facts["shared_memory"] is True
-    assert set(os.listdir("/dev/shm")) <= shm_before
+    assert shm_names() <= shm_before
 
 
 def test_mismatched_sizes_are_an_error_on_every_rank(tmp_path: pathlib.Path) -> None:

@@ -25,6 +25,7 @@ from tests.integrations.deepspeed.processes import (
     run_python,
     torchrun,
 )
+from tests.support.shm import shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -44,7 +45,7 @@ def test_deepspeeds_optimizers_run_on_accels_kernels(tmp_path: pathlib.Path) -> 
 
 @pytest.mark.parametrize("backend", ["gloo", "accel"])
 def test_inference_all_reduce_through_deepspeed_comm(tmp_path: pathlib.Path, backend: str) -> None:
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_names()
     result = torchrun(
         SCRIPTS / "ds_inference_all_reduce.py", 2, fresh_env(tmp_path, ACCEL_DEEPSPEED="1"), backend
     )
@@ -56,7 +57,7 @@ def test_inference_all_reduce_through_deepspeed_comm(tmp_path: pathlib.Path, bac
         "backend": backend,
         "direct": True,
     }
-    assert set(os.listdir("/dev/shm")) <= shm_before  # nothing left behind
+    assert shm_names() <= shm_before  # nothing left behind
     assert_no_jit(tmp_path)
 
 
