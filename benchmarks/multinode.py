@@ -1,7 +1,7 @@
-"""Two simulated nodes of two ranks: accel's two-level all_reduce against flat gloo.
+"""Two simulated nodes of two ranks: accel's two-level collectives against flat gloo.
 
     sudo python benchmarks/multinode.py [--sizes-mib 16,64] [--rounds 5] [--rate 1gbit]
-                                        [--no-throttle]
+        [--no-throttle] [--collective all_reduce|all_gather|reduce_scatter]
 
 Makes two network namespaces joined by a veth pair whose both ends are rate-limited with
 a ``tc tbf`` token bucket (``--rate``; the machine this was written on has no ``netem``,
@@ -11,10 +11,12 @@ without touching the veth (their own address routes over the namespace's loopbac
 traffic between the simulated nodes crosses the throttled link, as between real nodes.
 Ranks of a node share memory; ``ACCEL_NODE_ID`` tells accel which ranks form a node.
 
-Every round times one flat gloo ``dist.all_reduce`` and one ``accel.comm.all_reduce_``
-(reduce-scatter in shared memory, all-reduce of each rank's half over gloo between the
-nodes, all-gather in shared memory) of the same float32 tensor, in alternating order, and
-counts the bytes node 0 sent over the veth during each (``tx_bytes``). Prints the medians
+Every round times one flat gloo collective and accel.comm's (``all_reduce_``:
+reduce-scatter in shared memory, all-reduce of each rank's half over gloo between the
+nodes, all-gather in shared memory; ``all_gather_into_tensor_`` and
+``reduce_scatter_tensor_``: gloo between the ranks at one position, shared memory in the
+node) on the same float32 tensors, in alternating order, and counts the bytes node 0 sent
+over the veth during each (``tx_bytes``). Prints the medians
 per size and the speed-up as the median of per-round ratios. Needs root (``ip netns``).
 """
 
@@ -38,32 +40,44 @@ WORKER = r"""
 import json, os, sys, time, torch, torch.distributed as dist
 from accel import comm
 sizes = [int(s) for s in sys.argv[1].split(",")]
-rounds, link, out = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rounds, link, out, collective = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 dist.init_process_group("gloo")
-rank = dist.get_rank()
+rank, world = dist.get_rank(), dist.get_world_size()
 def sent():
     with open(f"/sys/class/net/{link}/statistics/tx_bytes") as f:
         return int(f.read())
-def timed(call, tensor):
+def timed(call):
     dist.barrier()
     before, start = sent(), time.perf_counter()
-    call(tensor)
+    call()
     seconds = time.perf_counter() - start
     dist.barrier()  # every rank done: the byte count covers the whole collective
     return seconds, sent() - before
-ways = {"gloo": dist.all_reduce, "two_level": comm.all_reduce_}
 results = {}
 for mib in sizes:
-    tensor = torch.ones((mib << 20) // 4)
+    # MiB: the whole tensor (all-reduce's, all-gather's output, reduce-scatter's input).
+    whole, part = torch.ones((mib << 20) // 4), torch.ones((mib << 20) // 4 // world)
+    if collective == "all_reduce":
+        ways = {"gloo": lambda: dist.all_reduce(whole),
+                "two_level": lambda: comm.all_reduce_(whole)}
+        reset, check = lambda: whole.fill_(1.0), lambda: float(whole[0]) == world
+    elif collective == "all_gather":
+        ways = {"gloo": lambda: dist.all_gather_into_tensor(whole, part),
+                "two_level": lambda: comm.all_gather_into_tensor_(whole, part)}
+        reset, check = lambda: whole.zero_(), lambda: bool(whole.eq(1.0).all())
+    else:
+        ways = {"gloo": lambda: dist.reduce_scatter_tensor(part, whole),
+                "two_level": lambda: comm.reduce_scatter_tensor_(part, whole)}
+        reset, check = lambda: part.zero_(), lambda: bool(part.eq(world).all())
     for call in ways.values():  # warm-up: connections, segments, sub-groups
-        call(tensor)
+        call()
     rows = {name: [] for name in ways}
     for r in range(rounds):
         order = list(ways) if r % 2 == 0 else list(reversed(ways))
         for name in order:
-            tensor.fill_(1.0)
-            rows[name].append(timed(ways[name], tensor))
-            assert float(tensor[0]) == dist.get_world_size(), name
+            reset()
+            rows[name].append(timed(ways[name]))
+            assert check(), (collective, name)
     results[mib] = rows
 if rank == 0:
     with open(out, "w") as f:
@@ -102,7 +116,9 @@ def throttled_nodes(rate: str | None) -> Iterator[None]:
             subprocess.run(["ip", "netns", "del", namespace], check=False, capture_output=True)
 
 
-def run(sizes: list[int], rounds: int, port: int) -> dict[str, dict[str, list[list[float]]]]:
+def run(
+    sizes: list[int], rounds: int, port: int, collective: str
+) -> dict[str, dict[str, list[list[float]]]]:
     """One job of 2 x 2 ranks; rank 0's measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         script, out = os.path.join(tmp, "worker.py"), os.path.join(tmp, "out.json")
@@ -117,7 +133,8 @@ def run(sizes: list[int], rounds: int, port: int) -> dict[str, dict[str, list[li
                 GLOO_SOCKET_IFNAME=LINKS[node], OMP_NUM_THREADS="1",
             )  # fmt: skip
             command = ["ip", "netns", "exec", NAMESPACES[node], sys.executable, script,
-                       ",".join(map(str, sizes)), str(rounds), LINKS[node], out]  # fmt: skip
+                       ",".join(map(str, sizes)), str(rounds), LINKS[node], out,
+                       collective]  # fmt: skip
             processes.append(subprocess.Popen(command, env=env))
         for process in processes:
             if process.wait(timeout=1800) != 0:
@@ -134,13 +151,18 @@ def main() -> None:
     parser.add_argument("--rate", default="1gbit", help="tc tbf rate of each direction")
     parser.add_argument("--no-throttle", action="store_true", help="veth at full speed")
     parser.add_argument("--port", type=int, default=29611)
+    parser.add_argument(
+        "--collective", choices=("all_reduce", "all_gather", "reduce_scatter"),
+        default="all_reduce", help="MiB is the whole tensor: all-gather's output, "
+        "reduce-scatter's input",
+    )  # fmt: skip
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes_mib.split(",")]
     rate = None if args.no_throttle else args.rate
-    print(f"2 nodes x 2 ranks on {os.cpu_count()} cores; link: "
+    print(f"{args.collective}, 2 nodes x 2 ranks on {os.cpu_count()} cores; link: "
           f"{'unthrottled veth' if rate is None else f'{rate} each way (tc tbf)'}")  # fmt: skip
     with throttled_nodes(rate):
-        results = run(sizes, args.rounds, args.port)
+        results = run(sizes, args.rounds, args.port, args.collective)
     print(f"{'MiB':>5} {'gloo s':>9} {'2-level s':>10} {'speed-up':>9} "
           f"{'gloo B/node':>12} {'2-level B/node':>15} {'bytes ratio':>12}")  # fmt: skip
     for mib, rows in results.items():
@@ -154,7 +176,7 @@ def main() -> None:
             f"{flat_bytes:>12.0f} {two_bytes:>15.0f} {two_bytes / flat_bytes:>12.2f}"
         )
     print(
-        "B/node: bytes node 0 sent to node 1 during one all-reduce (veth tx_bytes, headers "
+        "B/node: bytes node 0 sent to node 1 during one collective (veth tx_bytes, headers "
         f"included); tensor bytes: {', '.join(f'{m} MiB = {int(m) << 20}' for m in results)}"
     )
 

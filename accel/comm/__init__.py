@@ -12,7 +12,14 @@ call then decides the path for all ranks at once: a rank whose tensor cannot use
 memory says so in the segment, and all ranks fall back together, so ranks never wait in
 different collectives.
 
-The package: the public collectives here; the segment and its registry in ``_segment``;
+A group whose ranks sit on several nodes (``ACCEL_NODE_ID`` can simulate nodes on one
+host) runs all-reduce, all-gather, reduce-scatter and broadcast over two levels: shared
+memory inside each node, gloo between nodes (``_spanning`` places the ranks and makes the
+gloo sub-groups, ``_two_level`` runs the collectives).
+
+The package: the public collectives here (argument checks, then the path: ``_local`` for a
+group on one node, ``_two_level`` for one on several); the segment and its registry in
+``_segment``;
 the custom op in ``_op``; torch.distributed's calls, typed, in ``_torch_dist`` and made
 safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 :mod:`accel.comm.process_group` (also importable as ``accel.process_group``).
@@ -20,13 +27,12 @@ safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
-from accel.comm import _op
+from accel.comm import _local, _op, _two_level
 from accel.comm import _torch_dist as tdist
 from accel.comm._release import run_released
 from accel.comm._segment import (
@@ -35,10 +41,7 @@ from accel.comm._segment import (
     shm_group,
     shm_timeout,
     spanning_of,
-    summable_codes,
-    wire_code,
 )
-from accel.comm._spanning import Spanning
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -86,11 +89,13 @@ def all_reduce_(
     """Sum ``tensor`` across ``group`` in place and return it.
 
     Shared memory when the whole group is on this node and every rank's tensor is a
-    float32, bfloat16 or float16 CPU tensor; ``torch.distributed.all_reduce`` on every
-    rank otherwise (ranks may pass tensors that differ in this: they agree on the path
-    through the segment). A peer that exits raises at once, and one that stays silent for
-    ``timeout`` seconds (default: the group's own timeout) raises ``RuntimeError`` naming
-    it; the group's shared-memory path is then unusable. As with torch.distributed, every
+    float32, bfloat16 or float16 CPU tensor; over two levels (shared memory inside each
+    node, gloo between nodes; every rank ends with the same bits) when the group spans
+    nodes; ``torch.distributed.all_reduce`` on every rank otherwise (ranks may pass
+    tensors that differ in this: they agree on the path through the segment). A peer
+    that exits raises at once, and one that stays silent for ``timeout`` seconds
+    (default: the group's own timeout) raises ``RuntimeError`` naming it; the group's
+    shared-memory path is then unusable. As with torch.distributed, every
     rank calls collectives on a group in the same order, one thread at a time.
     """
     # The common call (a tensor, the group's timeout) is screened with one test; anything
@@ -102,12 +107,12 @@ def all_reduce_(
     if shm is None:
         spanning = spanning_of(group)
         if spanning is not None and not torch.compiler.is_compiling():
-            _named_ranks(
-                spanning, "all_reduce", _two_level_all_reduce, tensor,
+            _two_level.named_ranks(
+                spanning, "all_reduce", _two_level.all_reduce, tensor,
                 shm_timeout(group, timeout),
             )  # fmt: skip
         else:
-            run_released(tdist.all_reduce, [tensor], group, tensor)
+            run_released(tdist.all_reduce, [tensor], group, tensor)  # no segment: gloo
     elif torch.compiler.is_compiling():
         # Inside a compiled graph the call must be an op torch.compile can see.
         _op.shm_all_reduce_(tensor, shm.key, shm.seconds(timeout))
@@ -116,9 +121,19 @@ def all_reduce_(
     return tensor
 
 
-def _movable(*tensors: torch.Tensor) -> bool:
-    """Whether this rank's tensors can be copied through the segment as raw bytes."""
-    return all(t.is_cpu and t.is_contiguous() for t in tensors)
+def _on_two_levels(
+    shm: object, group: dist.ProcessGroup | None, collective: Callable[..., None], *args: object
+) -> bool:
+    """Run ``collective`` (one of :mod:`accel.comm._two_level`'s) if ``group`` is spread
+    evenly over several nodes, and say whether it ran (never while torch.compile traces:
+    the levels are eager calls)."""
+    if shm is not None or torch.compiler.is_compiling():
+        return False
+    spanning = spanning_of(group)
+    if spanning is None or not spanning.even:
+        return False
+    _two_level.named_ranks(spanning, collective.__name__, collective, *args)
+    return True
 
 
 def _check_world_multiple(
@@ -143,21 +158,16 @@ def all_gather_into_tensor_(
     first dimension), as ``dist.all_gather_into_tensor``; returns ``output``.
 
     Through shared memory when the group is on this node and every rank's tensors are
-    contiguous CPU tensors (any dtype: bytes are copied, bit for bit); through
-    torch.distributed on every rank otherwise. Ranks that pass different sizes or dtypes
-    all get an error.
+    contiguous CPU tensors (any dtype: bytes are copied, bit for bit); over two levels
+    (gloo between nodes, shared memory inside each) when the group spans nodes with the
+    same number of ranks on each; through torch.distributed on every rank otherwise.
+    Ranks that pass different sizes or dtypes all get an error.
     """
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
     shm = shm_group(group, "all_gather_into_tensor_")  # collective setup on every rank
-    eligible = _movable(output, tensor)
-    done = shm is not None and shm.communicator.all_gather(
-        data=tensor.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
-        nbytes=tensor.numel() * tensor.element_size(), dtype=wire_code(tensor.dtype),
-        eligible=eligible, timeout=shm.seconds(timeout),
-    )  # fmt: skip
-    if not done:
-        run_released(tdist.all_gather_single, [output, tensor], group, output, tensor)
+    if not _on_two_levels(shm, group, _two_level.all_gather_into_tensor, output, tensor, timeout):
+        _local.all_gather_into_tensor(output, tensor, group, timeout)
     return output
 
 
@@ -175,35 +185,16 @@ def reduce_scatter_tensor_(
     Through shared memory, summed in rank order in fp32 (identical to :func:`all_reduce_`'s
     bits), when the group is on this node and every rank's tensors are contiguous float32,
     bfloat16 or float16 CPU tensors (``output`` may be this rank's block of ``input``);
-    torch.distributed on every rank otherwise (gloo has no float16 reduce_scatter). Ranks
-    that pass different sizes or dtypes all get an error.
+    over two levels (shared memory inside each node, a ring between nodes) when the group
+    spans nodes with the same number of ranks on each; torch.distributed on every rank
+    otherwise. Ranks that pass different sizes or dtypes all get an error.
     """
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
     shm = shm_group(group, "reduce_scatter_tensor_")  # collective setup on every rank
-    eligible = (
-        _movable(output, input)
-        and input.dtype in summable_codes()
-        and _own_block_or_apart(output, input, dist.get_rank(group))
-    )
-    done = shm is not None and shm.communicator.reduce_scatter(
-        data=input.data_ptr() if eligible else 0, out=output.data_ptr() if eligible else 0,
-        numel=output.numel(), dtype=wire_code(input.dtype), eligible=eligible,
-        timeout=shm.seconds(timeout),
-    )  # fmt: skip
-    if not done:
-        run_released(tdist.reduce_scatter_single, [output, input], group, output, input)
+    if not _on_two_levels(shm, group, _two_level.reduce_scatter_tensor, output, input, timeout):
+        _local.reduce_scatter_tensor(output, input, group, timeout)
     return output
-
-
-def _own_block_or_apart(output: torch.Tensor, input: torch.Tensor, rank: int) -> bool:
-    """Whether ``output`` is exactly this rank's block of ``input`` or shares no bytes with
-    it (with any other overlap, bytes could be overwritten before they are read)."""
-    out_start, in_start = output.data_ptr(), input.data_ptr()
-    out_end = out_start + output.numel() * output.element_size()
-    in_end = in_start + input.numel() * input.element_size()
-    own = in_start + rank * output.numel() * output.element_size()
-    return out_start == own or out_end <= in_start or in_end <= out_start
 
 
 def broadcast_(
@@ -214,26 +205,21 @@ def broadcast_(
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
     """Copy ``tensor`` from global rank ``src`` to every rank of ``group``, in place, as
-    ``dist.broadcast``; returns ``tensor``. Shared memory under the same conditions as
-    :func:`all_gather_into_tensor_`."""
+    ``dist.broadcast``; returns ``tensor``. Shared memory and two levels under the same
+    conditions as :func:`all_gather_into_tensor_` (two levels with uneven placement too,
+    through one rank per node)."""
     _check_call("broadcast_", timeout, tensor=tensor)
     if not isinstance(src, int) or isinstance(src, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"src must be a global rank (int), got {src!r}")
     root = dist.get_group_rank(group, src) if group is not None else src
     if not 0 <= root < dist.get_world_size(group):
         raise ValueError(f"src {src} is not a rank of the group")
-    shm = shm_group(group, "broadcast_")
+    shm = shm_group(group, "broadcast_")  # collective setup on every rank
     spanning = spanning_of(group) if shm is None else None
     if spanning is not None and not torch.compiler.is_compiling():
-        _named_ranks(spanning, "broadcast", _two_level_broadcast, tensor, src, timeout)
-        return tensor
-    eligible = _movable(tensor)
-    done = shm is not None and shm.communicator.broadcast(
-        data=tensor.data_ptr() if eligible else 0, nbytes=tensor.numel() * tensor.element_size(),
-        dtype=wire_code(tensor.dtype), root=root, eligible=eligible, timeout=shm.seconds(timeout),
-    )  # fmt: skip
-    if not done:
-        run_released(tdist.broadcast, [tensor], group, tensor, src=src)
+        _two_level.named_ranks(spanning, "broadcast", _two_level.broadcast, tensor, src, timeout)
+    else:
+        _local.broadcast(tensor, src, group, timeout)
     return tensor
 
 
@@ -248,66 +234,3 @@ def barrier(
         tdist.barrier(group=group)
     else:
         shm.communicator.barrier(timeout=shm.seconds(timeout))
-
-
-def _named_ranks(
-    spanning: Spanning, name: str, collective: Callable[..., None], *args: object
-) -> None:
-    """Run a two-level collective; a peer's death or timeout raises ``RuntimeError`` with
-    the global ranks behind the node-local ranks the error names."""
-    try:
-        collective(spanning, *args)
-    except RuntimeError as error:
-        raise RuntimeError(
-            f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
-            f"are global ranks {list(spanning.node)}]"
-        ) from error
-
-
-def _two_level_broadcast(
-    spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float | None
-) -> None:
-    """``src``'s tensor to a group that spans nodes: over gloo to one rank per node (the
-    ranks at ``src``'s position, or the leaders), then inside each node's shared memory."""
-    local = spanning.local
-    source_node = spanning.where.node_of(src)
-    if spanning.even:
-        position = source_node.index(src)
-        if spanning.node[position] == dist.get_rank():  # one of the ranks at that position
-            assert spanning.across is not None  # every rank has one, when even
-            run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=src)
-        broadcast_(tensor, spanning.node[position], group=local, timeout=timeout)
-        return
-    if source_node == spanning.node:  # the whole node (its leader too) takes it from src
-        broadcast_(tensor, src, group=local, timeout=timeout)
-    if spanning.across is not None:  # the leaders pass it from src's node's leader
-        run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=source_node[0])
-    if source_node != spanning.node:
-        broadcast_(tensor, spanning.node[0], group=local, timeout=timeout)
-
-
-def _two_level_all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
-    """Sum ``tensor`` over a group that spans nodes, in place (accel.comm._spanning says
-    how); every rank ends bit-identical."""
-    local, size = spanning.local, spanning.local_size
-    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
-    if not spanning.even:
-        all_reduce_(flat, group=local, timeout=timeout)
-        if spanning.across is not None:  # this rank is its node's leader
-            run_released(tdist.all_reduce, [flat], spanning.across, flat)
-        broadcast_(flat, spanning.node[0], group=local, timeout=timeout)
-    else:
-        share = math.ceil(flat.numel() / size)
-        padded = flat
-        if share * size != flat.numel():
-            padded = flat.new_zeros(share * size)
-            padded[: flat.numel()] = flat
-        mine = flat.new_empty(share)
-        reduce_scatter_tensor_(mine, padded, group=local, timeout=timeout)
-        assert spanning.across is not None  # every rank has a share to send, when even
-        run_released(tdist.all_reduce, [mine], spanning.across, mine)
-        all_gather_into_tensor_(padded, mine, group=local, timeout=timeout)
-        if padded is not flat:
-            flat.copy_(padded[: flat.numel()])
-    if flat.data_ptr() != tensor.data_ptr():
-        tensor.copy_(flat.view_as(tensor))

@@ -1,24 +1,22 @@
-"""Two-level sums for a group whose ranks sit on several nodes.
+"""Where a group's ranks are, and the sub-groups of its two levels.
 
 Inside each node the ranks share memory; between nodes the bytes go over gloo. With the
-same number of ranks L on every node, ``all_reduce`` is a reduce-scatter inside the node
-(shared memory), an all-reduce of each rank's 1/L share with the ranks at the same local
-position on the other nodes (gloo; the L sub-groups run at once), and an all-gather inside
-the node: each rank sends about 1/L of what flat gloo sends between nodes. With uneven
-placement (3 ranks here, 1 there) the node sums first, one leader per node all-reduces the
-whole tensor over gloo, and the node's leader broadcasts it. A broadcast goes over gloo to
-one rank per node (those at the source's position, or the leaders), then through each
-node's memory. (Both are in ``accel.comm``: they are made of its collectives.)
+same number of ranks L on every node, each rank gets the gloo sub-group of the ranks at its
+position on every node (the L sub-groups run at once), and each rank sends only its 1/L
+share between nodes; with uneven placement (3 ranks here, 1 there) one
+leader per node talks to the other leaders. The collectives themselves are in
+:mod:`accel.comm._two_level`.
 
 The placement comes from the ranks' node identities (:mod:`accel.comm._nodes`), gathered
 when the group is first used; sub-groups are made then, with
 ``use_local_synchronization`` (only their members take part), and are kept per set of
-ranks for the life of the process (torch names such groups after their ranks, so making
-one twice fails).
+ranks for the life of the process: torch names such groups after their ranks, and making
+one again after destroying it hangs (tests/comm/scripts/subgroup_remake_repro.py).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,6 +31,7 @@ class Placement:
     """Where a group's ranks are: global ranks per node, in group-rank order."""
 
     nodes: tuple[tuple[int, ...], ...]
+    ranks: tuple[int, ...]  # the group's global ranks, in group-rank order
 
     @property
     def even(self) -> bool:
@@ -49,7 +48,7 @@ def placement(identities: list[str], global_ranks: list[int]) -> Placement:
     nodes: dict[str, list[int]] = {}
     for identity, global_rank in zip(identities, global_ranks, strict=True):
         nodes.setdefault(identity, []).append(global_rank)
-    return Placement(tuple(tuple(ranks) for ranks in nodes.values()))
+    return Placement(tuple(tuple(ranks) for ranks in nodes.values()), tuple(global_ranks))
 
 
 _subgroups: dict[tuple[int, ...], dist.ProcessGroup] = {}
@@ -84,6 +83,20 @@ class Spanning:
     def local_size(self) -> int:
         """How many of the group's ranks share this node."""
         return len(self.node)
+
+    @functools.cached_property
+    def block_order(self) -> tuple[int, ...]:
+        """The group ranks whose blocks an all-gather over the levels (even placement)
+        leaves in each place: local-group rank major, position-group rank minor (torch
+        orders a sub-group's ranks by global rank). A reduce-scatter hands blocks out in
+        the same order."""
+        group_rank = {global_rank: index for index, global_rank in enumerate(self.where.ranks)}
+        order: list[int] = []
+        for member in sorted(self.node):
+            position = self.node.index(member)
+            peers = sorted(node[position] for node in self.where.nodes)
+            order.extend(group_rank[peer] for peer in peers)
+        return tuple(order)
 
 
 def build(where: Placement, rank: int, timeout: float) -> Spanning | None:

@@ -9,9 +9,11 @@ other ops and other dtypes work as before) except, when every rank of the group 
 this node: ``allreduce`` with ``SUM`` of one CPU tensor (:func:`accel.comm.all_reduce_`:
 shared memory for float32, bfloat16 and float16, gloo otherwise, decided by all ranks
 together on each call; DDP's gradient buckets are exactly such calls),
-``reduce_scatter_tensor`` with ``SUM`` (the same sums, same dtypes), and
-``all_gather_into_tensor``, one-tensor ``broadcast`` and ``barrier``, which copy bytes
-through the same segment.
+``reduce_scatter_tensor`` with ``SUM`` (the same sums, same dtypes), both also with
+``AVG`` of floating-point tensors (FSDP2's gradients), and ``all_gather_into_tensor``,
+one-tensor ``broadcast`` and ``barrier``, which copy bytes through the same segment. When
+the group spans nodes, the same all-reduce, reduce-scatter, all-gather and broadcast take
+two levels, shared memory in each node and gloo between nodes (:mod:`accel.comm._two_level`).
 
 Like gloo's, these reductions are asynchronous: one worker thread per group runs them in
 the order they were issued (the native call releases the GIL), so DDP overlaps them with
@@ -182,8 +184,8 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
-        group is node-local; gloo's otherwise."""
-        if not self._direct():
+        group is node-local, over both levels when it spans nodes evenly; gloo's otherwise."""
+        if not (self._direct() or self._two_level()):
             self.wait_queued()
             return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
         return self._here(lambda: comm.all_gather_into_tensor_(output, input, group=self), [output])
@@ -204,16 +206,24 @@ class AccelProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(
         self, outputTensor: torch.Tensor, inputTensor: torch.Tensor, opts: Any = None
     ) -> Any:
-        """``reduce_scatter_tensor`` with ``SUM`` through shared memory when node-local (sums
-        as ``allreduce``'s); gloo's otherwise and for other ops. (torch's parameter names.)"""
+        """``reduce_scatter_tensor`` with ``SUM`` (or ``AVG`` of floating-point tensors, as
+        FSDP2 asks for: the sum divided by the group size) through shared memory when
+        node-local (sums as ``allreduce``'s), over both levels when the group spans nodes
+        evenly; gloo's otherwise and for other ops. (torch's parameter names.)"""
         opts = opts or dist.ReduceScatterOptions()
-        if opts.reduceOp != dist.ReduceOp.SUM or not self._direct():
+        average = _averages(opts.reduceOp, outputTensor)
+        if not (opts.reduceOp == dist.ReduceOp.SUM or average) or not (
+            self._direct() or self._two_level()
+        ):
             self.wait_queued()
             return self.gloo._reduce_scatter_base(outputTensor, inputTensor, opts)
-        return self._here(
-            lambda: comm.reduce_scatter_tensor_(outputTensor, inputTensor, group=self),
-            [outputTensor],
-        )
+
+        def reduce_scatter() -> None:
+            comm.reduce_scatter_tensor_(outputTensor, inputTensor, group=self)
+            if average:
+                outputTensor.div_(self.size())
+
+        return self._here(reduce_scatter, [outputTensor])
 
     reduce_scatter_single = _reduce_scatter_base  # torch's newer name for it
 
@@ -224,10 +234,12 @@ class AccelProcessGroup(dist.ProcessGroup):
             return self.gloo.barrier(opts or dist.BarrierOptions())
         return self._here(lambda: comm.barrier(group=self), [])
 
-    def _reduce(self, tensor: torch.Tensor) -> None:
+    def _reduce(self, tensor: torch.Tensor, average: bool) -> None:
         self._inside.active = True  # this worker thread's collectives go to gloo
         try:
             comm.all_reduce_(tensor, group=self)
+            if average:
+                tensor.div_(self.size())
         finally:
             self._inside.active = False
 
@@ -239,14 +251,15 @@ class AccelProcessGroup(dist.ProcessGroup):
             last.result()
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
-        """Sum one CPU tensor through shared memory, asynchronously; anything else through
-        gloo."""
+        """Sum (or average, for floating-point tensors) one CPU tensor through shared
+        memory, asynchronously; anything else through gloo."""
         if opts is None:
             opts = dist.AllreduceOptions()
+        average = len(tensors) == 1 and _averages(opts.reduceOp, tensors[0])
         if (
             self.in_own_collective()
             or len(tensors) != 1
-            or opts.reduceOp != dist.ReduceOp.SUM
+            or not (opts.reduceOp == dist.ReduceOp.SUM or average)
             or tensors[0].device.type != "cpu"
         ):
             self.wait_queued()
@@ -260,7 +273,7 @@ class AccelProcessGroup(dist.ProcessGroup):
 
         def run() -> None:
             try:
-                self._reduce(tensor)
+                self._reduce(tensor, average)
             except BaseException as error:  # reported through the Work, as gloo does
                 outcome.set_result(_Failure(error))
                 raise
@@ -268,6 +281,12 @@ class AccelProcessGroup(dist.ProcessGroup):
 
         self._last = self._worker.submit(run)
         return _QueuedWork(future)
+
+
+def _averages(op: Any, tensor: torch.Tensor) -> bool:
+    """Whether ``op`` is ``AVG`` on a floating-point tensor: a sum, divided by the group
+    size (gloo's ``AVG`` also refuses integer tensors)."""
+    return bool(op == dist.ReduceOp.AVG) and tensor.is_floating_point()
 
 
 class _Failure:

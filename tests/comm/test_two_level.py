@@ -7,6 +7,7 @@ uneven one. Each rank runs tests/comm/scripts/two_level_check.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -15,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from accel.comm._nodes import NODE_ENV, node_identity
 from accel.comm._spanning import placement
+from accel.comm._two_level import _permute_rows  # pyright: ignore[reportPrivateUsage]
 from tests.support import ROOT
 from tests.support.ports import free_port
 
@@ -78,10 +81,23 @@ def _check(ranks: list[dict[str, Any]]) -> None:
     for rank in ranks:
         assert rank["identical"], f"rank {rank['rank']}: ranks ended with different sums"
         assert rank["broadcast_ok"], f"rank {rank['rank']}: a broadcast delivered other bytes"
+        assert rank["gathers_ok"], f"rank {rank['rank']}: an all-gather delivered other bytes"
+        assert rank["second_group_ok"], f"rank {rank['rank']}: a later group's sum failed"
         for key, error in rank["errors"].items():
             assert error <= rank["bounds"][key], (key, error, rank["bounds"][key])
         # DDP on the group under test trains as DDP on flat gloo (summation order aside).
         assert rank["ddp"] == pytest.approx(rank["ddp_gloo"], rel=1e-5)
+        if rank["fsdp"] is not None:  # FSDP2's all-gathers and reduce-scatters, too
+            assert rank["fsdp"] == pytest.approx(rank["fsdp_gloo"], rel=1e-5)
+        if rank["hsdp"] is not None:  # sharded in the node, replicated across nodes
+            assert rank["hsdp"] == pytest.approx(rank["fsdp_gloo"], rel=1e-5)
+
+
+def _took_two_levels(ranks: list[dict[str, Any]], *collectives: str) -> None:
+    """Every rank ran each of ``collectives`` over the two levels (not flat gloo), and no
+    other collective."""
+    for rank in ranks:
+        assert set(rank["two_level"]) == set(collectives), rank["two_level"]
 
 
 @pytest.mark.slow
@@ -90,6 +106,59 @@ def test_two_nodes_of_two_ranks(backend: str, tmp_path: Path) -> None:
     ranks = _nodes_by_launcher(tmp_path, 2, backend)
     _check(ranks)
     assert all(rank["levels"] == {"even": True, "local": 2} for rank in ranks)
+    _took_two_levels(
+        ranks, "all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"
+    )
+
+
+@pytest.mark.slow
+def test_launchers_meeting_through_a_c10d_rendezvous_are_nodes(tmp_path: Path) -> None:
+    # Two `accel run` launchers, no node rank given: the c10d rendezvous assigns them; each
+    # binds its own ranks to the cores it sees, as on separate machines.
+    port = str(free_port())
+    script = CHECK.with_name("rendezvous_check.py")
+    launchers = []
+    for node in ("n0", "n1"):
+        command = [
+            sys.executable, "-m", "accel", "run", "--nnodes=2", "--nproc-per-node=2",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-level",
+            "--bind-cores-to-rank", str(script), str(tmp_path),
+        ]  # fmt: skip
+        launchers.append(subprocess.Popen(
+            command, env=_env(node), cwd=tmp_path, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for launcher in launchers:
+        _, stderr = launcher.communicate(timeout=300)
+        assert launcher.returncode == 0, stderr[-4000:]
+    ranks = _results(tmp_path, 4)
+    assert all(rank["sum_ok"] and rank["world"] == 4 for rank in ranks)
+    assert all(rank["local_size"] == 2 for rank in ranks)  # two levels: 2 nodes of 2
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for rank in ranks:
+        by_node.setdefault(rank["node"], []).append(rank)
+    assert sorted(by_node) == ["env:n0", "env:n1"]
+    allowed = sorted(os.sched_getaffinity(0))
+    for node_ranks in by_node.values():
+        assert sorted(r["local_rank"] for r in node_ranks) == [0, 1]
+        # Binding is per node: each node's ranks split the cores between them.
+        cores = [core for r in node_ranks for core in r["cores"]]
+        assert len(cores) == len(set(cores)), node_ranks
+        assert set(cores) <= set(allowed), node_ranks
+        assert all(r["cores"] for r in node_ranks)
+        assert all(r["threads"] == str(len(r["cores"])) for r in node_ranks)
+
+
+@pytest.mark.slow
+def test_two_nodes_holding_alternate_ranks(tmp_path: Path) -> None:
+    # Ranks 0 and 2 on one node, 1 and 3 on the other: blocks change places between the
+    # levels' order and the group's.
+    ranks = _ranks_by_hand(tmp_path, ["a", "b", "a", "b"], "accel")
+    _check(ranks)
+    assert all(rank["levels"] == {"even": True, "local": 2} for rank in ranks)
+    _took_two_levels(
+        ranks, "all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"
+    )
 
 
 @pytest.mark.slow
@@ -97,6 +166,7 @@ def test_two_nodes_of_one_rank_stay_flat_gloo(tmp_path: Path) -> None:
     ranks = _nodes_by_launcher(tmp_path, 1, "accel")
     _check(ranks)
     assert all(rank["levels"] is None for rank in ranks)  # gloo is already the one level
+    _took_two_levels(ranks)
 
 
 @pytest.mark.slow
@@ -106,6 +176,38 @@ def test_uneven_nodes_one_and_three(tmp_path: Path) -> None:
     assert [rank["levels"] for rank in ranks] == [
         {"even": False, "local": 1}, *[{"even": False, "local": 3}] * 3,
     ]  # fmt: skip
+    # Gathers and reduce-scatters over uneven nodes are flat gloo's.
+    _took_two_levels(ranks, "all_reduce", "broadcast")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
+def test_the_ring_between_nodes_sums_each_ranks_row(world: int, tmp_path: Path) -> None:
+    port = str(free_port())
+    script = CHECK.with_name("two_level_ring.py")
+    processes = []
+    for rank in range(world):
+        env = _env("unused")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank))  # fmt: skip
+        processes.append(subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-4000:]
+    for rank in _results(tmp_path, world):
+        assert all(excess <= 0.0 for excess in rank["excess"].values()), rank
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_rows_move_to_their_places_in_place(order: tuple[int, ...]) -> None:
+    rows = torch.arange(4 * 3).view(4, 3)
+    before = rows.clone()
+    _permute_rows(rows, order)
+    for row, place in enumerate(order):
+        assert torch.equal(rows[place], before[row])
 
 
 def test_placement_groups_ranks_by_node_in_first_seen_order() -> None:
@@ -142,8 +244,10 @@ def test_the_node_id_overrides_the_host(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("victim", [0, 3])
-def test_a_killed_rank_makes_every_survivor_raise(victim: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("victims", [{0}, {3}, {2, 3}], ids=["rank0", "rank3", "node1"])
+def test_a_killed_rank_or_node_makes_every_survivor_raise(
+    victims: set[int], tmp_path: Path
+) -> None:
     script = CHECK.with_name("two_level_fault.py")
     port = str(free_port())
     processes = []
@@ -152,13 +256,14 @@ def test_a_killed_rank_makes_every_survivor_raise(victim: int, tmp_path: Path) -
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="4",
                    LOCAL_RANK=str(rank))  # fmt: skip
         processes.append(subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path), str(victim)], env=env, cwd=tmp_path,
+            [sys.executable, str(script), str(tmp_path), ",".join(map(str, victims))],
+            env=env, cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
     for process in processes:
         process.communicate(timeout=300)
     survivors = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("rank*.json"))]
-    assert sorted(r["rank"] for r in survivors) == sorted({0, 1, 2, 3} - {victim})
+    assert sorted(r["rank"] for r in survivors) == sorted({0, 1, 2, 3} - victims)
     for survivor in survivors:
         assert survivor["error"], survivor  # raised, did not hang or finish
         assert survivor["seconds"] < 20.0  # within the group's timeout

@@ -1,8 +1,9 @@
-"""One rank of a 2 x 2 job (nodes simulated with ACCEL_NODE_ID) whose rank VICTIM kills
-itself in the middle of its all-reduces; survivors write OUT/rank<N>.json with the error
-they raised and how long it took.
+"""One rank of a 2 x 2 job (nodes simulated with ACCEL_NODE_ID) whose VICTIMS (ranks,
+comma-separated: one rank, or a whole node's) kill themselves in the middle of the job's
+all-reduces; survivors write OUT/rank<N>.json with the error they raised and how long it
+took.
 
-    python two_level_fault.py OUT VICTIM
+    python two_level_fault.py OUT VICTIMS
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ TIMEOUT = 20.0
 
 
 def main() -> None:
-    out, victim = Path(sys.argv[1]), int(sys.argv[2])
+    out, victims = Path(sys.argv[1]), {int(rank) for rank in sys.argv[2].split(",")}
     dist.init_process_group("accel", timeout=timedelta(seconds=TIMEOUT))
     rank = dist.get_rank()
     tensor = torch.ones(1 << 20)
@@ -33,7 +34,7 @@ def main() -> None:
     error = None
     try:
         for step in range(50):
-            if step == 3 and rank == victim:
+            if step == 3 and rank in victims:
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.all_reduce(tensor)
     except RuntimeError as raised:

@@ -1,0 +1,191 @@
+"""Collectives over a group whose ranks sit on several nodes: shared memory inside each
+node (accel.comm's own collectives on the node's sub-group), gloo between nodes (the
+sub-group of the ranks at one local position, or of the node leaders). How the levels are
+chosen and built: :mod:`accel.comm._spanning`.
+
+Each function here is called by the public collective of the same name in
+:mod:`accel.comm` once it has found the group's :class:`Spanning`, on every rank of the
+group; the node level is :mod:`accel.comm._local`'s collectives on the node's sub-group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from accel.comm import _local
+from accel.comm import _torch_dist as tdist
+from accel.comm._release import run_released
+from accel.comm._spanning import Spanning
+
+
+def named_ranks(
+    spanning: Spanning, name: str, collective: Callable[..., None], *args: object
+) -> None:
+    """Run a two-level collective; a peer's death or timeout raises ``RuntimeError`` with
+    the global ranks behind the node-local ranks the error names."""
+    try:
+        collective(spanning, *args)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
+            f"are global ranks {list(spanning.node)}]"
+        ) from error
+
+
+def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
+    """Sum ``tensor`` over the group, in place; every rank ends bit-identical.
+
+    Even placement: reduce-scatter in the node, all-reduce of this rank's share with the
+    ranks at its position on the other nodes, all-gather in the node. Uneven: the node
+    sums, its leader all-reduces the whole tensor with the other leaders and broadcasts
+    the result in the node."""
+    local, size = spanning.local, spanning.local_size
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    if not spanning.even:
+        _local.all_reduce(flat, local, timeout)
+        if spanning.across is not None:  # this rank is its node's leader
+            run_released(tdist.all_reduce, [flat], spanning.across, flat)
+        _local.broadcast(flat, spanning.node[0], local, timeout)
+    else:
+        share = math.ceil(flat.numel() / size)
+        padded = flat
+        if share * size != flat.numel():
+            padded = flat.new_zeros(share * size)
+            padded[: flat.numel()] = flat
+        mine = flat.new_empty(share)
+        _local.reduce_scatter_tensor(mine, padded, local, timeout)
+        assert spanning.across is not None  # every rank has a share to send, when even
+        run_released(tdist.all_reduce, [mine], spanning.across, mine)
+        _local.all_gather_into_tensor(padded, mine, local, timeout)
+        if padded is not flat:
+            flat.copy_(padded[: flat.numel()])
+    if flat.data_ptr() != tensor.data_ptr():
+        tensor.copy_(flat.view_as(tensor))
+
+
+def broadcast(spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float | None) -> None:
+    """``src``'s tensor to every rank: over gloo to one rank per node (the ranks at
+    ``src``'s position, or the leaders), then inside each node's shared memory."""
+    local = spanning.local
+    source_node = spanning.where.node_of(src)
+    if spanning.even:
+        position = source_node.index(src)
+        if spanning.node[position] == dist.get_rank():  # one of the ranks at that position
+            assert spanning.across is not None  # every rank has one, when even
+            run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=src)
+        _local.broadcast(tensor, spanning.node[position], local, timeout)
+        return
+    if source_node == spanning.node:  # the whole node (its leader too) takes it from src
+        _local.broadcast(tensor, src, local, timeout)
+    if spanning.across is not None:  # the leaders pass it from src's node's leader
+        run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=source_node[0])
+    if source_node != spanning.node:
+        _local.broadcast(tensor, spanning.node[0], local, timeout)
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's elements as one row of bytes (any dtype, bit for bit)."""
+    return tensor.reshape(-1).view(torch.uint8)
+
+
+def all_gather_into_tensor(
+    spanning: Spanning, output: torch.Tensor, tensor: torch.Tensor, timeout: float | None
+) -> None:
+    """Every rank's ``tensor`` into ``output`` in group-rank order (even placement only).
+
+    Gloo gathers the tensors of the ranks at this rank's position on every node (each
+    rank sends its own tensor between nodes, once per other node) into this rank's part
+    of ``output``; shared memory gathers those parts inside the node (in place: each rank
+    keeps its own part where it is), and the rows are then moved to group-rank order in
+    place. Nothing of ``output``'s size is allocated: fresh pages cost as much as the
+    copies themselves (4 ranks on 2 cores, 64 MiB: ~80 ms of page faults against ~100 ms
+    of collectives).
+    """
+    nodes, world = len(spanning.where.nodes), len(spanning.where.ranks)
+    mine = _bytes(tensor.contiguous())
+    target = output if output.is_contiguous() else torch.empty_like(output)
+    rows = _bytes(target).view(world, -1)
+    here = sorted(spanning.node).index(dist.get_rank())  # this rank's local-group rank
+    in_place = _local.uses_shared_memory(spanning.local)  # gloo: no aliasing its input
+    part = rows[here * nodes : (here + 1) * nodes].reshape(-1) if in_place else None
+    across = part if part is not None else mine.new_empty(nodes * mine.numel())
+    assert spanning.across is not None  # every rank has a position group, when even
+    run_released(tdist.all_gather_single, [across, mine], spanning.across, across, mine)
+    _local.all_gather_into_tensor(rows.view(-1), across, spanning.local, timeout)
+    _permute_rows(rows, spanning.block_order)
+    if target is not output:
+        output.copy_(target)
+
+
+def _permute_rows(rows: torch.Tensor, order: tuple[int, ...]) -> None:
+    """Move row ``k`` of ``rows`` to row ``order[k]``, in place, one cycle of the
+    permutation at a time through a one-row buffer."""
+    source = {destination: k for k, destination in enumerate(order)}
+    settled = [destination == k for k, destination in enumerate(order)]
+    spare: torch.Tensor | None = None
+    for start in range(len(order)):
+        if settled[start]:
+            continue
+        spare = rows[start].clone() if spare is None else spare.copy_(rows[start])
+        destination = start
+        while source[destination] != start:
+            rows[destination].copy_(rows[source[destination]])
+            settled[destination] = True
+            destination = source[destination]
+        rows[destination].copy_(spare)
+        settled[destination] = True
+
+
+def reduce_scatter_tensor(
+    spanning: Spanning, output: torch.Tensor, input: torch.Tensor, timeout: float | None
+) -> None:
+    """Sum ``input`` over the group and keep this rank's block in ``output`` (even
+    placement only).
+
+    ``input``'s blocks are put in the order the two levels hand them out; shared memory
+    sums the node's inputs and leaves each rank the blocks of the ranks at its position
+    on every node; a ring over those ranks sums them between nodes, and each keeps its
+    own block. Each rank sends one block per other node between nodes (gloo's
+    ``reduce_scatter_tensor`` is an all-reduce of the whole input: twice that with two
+    nodes, measured in docs/benchmarks.md)."""
+    world, count = len(spanning.where.ranks), output.numel()
+    blocks = input.reshape(world, count)
+    # A copy (output may alias input), by rows: torch.cat copies whole rows at memcpy
+    # speed whatever the dtype (index_select on bytes: ~6x slower).
+    staged = torch.cat([blocks[group_rank] for group_rank in spanning.block_order])
+    peers = sorted(node[spanning.node.index(dist.get_rank())] for node in spanning.where.nodes)
+    partial = output.new_empty(len(peers) * count)
+    _local.reduce_scatter_tensor(partial, staged, spanning.local, timeout)
+    assert spanning.across is not None  # every rank has a position group, when even
+    mine = _ring_reduce_scatter(partial.view(len(peers), count), peers, spanning.across)
+    output.copy_(mine.view_as(output))
+
+
+def _ring_reduce_scatter(
+    chunks: torch.Tensor, peers: list[int], group: dist.ProcessGroup
+) -> torch.Tensor:
+    """Sum row ``j`` of ``chunks`` over ``peers`` (global ranks, in group order; this rank
+    is ``peers[j]``) and return it: in step s, this rank passes on its running sum of row
+    j-1-s to the next peer and adds the previous peer's sum of row j-2-s."""
+    rank, count = peers.index(dist.get_rank()), len(peers)
+    following, preceding = peers[(rank + 1) % count], peers[(rank - 1) % count]
+    incoming = chunks.new_empty(chunks.shape[1])
+    for step in range(count - 1):
+        sent, received = chunks[(rank - 1 - step) % count], chunks[(rank - 2 - step) % count]
+        if incoming.numel():
+            run_released(_exchange, [sent, incoming], group, sent, following, incoming, preceding)
+            received += incoming
+    return chunks[rank]
+
+
+def _exchange(
+    send: torch.Tensor, to: int, receive: torch.Tensor, source: int, group: dist.ProcessGroup
+) -> None:
+    """Send ``send`` to global rank ``to`` while receiving ``receive`` from ``source``."""
+    sending = tdist.isend(send, to, group=group)
+    tdist.recv(receive, source, group=group)
+    sending.wait()
