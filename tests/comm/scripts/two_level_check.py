@@ -15,13 +15,10 @@ models trained on flat gloo. Calls that took the two levels are counted (the rec
 
 from __future__ import annotations
 
-import collections
-import functools
 import gc
 import json
 import random
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +27,8 @@ import torch.distributed as dist
 
 import accel.process_group  # noqa: F401  (registers "accel")
 from accel import comm
-from accel.comm import _two_level
 from accel.comm._segment import spanning_of
+from tests.support.two_level import count_two_level_calls
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Edge sizes (empty, one element, not a multiple of the ranks per node) and a few drawn at
@@ -41,24 +38,7 @@ LARGE = (16 << 20) // 4 + 5
 # Gathers copy bytes: any dtype goes, bit for bit.
 GATHER_DTYPES = (*DTYPES, torch.float64, torch.int32, torch.bool)
 
-TWO_LEVEL: collections.Counter[str] = collections.Counter()
-
-
-def _counted(name: str) -> None:
-    """Count the calls that reach accel.comm._two_level.<name> (accel.comm looks it up
-    there on each call)."""
-    original: Callable[..., Any] = getattr(_two_level, name)
-
-    @functools.wraps(original)
-    def counting(*args: Any) -> Any:
-        TWO_LEVEL[name] += 1
-        return original(*args)
-
-    setattr(_two_level, name, counting)
-
-
-for _name in ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"):
-    _counted(_name)
+TWO_LEVEL = count_two_level_calls()
 
 
 def _values(dtype: torch.dtype, size: int, seed: int) -> torch.Tensor:

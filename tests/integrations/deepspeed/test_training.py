@@ -9,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from tests.integrations.deepspeed.processes import (
     run_python,
     torchrun,
 )
+from tests.support.ports import free_port
 from tests.support.shm import shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
@@ -89,6 +91,41 @@ def test_zero_stages_match_native_deepspeed_on_two_ranks(tmp_path: pathlib.Path)
                        "--world", "2", "--out", str(out))  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     _compare_losses(json.loads(out.read_text())["losses"], REFERENCE["2"])
+    assert_no_jit(tmp_path)
+
+
+def _two_simulated_nodes(tmp_path: pathlib.Path, backend: str) -> dict[str, Any]:
+    """ZeRO-2 on 2 simulated nodes of 2 ranks (two `accel run` launchers, ACCEL_NODE_ID)."""
+    out, port = tmp_path / f"{backend}.json", str(free_port())
+    launchers = []
+    for node in (0, 1):
+        env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", ACCEL_NODE_ID=f"n{node}",
+                        PYTHONPATH=str(ROOT))  # fmt: skip
+        command = [
+            sys.executable, "-m", "accel", "run", "--nnodes=2", f"--node-rank={node}",
+            "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}",
+            str(SCRIPTS / "zero_parity.py"), "--world", "4", "--backend", backend,
+            "--configs", "zero2-fp32,zero2-bf16", "--out", str(out),
+        ]  # fmt: skip
+        launchers.append(subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        ))  # fmt: skip
+    for launcher in launchers:
+        _, stderr = launcher.communicate(timeout=400)
+        assert launcher.returncode == 0, stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_zero2_across_two_simulated_nodes_takes_two_levels_with_gloos_losses(
+    tmp_path: pathlib.Path,
+) -> None:
+    ours, gloo = _two_simulated_nodes(tmp_path, "accel"), _two_simulated_nodes(tmp_path, "gloo")
+    _compare_losses(ours["losses"], gloo["losses"])
+    # DeepSpeed's gradient all-reduces and parameter all-gathers took the two levels.
+    assert ours["two_level"].get("all_reduce", 0) >= 24, ours["two_level"]
+    assert ours["two_level"].get("all_gather_into_tensor", 0) >= 12, ours["two_level"]
     assert_no_jit(tmp_path)
 
 

@@ -11,6 +11,10 @@ Reference (native DeepSpeed 0.19.8, its JIT builds in TORCH_EXTENSIONS_DIR):
         tests/integrations/deepspeed/scripts/zero_parity.py --world 2 --out /tmp/ref2.json
 then merge the two files into tests/integrations/deepspeed/scripts/zero_reference.json under keys "1" and "2"
 (``python tests/integrations/deepspeed/scripts/zero_parity.py --merge /tmp/ref1.json /tmp/ref2.json``).
+
+``--backend accel --configs zero2-fp32,zero2-bf16`` trains only those configurations on the
+"accel" torch.distributed backend and records which collectives took accel.comm's two
+levels (test_training.py runs it on two simulated nodes against ``--backend gloo``).
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--out")
     parser.add_argument("--merge", nargs=2)
+    parser.add_argument("--backend", default="gloo", help="torch.distributed backend")
+    parser.add_argument("--configs", help="comma-separated keys (zero2-fp32,...); default all")
     args = parser.parse_args()
     if args.merge:
         runs = [json.loads(pathlib.Path(p).read_text()) for p in args.merge]
@@ -106,10 +112,20 @@ def main() -> None:
     import deepspeed
     import torch
 
-    deepspeed.init_distributed(dist_backend="gloo")
-    losses = {config_key(*c): train(*c) for c in CONFIGS}
+    import accel.process_group  # noqa: F401  (registers "accel", for --backend accel)
+
+    two_level = None
+    if args.backend == "accel":  # which collectives took two levels (simulated nodes)
+        from tests.support.two_level import count_two_level_calls
+
+        two_level = count_two_level_calls()
+    deepspeed.init_distributed(dist_backend=args.backend)
+    chosen = args.configs.split(",") if args.configs else [config_key(*c) for c in CONFIGS]
+    losses = {config_key(*c): train(*c) for c in CONFIGS if config_key(*c) in chosen}
     if torch.distributed.get_rank() == 0:
-        result = {"world": args.world, "losses": losses}
+        result: dict[str, Any] = {"world": args.world, "losses": losses}
+        if two_level is not None:
+            result["two_level"] = dict(two_level)
         text = json.dumps(result, indent=1)
         if args.out:
             with open(args.out, "w") as out:
