@@ -11,19 +11,26 @@ this rank's block within the summation bound, and a broadcast from every rank it
 exactly. DDP and FSDP2 models trained on the group under test are compared with the same
 models trained on flat gloo. Calls that took the two levels are counted (the record's
 ``two_level``), so the test can tell them from a fallback to flat gloo.
+
+Sizes and dtypes: edge cases (empty, one element, not a multiple of the ranks per node, a
+2-D all-gather, float32 past one 16 MiB slot) and examples drawn by hypothesis,
+derandomized so that every rank draws the same ones (each example is one collective on
+every rank). A failed check is recorded, not raised: a rank that stopped early would
+leave the others waiting in a collective.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import random
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import accel.process_group  # noqa: F401  (registers "accel")
 from accel import comm
@@ -31,12 +38,15 @@ from accel.comm._segment import spanning_of
 from tests.support.two_level import count_two_level_calls
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Edge sizes (empty, one element, not a multiple of the ranks per node) and a few drawn at
-# random with a fixed seed (the same on every rank); float32 also past one 16 MiB slot.
-SIZES = [0, 1, 3, 1001, *random.Random(7).sample(range(2, 300_000), 4)]
+EDGE_SIZES = (0, 1, 3, 1001)
 LARGE = (16 << 20) // 4 + 5
 # Gathers copy bytes: any dtype goes, bit for bit.
 GATHER_DTYPES = (*DTYPES, torch.float64, torch.int32, torch.bool)
+same_everywhere = settings(
+    derandomize=True, database=None, deadline=None, max_examples=12,
+    phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+)  # fmt: skip
+
 
 TWO_LEVEL = count_two_level_calls()
 
@@ -46,54 +56,97 @@ def _values(dtype: torch.dtype, size: int, seed: int) -> torch.Tensor:
     return drawn > 0 if dtype == torch.bool else (drawn * 100).to(dtype)
 
 
-def _sum(tensor: torch.Tensor, backend: str) -> None:
-    if backend == "accel":
-        dist.all_reduce(tensor)
-    else:
-        comm.all_reduce_(tensor)
+class Checks:
+    """What one rank found: errors against their bounds, and bit-for-bit checks."""
+
+    def __init__(self, backend: str, flat: dist.ProcessGroup) -> None:
+        self.backend, self.flat = backend, flat
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.errors: dict[str, float] = {}
+        self.bounds: dict[str, float] = {}
+        self.identical = self.gathers_ok = True
+
+    def _record(
+        self, key: str, got: torch.Tensor, exact: torch.Tensor, largest: torch.Tensor
+    ) -> None:
+        # Each addition rounds once in the dtype at worst: world roundings of the largest
+        # partial sum bound the error.
+        eps = torch.finfo(got.dtype).eps
+        self.errors[key] = float((got.double() - exact).abs().max()) if got.numel() else 0.0
+        self.bounds[key] = float((largest * eps * self.world).max()) if got.numel() else 0.0
+
+    def sum(self, dtype: torch.dtype, size: int) -> None:
+        """All-reduce against the exact sum; every rank's result bit-identical."""
+        mine = torch.randn(size, generator=torch.Generator().manual_seed(self.rank * 7919 + size))
+        mine = mine.to(dtype)
+        everyone = [torch.empty(size, dtype=torch.float32) for _ in range(self.world)]
+        dist.all_gather(everyone, mine.float(), group=self.flat)
+        stacked = torch.stack(everyone).double()
+        if self.backend == "accel":
+            dist.all_reduce(mine)
+        else:
+            comm.all_reduce_(mine)
+        self._record(f"{_name(dtype)}/{size}", mine, stacked.sum(0), stacked.abs().sum(0))
+        results = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(results, mine, group=self.flat)
+        first = results[0].view(torch.uint8)  # bytes: NaN-safe
+        self.identical &= all(torch.equal(r.view(torch.uint8), first) for r in results)
+
+    def gather(self, dtype: torch.dtype, size: int) -> None:
+        """All-gather: every rank's bytes exactly (size 1001: a 2-D output, rows of 143)."""
+        mine = _values(dtype, size, self.rank * 31 + size)
+        expected = torch.cat([_values(dtype, size, r * 31 + size) for r in range(self.world)])
+        output = torch.empty(self.world * size, dtype=dtype)
+        if size == 1001:
+            output, mine = output.view(self.world * 7, 143), mine.view(7, 143)
+        if self.backend == "accel":
+            dist.all_gather_into_tensor(output, mine)
+        else:
+            comm.all_gather_into_tensor_(output, mine)
+        got = output.reshape(-1).view(torch.uint8)
+        self.gathers_ok &= torch.equal(got, expected.view(torch.uint8))
+
+    def scatter(self, dtype: torch.dtype, size: int) -> None:
+        """Reduce-scatter: this rank's block against the exact sum, within the bound."""
+        world, rank = self.world, self.rank
+        inputs = [
+            torch.randn(world * size, generator=torch.Generator().manual_seed(r * 131 + size))
+            .to(dtype) for r in range(world)
+        ]  # fmt: skip
+        everyone = torch.stack([t.double() for t in inputs])
+        output = torch.empty(size, dtype=dtype)
+        if self.backend == "accel":
+            dist.reduce_scatter_tensor(output, inputs[rank])
+        else:
+            comm.reduce_scatter_tensor_(output, inputs[rank])
+        exact = everyone.sum(0).view(world, size)[rank]
+        largest = everyone.abs().sum(0).view(world, size)[rank]
+        self._record(f"reduce_scatter/{_name(dtype)}/{size}", output, exact, largest)
 
 
-def _gathers(backend: str, rank: int, world: int) -> bool:
-    """Every rank's tensor (any dtype, sizes as the sums', 2-D output too) gathered exactly."""
-    exact = True
-    for dtype in GATHER_DTYPES:
-        for size in SIZES:
-            mine = _values(dtype, size, rank * 31 + size)
-            expected = torch.cat([_values(dtype, size, r * 31 + size) for r in range(world)])
-            output = torch.empty(world * size, dtype=dtype)
-            if size == 1001:  # a 2-D output (rows of 7 x 11 x 13 elements)
-                output = output.view(world * 7, 143)
-                mine = mine.view(7, 143)
-            if backend == "accel":
-                dist.all_gather_into_tensor(output, mine)
-            else:
-                comm.all_gather_into_tensor_(output, mine)
-            exact &= torch.equal(output.reshape(-1).view(torch.uint8), expected.view(torch.uint8))
-    return exact
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
-def _scatters(
-    backend: str, rank: int, world: int, errors: dict[str, float], bounds: dict[str, float]
-) -> None:
-    """Reduce-scatter's block against the exact sum, within the summation bound."""
+def _run_checks(checks: Checks) -> None:
     for dtype in DTYPES:
-        for size in SIZES:
-            inputs = [
-                torch.randn(world * size, generator=torch.Generator().manual_seed(r * 131 + size))
-                .to(dtype) for r in range(world)
-            ]  # fmt: skip
-            everyone = torch.stack([t.double() for t in inputs])
-            exact = everyone.sum(0).view(world, size)[rank]
-            largest = everyone.abs().sum(0).view(world, size)[rank]
-            output = torch.empty(size, dtype=dtype)
-            if backend == "accel":
-                dist.reduce_scatter_tensor(output, inputs[rank])
-            else:
-                comm.reduce_scatter_tensor_(output, inputs[rank])
-            key = f"reduce_scatter/{str(dtype).removeprefix('torch.')}/{size}"
-            eps = torch.finfo(dtype).eps
-            errors[key] = float((output.double() - exact).abs().max()) if size else 0.0
-            bounds[key] = float((largest * eps * world).max()) if size else 0.0
+        for size in (*EDGE_SIZES, LARGE) if dtype == torch.float32 else EDGE_SIZES:
+            checks.sum(dtype, size)
+        for size in EDGE_SIZES:
+            checks.scatter(dtype, size)
+    for dtype in GATHER_DTYPES:
+        for size in EDGE_SIZES:
+            checks.gather(dtype, size)
+
+    @same_everywhere
+    @given(size=st.integers(2, 300_000), dtype=st.sampled_from(DTYPES),
+           gather_dtype=st.sampled_from(GATHER_DTYPES))  # fmt: skip
+    def drawn(size: int, dtype: torch.dtype, gather_dtype: torch.dtype) -> None:
+        checks.sum(dtype, size)
+        checks.scatter(dtype, size)
+        checks.gather(gather_dtype, size)
+
+    drawn()
 
 
 def _fsdp_losses(group: dist.ProcessGroup, rank: int) -> list[float]:
@@ -152,30 +205,8 @@ def main() -> None:
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     flat = dist.new_group(backend="gloo")  # the reference: plain gloo over every rank
-    errors: dict[str, float] = {}
-    bounds: dict[str, float] = {}
-    identical = True
-    for dtype in DTYPES:
-        for size in [*SIZES, LARGE] if dtype == torch.float32 else SIZES:
-            mine = torch.randn(size, generator=torch.Generator().manual_seed(rank * 7919 + size))
-            mine = mine.to(dtype)
-            everyone = [torch.empty(size, dtype=torch.float32) for _ in range(world)]
-            dist.all_gather(everyone, mine.float(), group=flat)
-            exact = torch.stack(everyone).double().sum(0) if size else torch.zeros(0).double()
-            _sum(mine, backend)
-            # Each addition rounds once in the dtype at worst: world roundings of the
-            # largest partial sum bound the error.
-            largest = torch.stack(everyone).double().abs().sum(0) if size else exact
-            eps = torch.finfo(dtype).eps
-            bound = float((largest * eps * world).max()) if size else 0.0
-            key = f"{str(dtype).removeprefix('torch.')}/{size}"
-            errors[key] = float((mine.double() - exact).abs().max()) if size else 0.0
-            bounds[key] = bound
-            results = [torch.empty_like(mine) for _ in range(world)]
-            dist.all_gather(results, mine, group=flat)
-            # Bit for bit (NaN-safe): the bytes of every rank's result.
-            first = results[0].view(torch.uint8)
-            identical &= all(torch.equal(r.view(torch.uint8), first) for r in results)
+    checks = Checks(backend, flat)
+    _run_checks(checks)
     # Broadcast from every rank, bit for bit, through the levels under test.
     broadcast_ok = True
     for src in range(world):
@@ -187,8 +218,6 @@ def main() -> None:
             else:
                 comm.broadcast_(mine, src)
             broadcast_ok &= torch.equal(mine.view(torch.uint8), expected.view(torch.uint8))
-    gathers_ok = _gathers(backend, rank, world)
-    _scatters(backend, rank, world, errors, bounds)
     # A second group of every rank, made and destroyed twice: its levels reuse the first
     # group's sub-groups (same ranks; torch cannot make those twice).
     second_group_ok = True
@@ -208,11 +237,11 @@ def main() -> None:
     record = {
         "rank": rank,
         "levels": None if spanning is None else {"even": spanning.even, "local": spanning.local_size},
-        "errors": errors,
-        "bounds": bounds,
-        "identical": identical,
+        "errors": checks.errors,
+        "bounds": checks.bounds,
+        "identical": checks.identical,
         "broadcast_ok": broadcast_ok,
-        "gathers_ok": gathers_ok,
+        "gathers_ok": checks.gathers_ok,
         "second_group_ok": second_group_ok,
         "ddp": _ddp_losses(None, rank),
         "ddp_gloo": _ddp_losses(flat, rank),
