@@ -3,19 +3,25 @@
 The built-in backends register through the same group as third-party ones (see
 pyproject.toml). A plugin that fails to import, or whose class is malformed, or whose probe
 raises, is logged with its exception and skipped: it never stops another backend from
-being used. Two distributions registering one name is an error naming both.
+being used. Two distributions registering one name is an error naming both. How a probe
+is asked, with its time limit: :mod:`accel._probe`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from accel._probe import (
+    Unanswered,
+    in_process,
+    in_thread,
+    probe_isolation,
+    probe_timeout,
+)
 from accel.backends.base import Availability, BackendClass
 from accel.protocols import Accelerator, missing_members
 
@@ -43,26 +49,6 @@ _SOURCE_TREE_BUILTINS = {
 
 class DuplicateBackendError(RuntimeError):
     """Two distributions register a backend under one name."""
-
-
-PROBE_TIMEOUT_ENV = "ACCEL_PROBE_TIMEOUT"
-DEFAULT_PROBE_TIMEOUT = 10.0
-
-
-def probe_timeout() -> float:
-    """Seconds a backend's probe may take (``ACCEL_PROBE_TIMEOUT``, default 10)."""
-    raw = os.environ.get(PROBE_TIMEOUT_ENV)
-    if raw is None:
-        return DEFAULT_PROBE_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(
-            f"environment variable {PROBE_TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}"
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -99,40 +85,32 @@ class Registered:
     def _probe(self) -> Availability:
         if self.backend is None:
             return Availability(False, f"failed to load: {self.error}")
-        backend = cast(BackendClass, self.backend)
-        outcome: list[object] = []
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                outcome.append(backend.probe())
-            except BaseException as error:  # SystemExit, KeyboardInterrupt: said as they are
-                failure.append(error)
-
-        # A daemon thread bounds the wait: a probe stuck in a driver call cannot be
-        # interrupted, but it no longer holds up selection or `accel report`.
         timeout = probe_timeout()
-        worker = threading.Thread(target=run, name=f"accel-probe-{self.name}", daemon=True)
-        worker.start()
-        worker.join(timeout)
-        error = failure[0] if failure else None
-        answer = outcome[0] if outcome else None
-        if error is not None:
-            reason = f"probe() raised {type(error).__name__}: {error}"
-        elif not outcome:
-            reason = f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV})"
-        elif not isinstance(answer, Availability):
-            reason = (
-                f"probe() returned {type(answer).__name__} {answer!r}, "
-                "expected accel.backends.base.Availability"
-            )
+        if probe_isolation() == "process":
+            answer = _answers_in_process(timeout)[self.target]
         else:
+            answer = in_thread(cast(BackendClass, self.backend), self.name, timeout)
+        if isinstance(answer, Availability):
             return answer
         logger.warning(
             "accel backend %r from %s: %s; skipping it",
-            self.name, self.distribution, reason, exc_info=error,
+            self.name, self.distribution, answer.reason, exc_info=answer.error,
         )  # fmt: skip
-        return Availability(False, reason)
+        return Availability(False, answer.reason)
+
+
+_process_answers: dict[str, Availability | Unanswered] = {}
+_process_lock = threading.Lock()
+
+
+def _answers_in_process(timeout: float) -> dict[str, Availability | Unanswered]:
+    """Every loaded backend's probe, asked once in one separate process (a second one
+    only past a probe that overran or crashed): one interpreter start for all."""
+    with _process_lock:
+        if not _process_answers:
+            targets = [entry.target for entry in registry().values() if entry.backend is not None]
+            _process_answers.update(in_process(targets, timeout))
+        return _process_answers
 
 
 def _distribution(entry: EntryPoint) -> str:
@@ -263,7 +241,10 @@ def available_backends() -> list[type[Accelerator]]:
 
 
 def reset_registry() -> None:
-    """Forget the registry; the next use discovers the entry points again."""
+    """Forget the registry (and the probes' answers); the next use discovers the entry
+    points again."""
     global _registry
     with _lock:
         _registry = None
+    with _process_lock:
+        _process_answers.clear()

@@ -6,11 +6,12 @@ import logging
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 
 import pytest
 
 import accel
-from accel import _registry
+from accel import _probe, _registry
 from accel.backends.base import Availability
 from accel.backends.cpu import CPUAccelerator
 from tests.support import Installer
@@ -224,7 +225,7 @@ def test_a_slow_probe_is_bounded_and_asked_once(
     monkeypatch: pytest.MonkeyPatch, install: Installer
 ) -> None:
     monkeypatch.delenv("ACCEL_BACKEND", raising=False)
-    monkeypatch.setenv(_registry.PROBE_TIMEOUT_ENV, "0.2")
+    monkeypatch.setenv(_probe.PROBE_TIMEOUT_ENV, "0.2")
     source = GOOD_PLUGIN.replace(
         'return Availability(True, "always")',
         "import time; CALLS.append(1); time.sleep(3); return Availability(True, 'late')",
@@ -239,10 +240,59 @@ def test_a_slow_probe_is_bounded_and_asked_once(
     assert sys.modules["slow_probe"].CALLS == [1]  # probed once
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
-def test_a_bad_probe_timeout_names_the_variable(
-    monkeypatch: pytest.MonkeyPatch, value: str
+@pytest.mark.parametrize(
+    ("variable", "value", "read"),
+    [
+        *[(_probe.PROBE_TIMEOUT_ENV, v, _probe.probe_timeout)
+          for v in ("0", "-1", "soon", "nan", "inf")],
+        *[(_probe.PROBE_ISOLATION_ENV, v, _probe.probe_isolation)
+          for v in ("", "threads", "subprocess")],
+    ],
+)  # fmt: skip
+def test_a_bad_probe_setting_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, read: Callable[[], object]
 ) -> None:
-    monkeypatch.setenv(_registry.PROBE_TIMEOUT_ENV, value)
-    with pytest.raises(ValueError, match=f"ACCEL_PROBE_TIMEOUT must be .* got '{value}'"):
-        _registry.probe_timeout()
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=f"{variable} must be .* got '{value}'"):
+        read()
+
+
+# A probe that blocks while holding the GIL: ctypes.PyDLL calls C without releasing it.
+_GIL_HELD = "import ctypes; ctypes.PyDLL(None).sleep(60); return Availability(True, 'late')"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ('return Availability(True, "always")', None),
+        ('return Availability(False, "no board")', "no board"),
+        ("raise ValueError('boom')",
+         "probe() raised ValueError: boom (in a separate process, ACCEL_PROBE_ISOLATION=process)"),
+        ("import ctypes; ctypes.string_at(0); return Availability(True, 'x')",
+         "probe() killed its process with SIGSEGV (ACCEL_PROBE_ISOLATION=process)"),
+        ("return 'yes'", "probe() returned str 'yes', expected accel.backends.base.Availability"),
+        (_GIL_HELD, "probe() did not answer within 6 s (ACCEL_PROBE_TIMEOUT; in a separate "
+                    "process, ACCEL_PROBE_ISOLATION=process)"),
+    ],
+    ids=["available", "unavailable", "raises", "crashes", "not-an-answer", "holds-the-gil"],
+)  # fmt: skip
+def test_probes_in_a_separate_process_are_bounded_whatever_they_do(
+    monkeypatch: pytest.MonkeyPatch, install: Installer, body: str, reason: str | None
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    monkeypatch.setenv(_probe.PROBE_ISOLATION_ENV, "process")
+    monkeypatch.setenv(_probe.PROBE_TIMEOUT_ENV, "6")  # the child imports torch first
+    source = GOOD_PLUGIN.replace('return Availability(True, "always")', body)
+    install("isolated", {"fast": "isolated_probe:Fast"}, {"isolated_probe": source})
+    started = time.perf_counter()
+    chosen = accel.get_accelerator()
+    answer = _registry.registry()["fast"].availability()
+    assert time.perf_counter() - started < 30  # the built-ins are asked in processes too
+    if reason is None:
+        assert answer.available
+        assert type(chosen).__name__ == "Fast"
+    else:
+        assert not answer.available
+        assert answer.reason == reason
+        assert isinstance(chosen, CPUAccelerator)
