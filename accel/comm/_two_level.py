@@ -106,9 +106,11 @@ def all_gather_into_tensor(
     of collectives).
     """
     nodes, world = len(spanning.where.nodes), len(spanning.where.ranks)
-    mine = _bytes(tensor.contiguous())
     target = output if output.is_contiguous() else torch.empty_like(output)
     rows = _bytes(target).view(world, -1)
+    mine = _bytes(tensor.contiguous())
+    if _shares_bytes(mine, rows):  # gloo writes into rows while it reads mine
+        mine = mine.clone()
     here = sorted(spanning.node).index(dist.get_rank())  # this rank's local-group rank
     in_place = _local.uses_shared_memory(spanning.local)  # gloo: no aliasing its input
     part = rows[here * nodes : (here + 1) * nodes].reshape(-1) if in_place else None
@@ -119,6 +121,15 @@ def all_gather_into_tensor(
     _permute_rows(rows, spanning.block_order)
     if target is not output:
         output.copy_(target)
+
+
+def _shares_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two contiguous tensors' bytes overlap."""
+    a_start, b_start = a.data_ptr(), b.data_ptr()
+    return (
+        a_start < b_start + b.numel() * b.element_size()
+        and b_start < a_start + a.numel() * a.element_size()
+    )
 
 
 def _permute_rows(rows: torch.Tensor, order: tuple[int, ...]) -> None:

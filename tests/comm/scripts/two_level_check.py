@@ -92,12 +92,17 @@ class Checks:
         first = results[0].view(torch.uint8)  # bytes: NaN-safe
         self.identical &= all(torch.equal(r.view(torch.uint8), first) for r in results)
 
-    def gather(self, dtype: torch.dtype, size: int) -> None:
-        """All-gather: every rank's bytes exactly (size 1001: a 2-D output, rows of 143)."""
+    def gather(self, dtype: torch.dtype, size: int, in_place: bool = False) -> None:
+        """All-gather: every rank's bytes exactly (size 1001: a 2-D output, rows of 143;
+        ``in_place``: this rank's tensor is its own block of the output)."""
         mine = _values(dtype, size, self.rank * 31 + size)
         expected = torch.cat([_values(dtype, size, r * 31 + size) for r in range(self.world)])
         output = torch.empty(self.world * size, dtype=dtype)
-        if size == 1001:
+        if in_place:
+            own = output[self.rank * size : (self.rank + 1) * size]
+            own.copy_(mine)
+            mine = own
+        elif size == 1001:
             output, mine = output.view(self.world * 7, 143), mine.view(7, 143)
         if self.backend == "accel":
             dist.all_gather_into_tensor(output, mine)
@@ -137,6 +142,7 @@ def _run_checks(checks: Checks) -> None:
     for dtype in GATHER_DTYPES:
         for size in EDGE_SIZES:
             checks.gather(dtype, size)
+        checks.gather(dtype, 1003, in_place=True)
 
     @same_everywhere
     @given(size=st.integers(2, 300_000), dtype=st.sampled_from(DTYPES),
