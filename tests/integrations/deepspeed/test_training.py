@@ -129,6 +129,33 @@ def test_zero2_across_two_simulated_nodes_takes_two_levels_with_gloos_losses(
     assert_no_jit(tmp_path)
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_zero_infinity_swaps_through_accel_io_with_cpu_offloads_losses(
+    tmp_path: pathlib.Path, ranks: int
+) -> None:
+    # ZeRO-3 with parameters and optimizer states on "nvme" (a directory here), through
+    # accel.io: the losses of the same run offloaded to CPU memory, swap files written.
+    swap = tmp_path / "swap"
+    env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1")
+    script = SCRIPTS / "zero_infinity.py"
+    if ranks == 1:
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()))  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, str(script), "--swap", str(swap)], env=env, cwd=ROOT,
+            capture_output=True, text=True, timeout=400, check=False,
+        )  # fmt: skip
+    else:
+        result = torchrun(script, ranks, env, "--swap", str(swap))
+    assert result.returncode == 0, result.stderr[-4000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts["world"] == ranks
+    assert facts["swap_files"] > 0
+    for cpu, nvme in zip(facts["cpu"], facts["nvme"], strict=True):
+        assert abs(cpu - nvme) <= 1e-6 * abs(cpu), facts
+    assert_no_jit(tmp_path)
+
+
 def test_deepspeeds_swap_utilities_run_on_accel_io(tmp_path: pathlib.Path) -> None:
     code = f"""
         import json, torch
