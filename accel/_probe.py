@@ -4,11 +4,13 @@ A thread (the default) is cheap and sees the process as it is, but it bounds onl
 that let go of the GIL while they wait (a driver call through ctypes, ``time.sleep``, I/O):
 a probe that blocks while holding the GIL (a C extension that never releases it) stops
 every thread of the interpreter, the one that enforces the limit included. With
-``ACCEL_PROBE_ISOLATION=process`` each probe runs in a fresh interpreter that imports the
-backend's class by its registered target, and is killed at the limit: any probe is bounded
-(even one that crashes: the backend is then unavailable, with the signal as the reason),
-at the cost of an interpreter start per backend (about a second with torch) and of
-answers that cannot see state the parent process has set up.
+``ACCEL_PROBE_ISOLATION=process`` the probes run in one separate interpreter that imports
+each backend's class by its registered target and asks them one after another, each within
+the limit; one that overruns is killed with that interpreter, and a fresh one asks the
+rest. Any probe is then bounded (even one that crashes: that backend is unavailable, with
+the signal as the reason), at the cost of an interpreter start (1.5-2 s more for
+``get_accelerator()`` with torch, measured on a 2-core machine) and of answers that cannot
+see state the parent process has set up.
 """
 
 from __future__ import annotations

@@ -204,9 +204,9 @@ class aio_handle:
         any handle in this process; a slice of one counts).
 
         DeepSpeed writes a "pinned" optimizer state from its swap buffer instead of the
-        tensor itself, so an ordinary tensor must never count as pinned, whatever its
-        address: when it did (a page-aligned address), ZeRO-Infinity wrote an empty
-        file in place of that state, in about 1 run in 15."""
+        tensor itself (an empty tensor for a fresh state), so an ordinary tensor must never
+        count as pinned, whatever its address: ZeRO-Infinity would write an empty file in
+        place of that state."""
         if not buffer.is_cpu:
             return False
         if _torch_pinned(buffer):
