@@ -81,8 +81,12 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
     ext_modules.append(
         Pybind11Extension(
             "accel.ops._cpu_optim",
-            ["csrc/cpu_optim/cpu_optim.cpp"],
-            depends=[*COMMON_HEADERS, "csrc/cpu_optim/adam_level.inc"],
+            ["csrc/cpu_optim/cpu_optim.cpp", "csrc/cpu_optim/step_channel.cpp"],
+            depends=[
+                *COMMON_HEADERS,
+                "csrc/cpu_optim/adam_level.inc",
+                "csrc/cpu_optim/step_channel.h",
+            ],
             cxx_std=17,
             extra_compile_args=UNIX_FLAGS,
             extra_link_args=["-fopenmp"],

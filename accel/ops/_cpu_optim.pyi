@@ -75,3 +75,38 @@ def cpu_isa() -> str:
 
 def max_threads() -> int:
     """OpenMP threads a step may use."""
+
+CHANNEL_MAX_GROUPS: int
+"""The most parameter groups a step channel carries."""
+
+CHANNEL_SLOTS: int
+"""Commands that may wait for the worker at once."""
+
+def channel_size() -> int:
+    """Bytes a step channel occupies."""
+
+def channel_init(address: int, groups: int) -> None:
+    """Prepare a step channel at an address."""
+
+def channel_submit(
+    address: int,
+    state_index: int,
+    step: int,
+    hyper: list[list[float]],
+    bias_correction: list[bool],
+) -> None:
+    """Queue one step for the worker."""
+
+def channel_wait(address: int, timeout: float) -> bool:
+    """Wait for one completed command; False on timeout."""
+
+def channel_exit(address: int) -> None:
+    """Queue the exit command."""
+
+def channel_next(
+    address: int, timeout: float
+) -> tuple[str] | tuple[str, int, int, list[tuple[float, float, float, float, float, bool]]]:
+    """The worker's next command: ("step", state_index, step, groups), ("exit",) or ("idle",)."""
+
+def channel_complete(address: int, error: str | None) -> None:
+    """Report a command done, or failed with a message."""

@@ -47,6 +47,9 @@ PREBUILT_OPS: tuple[PrebuiltOp, ...] = (
         "FusedLionBuilder", "fused_lion", _CPU_OPTIM, "accel.ops.cpu_optim", False, "fused_lion"
     ),
     PrebuiltOp(
+        "PinMemoryBuilder", "pin_memory", "accel.io", "accel.io.locked", True, "pin_memory"
+    ),
+    PrebuiltOp(
         "ShareMemCommBuilder", "shm_comm", "accel.ops._shm_comm", "accel.comm", False,
         "deepspeed_shm_comm",
     ),

@@ -128,6 +128,19 @@ class AsyncIOBuilder(PrebuiltOpBuilder):
         return super().incompatibility_reason()
 
 
+class PinMemoryBuilder(PrebuiltOpBuilder):
+    """Page-locked host buffers, one registry per process (``accel.io.locked``):
+    host-side, so every backend has it. Nothing is compiled (``mlock`` through ctypes)."""
+
+    spec = prebuilt_op("PinMemoryBuilder")
+
+    def incompatibility_reason(self) -> str | None:
+        """``None`` on POSIX systems (``mlock`` exists), else why not."""
+        if os.name != "posix":
+            return "page-locking needs POSIX mlock(2)"
+        return super().incompatibility_reason()
+
+
 class CCLCommBuilder(PrebuiltOpBuilder):
     """DeepSpeed's oneCCL comm module. accel has no oneCCL kernels of its own: with
     oneCCL's torch bindings installed, ``load()`` returns DeepSpeed's builder's module (which
@@ -167,7 +180,7 @@ _BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
     builder.__name__: builder
     for builder in (
         AsyncIOBuilder, CCLCommBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder,
-        FusedAdamBuilder, FusedLionBuilder, ShareMemCommBuilder,
+        FusedAdamBuilder, FusedLionBuilder, PinMemoryBuilder, ShareMemCommBuilder,
     )
 }  # fmt: skip
 

@@ -20,6 +20,7 @@
 #include "../common/half.h"
 #include "../common/simd.h"
 #include "../common/vec.h"
+#include "step_channel.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -469,4 +470,5 @@ PYBIND11_MODULE(_cpu_optim, m) {
   m.def("simd_level", &simd_level, "The instruction set the kernels run with on this CPU.");
   m.def("max_threads", []() { return omp_get_max_threads(); },
         "OpenMP threads a step may use.");
+  accel::export_step_channel(m);
 }

@@ -219,10 +219,12 @@ def test_total_memory_honours_a_cgroup_limit(
 
 def test_cpu_ships_the_deepspeed_cpu_op_builders(acc: CPUAccelerator) -> None:
     # The seed's CPU list (CCLCommBuilder, ShareMemCommBuilder, FusedAdamBuilder,
-    # CPUAdamBuilder, AsyncIOBuilder) plus Adagrad, Lion and the FusedLion DeepSpeed lacks.
+    # CPUAdamBuilder, AsyncIOBuilder) plus Adagrad, Lion, the FusedLion DeepSpeed lacks and
+    # DeepSpeed 0.19's PinMemoryBuilder.
     assert acc.op_builder_names() == [
         "AsyncIOBuilder", "CCLCommBuilder", "CPUAdagradBuilder", "CPUAdamBuilder",
-        "CPULionBuilder", "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder",
+        "CPULionBuilder", "FusedAdamBuilder", "FusedLionBuilder", "PinMemoryBuilder",
+        "ShareMemCommBuilder",
     ]  # fmt: skip
     module = acc.create_op_builder("CPUAdamBuilder")
     assert module is not None

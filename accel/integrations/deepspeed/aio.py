@@ -12,22 +12,11 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import weakref
 
 import torch
 
 from accel.integrations.deepspeed.kernels import DeepSpeedModule
-from accel.io import ALIGNMENT, AsyncIO, aligned_empty
-
-_handles: weakref.WeakSet[aio_handle] = weakref.WeakSet()  # for is_pinned
-
-
-def _torch_pinned(buffer: torch.Tensor) -> bool:
-    """torch's own answer (False on builds without pinned memory, which may raise)."""
-    try:
-        return bool(buffer.is_pinned())
-    except RuntimeError:
-        return False
+from accel.io import ALIGNMENT, AsyncIO, locked
 
 
 class aio_handle:
@@ -60,10 +49,7 @@ class aio_handle:
         threads = min(queue_depth * intra_op_parallelism, 64)
         self._engine = AsyncIO(block_size=block_size, queue_depth=threads)
         self._validations: list[tuple[torch.Tensor, str, int, bool]] = []
-        # new_cpu_locked_tensor's buffers by address, kept until freed (as DeepSpeed's are).
-        self._locked: dict[int, torch.Tensor] = {}
         self._lock = threading.Lock()
-        _handles.add(self)
 
     # -- getters -------------------------------------------------------------------------
     def get_block_size(self) -> int:
@@ -182,26 +168,23 @@ class aio_handle:
         return completed
 
     # -- pinned buffers ------------------------------------------------------------------
+    # DeepSpeed 0.19 keeps one manager of locked buffers per process, shared by every
+    # handle and its pin_memory op: accel.io.locked is that manager.
     def new_cpu_locked_tensor(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
-        """An O_DIRECT-aligned, page-locked (where the device has pinned memory) buffer
-        of ``num_elem`` elements of ``example_tensor``'s dtype. As in DeepSpeed, the
-        handle keeps it until :meth:`free_cpu_locked_tensor` (or until the handle goes)."""
-        tensor = aligned_empty(num_elem, example_tensor.dtype, pin_memory=True)
-        with self._lock:
-            self._locked[tensor.data_ptr()] = tensor
-        return tensor
+        """A page-aligned, page-locked buffer of ``num_elem`` elements of
+        ``example_tensor``'s dtype, kept until :meth:`free_cpu_locked_tensor` (by this or
+        any handle) as DeepSpeed keeps it."""
+        return locked.new_locked_tensor(num_elem, example_tensor.dtype)
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
-        """Release a buffer from :meth:`new_cpu_locked_tensor` (memory returns when the
-        last reference goes): True for one of this handle's, False otherwise, as in
-        DeepSpeed."""
-        with self._lock:
-            return self._locked.pop(tensor.data_ptr(), None) is not None
+        """Release a buffer from :meth:`new_cpu_locked_tensor` of any handle (memory
+        returns when the last reference goes): True if ``tensor`` starts one, else False."""
+        return locked.free_locked(tensor.data_ptr())
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
         """Whether ``buffer`` is page-locked memory, as DeepSpeed's handle answers it:
-        torch-pinned, or lying inside a buffer from :meth:`new_cpu_locked_tensor` (of
-        any handle in this process; a slice of one counts).
+        torch-pinned, or lying inside a buffer from :meth:`new_cpu_locked_tensor` (a
+        slice of one counts).
 
         DeepSpeed writes a "pinned" optimizer state from its swap buffer instead of the
         tensor itself (an empty tensor for a fresh state), so an ordinary tensor must never
@@ -209,19 +192,7 @@ class aio_handle:
         place of that state."""
         if not buffer.is_cpu:
             return False
-        if _torch_pinned(buffer):
-            return True
-        start = buffer.data_ptr()
-        end = start + buffer.numel() * buffer.element_size()
-        for handle in list(_handles):
-            with handle._lock:  # pyright: ignore[reportPrivateUsage]
-                regions = [
-                    (address, address + t.numel() * t.element_size())
-                    for address, t in handle._locked.items()  # pyright: ignore[reportPrivateUsage]
-                ]
-            if any(low <= start and end <= high for low, high in regions):
-                return True
-        return False
+        return locked.is_pinned_or_locked(buffer)
 
     def _after_submit(
         self,

@@ -9,9 +9,11 @@ modules mishandle:
 - an unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer);
 - non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
   the update is lost); states that are not float32 are updated through float32 copies;
-- functions of DeepSpeed's module that accel does not implement (ZenFlow's
-  ``zenflow_adam_*``) are taken from DeepSpeed's own build of the module when called,
-  compiled then (logged) as without accel; looking them up builds nothing;
+- a function of DeepSpeed's module that accel does not implement (none in DeepSpeed
+  0.19.8) is taken from DeepSpeed's own build of the module when called, compiled then
+  (logged) as without accel; looking it up builds nothing;
+- ZenFlow's ``zenflow_adam_*`` report an error in the optimizer process to the training
+  process (:mod:`accel.integrations.deepspeed.zenflow`);
 - ``inference_all_reduce_`` reduces every dtype (DeepSpeed's returns float64 or integer
   tensors unreduced), through ``torch.distributed`` for dtypes shared memory does not take.
 """
@@ -27,6 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from accel.integrations.deepspeed.zenflow import ZenFlowAdamFunctions
 from accel.ops import cpu_optim
 
 logger = logging.getLogger("accel")
@@ -104,8 +107,8 @@ def _in_place(
 class DeepSpeedModule:
     """Base of the module stand-ins.
 
-    A function of DeepSpeed's compiled module that accel does not implement (ZenFlow's
-    ``zenflow_adam_*``) is found by name in DeepSpeed's binding source, without building
+    A function of DeepSpeed's compiled module that accel does not implement (a newer
+    DeepSpeed may add some) is found by name in DeepSpeed's binding source, without building
     anything, so ``hasattr`` answers at once and truly. It is loaded from DeepSpeed's own
     build only when called, which may JIT-compile for minutes: that call is logged at
     WARNING. Any other name is an ``AttributeError``.
@@ -187,11 +190,19 @@ class _OptimizerModule(DeepSpeedModule):
         return self._optimizers.create(optimizer_id, _Created(adamw_mode=bool(adamw_mode)))
 
 
-class CPUAdamKernels(_OptimizerModule):
+class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
     """DeepSpeed's ``cpu_adam`` module: ``create_adam``, ``adam_update``,
-    ``adam_rollback``, ``destroy_adam`` (ZenFlow's functions from DeepSpeed's build)."""
+    ``adam_rollback``, ``destroy_adam`` and ZenFlow's ``zenflow_adam_*``."""
 
     kind = "adam"
+
+    def __init__(
+        self,
+        fallback: Callable[[], Any] | None = None,
+        native_names: Callable[[], frozenset[str]] | None = None,
+    ) -> None:
+        _OptimizerModule.__init__(self, fallback, native_names)
+        ZenFlowAdamFunctions.__init__(self, self.adam_update)
 
     def create_adam(
         self,

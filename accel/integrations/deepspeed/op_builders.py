@@ -204,11 +204,24 @@ class AsyncIOBuilder(AccelOpBuilder):
         return _single(AsyncIOKernels, type(self).__name__)
 
 
+class PinMemoryBuilder(AccelOpBuilder):
+    """DeepSpeed's ``PinMemoryBuilder`` (its native pinned-memory backend) on
+    :mod:`accel.io.locked`: the manager accel's ``aio_handle`` shares, as DeepSpeed's does."""
+
+    NAME = _deepspeed_name("PinMemoryBuilder")
+    BUILD_VAR = "DS_BUILD_PIN_MEMORY"
+
+    def _kernels(self) -> Any:
+        from accel.integrations.deepspeed.pin_memory import PinMemoryKernels
+
+        return _single(PinMemoryKernels, type(self).__name__)
+
+
 _ALL: dict[str, type[AccelOpBuilder]] = {
     builder.__name__: builder
     for builder in (
         AsyncIOBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder,
-        FusedLionBuilder, ShareMemCommBuilder,
+        FusedLionBuilder, PinMemoryBuilder, ShareMemCommBuilder,
     )
 }  # fmt: skip
 

@@ -136,13 +136,14 @@ def test_builders_on_the_cpu_are_accels_and_others_fall_back(
     cpu: AccelDeepSpeedAccelerator,
 ) -> None:
     for name in ("AsyncIOBuilder", "CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder",
-                 "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder"):  # fmt: skip
+                 "FusedAdamBuilder", "FusedLionBuilder", "PinMemoryBuilder",
+                 "ShareMemCommBuilder"):  # fmt: skip
         builder = cpu.create_op_builder(name)
         assert isinstance(builder, op_builders.AccelOpBuilder), name
         assert builder.is_compatible()
         assert builder.sources() == []
-    fallback = cpu.get_op_builder("PinMemoryBuilder")
-    assert fallback is CPU_Accelerator().get_op_builder("PinMemoryBuilder")
+    fallback = cpu.get_op_builder("CCLCommBuilder")  # DeepSpeed keeps its oneCCL builder
+    assert fallback is CPU_Accelerator().get_op_builder("CCLCommBuilder")
     with pytest.raises(RuntimeError, match="prebuilt"):
         op_builders.CPUAdamBuilder().builder()
 

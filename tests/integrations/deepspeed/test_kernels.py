@@ -218,35 +218,36 @@ def test_functions_accel_lacks_come_from_deepspeeds_own_module() -> None:
 
     def native() -> Any:
         loads.append(1)
-        return types.SimpleNamespace(zenflow_adam_create=lambda *args: ("native", args))
+        return types.SimpleNamespace(adam_newer=lambda *args: ("native", args))
 
-    ops = kernels.CPUAdamKernels(native, lambda: frozenset({"zenflow_adam_create"}))
-    assert ops.zenflow_adam_create(1, 2) == ("native", (1, 2))
-    assert ops.zenflow_adam_create(3) == ("native", (3,))
+    # A function a newer DeepSpeed declares and accel does not implement yet.
+    ops = kernels.CPUAdamKernels(native, lambda: frozenset({"adam_newer"}))
+    assert ops.adam_newer(1, 2) == ("native", (1, 2))
+    assert ops.adam_newer(3) == ("native", (3,))
     assert loads == [1]  # loaded once, on first need
-    with pytest.raises(AttributeError, match="zenflow_adam_create"):
-        kernels.CPUAdamKernels().zenflow_adam_create  # noqa: B018
+    with pytest.raises(AttributeError, match="adam_newer"):
+        kernels.CPUAdamKernels().adam_newer  # noqa: B018
 
 
 def test_functions_accel_lacks_are_found_without_building_and_loaded_on_call(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # `hasattr(op, "zenflow_adam_ctrl_size")` used to load DeepSpeed's module: a JIT build
-    # of minutes. Now the name is looked up in DeepSpeed's binding source; only a call
-    # loads DeepSpeed's build, and says so.
+    # `hasattr(op, name)` for a function accel lacks must not load DeepSpeed's module (a
+    # JIT build of minutes): the name is looked up in DeepSpeed's binding source; only a
+    # call loads DeepSpeed's build, and says so.
     built: list[str] = []
-    native = types.SimpleNamespace(zenflow_adam_ctrl_size=lambda: 64)
+    native = types.SimpleNamespace(adam_newer_size=lambda: 64)
 
     def build() -> Any:
         built.append("cpu_adam")
         return native
 
-    module = kernels.CPUAdamKernels(build, lambda: frozenset({"zenflow_adam_ctrl_size"}))
-    assert hasattr(module, "zenflow_adam_ctrl_size")
+    module = kernels.CPUAdamKernels(build, lambda: frozenset({"adam_newer_size"}))
+    assert hasattr(module, "adam_newer_size")
     assert not hasattr(module, "no_such_function")
     assert built == []
     with caplog.at_level("WARNING", logger="accel"):
-        assert module.zenflow_adam_ctrl_size() == 64
+        assert module.adam_newer_size() == 64
     assert built == ["cpu_adam"]
     assert "may JIT-compile" in caplog.text
     with pytest.raises(RuntimeError, match="CPUAdamKernels has no DeepSpeed counterpart"):
@@ -256,4 +257,18 @@ def test_functions_accel_lacks_are_found_without_building_and_loaded_on_call(
 def test_deepspeeds_declared_functions_are_read_from_its_sources() -> None:
     names = op_builders._native_names("CPUAdamBuilder")
     assert {"adam_update", "create_adam", "zenflow_adam_create"} <= names
+
+
+def test_accel_implements_every_function_deepspeeds_modules_declare() -> None:
+    # What DeepSpeed 0.19.8's binding sources declare (m.def) for the modules accel
+    # serves: none of them may fall back to DeepSpeed's JIT build.
+    modules = {
+        "CPUAdamBuilder": kernels.CPUAdamKernels(), "CPUAdagradBuilder": kernels.CPUAdagradKernels(),
+        "CPULionBuilder": kernels.CPULionKernels(), "FusedAdamBuilder": kernels.FusedAdamKernels(),
+    }  # fmt: skip
+    for builder, module in modules.items():
+        declared = op_builders._native_names(builder)
+        assert declared, builder
+        missing = sorted(name for name in declared if name not in dir(module))
+        assert missing == [], f"{builder}: {missing}"
     assert op_builders._native_names("NoSuchBuilder") == frozenset()

@@ -1,0 +1,133 @@
+"""A shared-memory channel through which one process asks another to run optimizer steps.
+
+The *driver* (a training process) submits steps and waits for them; the *worker* (a
+process holding the optimizer state) takes them in order and reports each one done or
+failed. The channel lives in memory both processes map, usually a shared CPU tensor of
+:func:`channel_bytes` bytes, and is named by its address. Up to :data:`SLOTS` commands
+may wait for the worker, so the driver can submit the next step while the worker still
+runs the previous one. A failure in the worker is raised by the driver's next
+:func:`wait` (and :func:`submit`) as ``RuntimeError`` with the worker's message.
+
+DeepSpeed's ZenFlow drives its Adam process through one
+(:mod:`accel.integrations.deepspeed.zenflow`). Every argument is checked here, and the
+address again in C++ (readable, aligned, prepared by :func:`init`), so a wrong one is a
+``ValueError``, not a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from accel.ops import _cpu_optim, cpu_optim
+
+MAX_GROUPS: Final = 1024
+"""The most parameter groups one channel carries (C++ checks it again)."""
+SLOTS: Final = 4
+"""Commands that may wait for the worker at once (``CHANNEL_SLOTS`` in C++)."""
+
+
+@dataclass(frozen=True)
+class GroupHyper:
+    """One parameter group's hyper-parameters for one Adam step."""
+
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    bias_correction: bool
+
+
+@dataclass(frozen=True)
+class StepCommand:
+    """A step for the worker: which of two state buffers to use, its number, its groups."""
+
+    state_index: int
+    step: int
+    groups: tuple[GroupHyper, ...]
+
+
+def _address(address: object) -> int:
+    if not isinstance(address, int) or isinstance(address, bool) or address <= 0:
+        raise ValueError(f"address must be a positive int (a data_ptr()), got {address!r}")
+    return address
+
+
+def _int_in(value: object, name: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _timeout(timeout: object) -> float:
+    if (
+        not isinstance(timeout, (int, float))
+        or isinstance(timeout, bool)
+        or not 0 <= timeout <= 1e9  # also False for NaN
+    ):
+        raise ValueError(f"timeout must be a number of seconds in [0, 1e9], got {timeout!r}")
+    return float(timeout)
+
+
+def channel_bytes() -> int:
+    """Bytes a channel occupies: the size of the shared buffer to give :func:`init`."""
+    return _cpu_optim.channel_size()
+
+
+def init(address: int, groups: int) -> None:
+    """Prepare a channel for ``groups`` parameter groups at ``address`` (in the driver,
+    before the worker starts)."""
+    _cpu_optim.channel_init(_address(address), _int_in(groups, "groups", 1, MAX_GROUPS))
+
+
+def _checked_group(index: int, group: GroupHyper) -> list[float]:
+    what = f"group {index}"
+    try:
+        beta1, beta2 = cpu_optim.check_betas((group.beta1, group.beta2))
+        return [
+            cpu_optim.check_non_negative(group.lr, "lr"),
+            beta1,
+            beta2,
+            cpu_optim.check_eps(group.eps),
+            cpu_optim.check_non_negative(group.weight_decay, "weight_decay"),
+        ]
+    except ValueError as error:
+        raise ValueError(f"{what}: {error}") from None
+
+
+def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHyper]) -> None:
+    """Queue step ``step`` (>= 1) over state buffers ``state_index`` (0 or 1) with one
+    :class:`GroupHyper` per group. Returns at once; :func:`wait` collects it."""
+    state_index = _int_in(state_index, "state_index", 0, 1)
+    step = _int_in(step, "step", 1, 2**63 - 1)
+    hyper = [_checked_group(i, group) for i, group in enumerate(groups)]
+    flags = [bool(group.bias_correction) for group in groups]
+    _cpu_optim.channel_submit(_address(address), state_index, step, hyper, flags)
+
+
+def wait(address: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the worker to finish one command: True when it
+    did, False on timeout; ``RuntimeError`` with the worker's message when it failed."""
+    return _cpu_optim.channel_wait(_address(address), _timeout(timeout))
+
+
+def close(address: int) -> None:
+    """Queue the exit command: the worker finishes the steps before it, then returns."""
+    _cpu_optim.channel_exit(_address(address))
+
+
+def next_command(address: int, timeout: float) -> StepCommand | Literal["exit"] | None:
+    """The worker's side: the next command, ``"exit"``, or None when none came within
+    ``timeout`` seconds. Report each :class:`StepCommand` with :func:`complete`."""
+    command = _cpu_optim.channel_next(_address(address), _timeout(timeout))
+    if len(command) == 1:
+        return None if command[0] == "idle" else "exit"
+    _, state_index, step, groups = command
+    return StepCommand(state_index, step, tuple(GroupHyper(*group) for group in groups))
+
+
+def complete(address: int, error: str | None = None) -> None:
+    """The worker's side: the command it took is done (``error`` None) or failed."""
+    _cpu_optim.channel_complete(_address(address), error)
