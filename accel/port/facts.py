@@ -51,6 +51,9 @@ class ModuleFacts:
     """``x`` of every ``self.x`` that is provably an ``int`` (see the module docstring)."""
     ddp_names: set[str] = field(default_factory=lambda: {DDP_NAME})
     """Names ``DistributedDataParallel`` is called by (``DDP`` after ``import ... as DDP``)."""
+    bound_names: set[str] | None = None
+    """Every name the module binds anywhere (imports from accel aside); None when the
+    module was not analysed, so that any name may be taken."""
     lines: set[int] = field(default_factory=set[int])
     """Lines holding an int device position or a DDP call: worth parsing though they may
     not mention "cuda"."""
@@ -69,7 +72,7 @@ def analyse(source: str) -> ModuleFacts:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ModuleFacts()  # the rewriter reports the problem with its own position
-    facts = ModuleFacts(torch_names=set())
+    facts = ModuleFacts(torch_names=set(), bound_names=set())
     try:
         _Collector(facts).visit(tree)
     except RecursionError:  # nesting deeper than the visitor recurses: local rules only
@@ -113,13 +116,16 @@ class _Collector(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == DDP_NAME and alias.asname:
                 self.facts.ddp_names.add(alias.asname)
-        self._bind(*(a.asname or a.name for a in node.names))
+        # What accel port itself imports from accel does not clash with what it adds.
+        self._bind(*(a.asname or a.name for a in node.names), own=node.module != "accel")
 
     # -- scopes and bindings
     def _current(self) -> Scope:
         return tuple(self.scope)
 
-    def _bind(self, *names: str, kind: str = "other") -> None:
+    def _bind(self, *names: str, kind: str = "other", own: bool = True) -> None:
+        if own and self.facts.bound_names is not None:
+            self.facts.bound_names.update(names)
         self.assigned.setdefault(self._current(), set()).update(names)
         for name in names:
             self.binding_kinds.setdefault((self._current(), name), set()).add(kind)

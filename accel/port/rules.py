@@ -4,6 +4,9 @@ Formatting and comments are preserved (libcst edits the concrete syntax tree). R
 following DeepSpeed's porting guide:
 
 - ``torch.cuda.<fn>(...)`` -> ``get_accelerator().<fn>(...)`` for every function accel has;
+  ``set_device``, ``get_device_properties``, ``reset_accumulated_memory_stats`` and the
+  ``torch.cuda.device(i)`` context manager -> accel's functions (``set_device(i)``, ...,
+  ``device_index(i)``), which work with every backend;
 - ``torch.cuda.current_device()`` -> ``current_device_name()`` where a device is expected
   (``device=``/``map_location=`` arguments, ``.to(...)``, ``torch.device(...)``), else
   ``current_device()``;
@@ -41,13 +44,19 @@ _Node = TypeVar("_Node", bound=cst.CSTNode)
 
 # torch.cuda functions with the same name and meaning on every accel backend.
 DIRECT = frozenset({
-    "is_available", "device_count", "synchronize", "set_device", "current_device",
+    "is_available", "device_count", "synchronize", "current_device",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache",
-    "get_device_properties", "manual_seed", "manual_seed_all",
+    "memory_stats", "reset_peak_memory_stats", "empty_cache", "manual_seed", "manual_seed_all",
     "initial_seed", "get_rng_state", "set_rng_state", "is_bf16_supported",
     "Stream", "Event", "stream", "current_stream", "default_stream",
 })  # fmt: skip
+# torch.cuda functions that are accel functions (accel.functions): they work with every
+# backend, including one written before the protocols had these members.
+FUNCTIONS = {
+    "set_device": "set_device", "get_device_properties": "get_device_properties",
+    "reset_accumulated_memory_stats": "reset_accumulated_memory_stats",
+    "device": "device_index",  # torch.cuda.device(i): the context manager
+}  # fmt: skip
 NVTX = frozenset({"range_push", "range_pop"})
 GRAPH_NAMES = frozenset(
     {"CUDAGraph", "graph", "graphs", "make_graphed_callables", "graph_pool_handle"}
@@ -73,6 +82,10 @@ class Finding:
 # Why each rule is safe (printed by `accel port --explain`).
 RULES = {
     "direct": "torch.cuda.<fn> has an accel method of the same name and meaning",
+    "function": "torch.cuda.<fn> is an accel function of the same name and meaning "
+    "(accel.set_device, get_device_properties, reset_accumulated_memory_stats; "
+    "torch.cuda.device(i) is accel.device_index(i)), which works with every backend, "
+    "including one written before the protocols had the member; 'cuda:N' is the index N",
     "nvtx": "NVTX ranges are ProfilerAPI ranges on every backend that has a profiler",
     "device-position": "a CUDA device literal where torch expects a device (device=, .to(), "
     "torch.device(), map_location=, set_device()) names the accelerator's device",
@@ -124,6 +137,14 @@ def _device_string(node: cst.BaseExpression) -> cst.Call | None:
         ):
             return _accelerator_call("device_name", [cst.Arg(expression.expression)])
     return None
+
+
+def _device_index(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``N`` for 'cuda:N', ``i`` for f'cuda:{i}'; else None (set_device takes the index)."""
+    name = _device_string(node)
+    if name is None or not name.args:
+        return None
+    return name.args[0].value
 
 
 def _current_device_as_name(node: cst.BaseExpression) -> cst.Call | None:
@@ -289,6 +310,8 @@ class PortTransformer(cst.CSTTransformer):
         if not isinstance(func, cst.Attribute):
             return None
         name = func.attr.value
+        if self._is_torch_cuda(func.value) and name in FUNCTIONS:
+            return self._rewrite_function(original, updated, name, FUNCTIONS[name])
         if self._is_torch_cuda(func.value) and name in DIRECT:
             self._note(
                 original, f"torch.cuda.{name}() -> get_accelerator().{name}()", rule="direct"
@@ -305,6 +328,29 @@ class PortTransformer(cst.CSTTransformer):
             if owner.attr.value == "amp" and name in ("GradScaler", "autocast"):
                 return self._rewrite_amp(original, updated, name)
         return None
+
+    def _rewrite_function(
+        self, original: cst.Call, updated: cst.Call, name: str, function: str
+    ) -> cst.Call:
+        """``torch.cuda.<name>(...)`` -> ``<function>(...)`` from accel; where the module
+        binds ``<function>`` itself (or could not be analysed), the accelerator's member."""
+        args = list(updated.args)
+        if name in ("set_device", "device") and args and args[0].keyword is None:
+            index = _device_index(args[0].value)
+            if index is not None:
+                args[0] = args[0].with_changes(value=index)
+        bound = self.facts.bound_names
+        if bound is None or function in bound:
+            if name == "device":
+                self._manual(original, "torch.cuda.device(i): use accel.device_index(i) (this "
+                             "module binds the name device_index itself)")  # fmt: skip
+                return updated
+            self._note(original, f"torch.cuda.{name}() -> get_accelerator().{name}() (the "
+                       f"module binds {name} itself)", rule="direct")  # fmt: skip
+            return _accelerator_call(name, args)
+        self.imports.add(function)
+        self._note(original, f"torch.cuda.{name}() -> accel's {function}()", rule="function")
+        return cst.Call(func=cst.Name(function), args=args)
 
     def _rewrite_amp(
         self, original: cst.Call, updated: cst.Call, name: str
@@ -568,7 +614,10 @@ class PortTransformer(cst.CSTTransformer):
             name = original_node.attr.value
             if name in GRAPH_NAMES:
                 self._manual(original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}")
-            elif name not in DIRECT and name not in ("nvtx", "default_generators"):
+            elif name not in DIRECT | FUNCTIONS.keys() and name not in (
+                "nvtx",
+                "default_generators",
+            ):
                 self._manual(
                     original_node, f"torch.cuda.{name} has no accel equivalent; left as it is"
                 )

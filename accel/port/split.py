@@ -121,7 +121,8 @@ def _statement_starts(source: str) -> list[tuple[int, int]]:
 
 
 IMPORT_LINE = "from accel import get_accelerator"
-_ACCEL_IMPORT = re.compile(r"^from\s+accel\s+import\s+([^\n]*)", re.MULTILINE)
+_ACCEL_IMPORT = re.compile(r"^from\s+accel\s+import\s+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+_LINE_LIMIT = 79  # a longer import is written one name per line, in parentheses
 _IMPORT = re.compile(r"(import|from)\s")
 _DOCSTRING = re.compile(r"[rRbBuU]{0,2}(\"|')")
 
@@ -178,7 +179,7 @@ def _insert_import(chunks: list[str], newline: str, names: set[str]) -> list[str
     """``chunks`` (single statements: the leading block and the statement after it) with
     the import of ``names`` below the last docstring or import statement."""
     imported = {
-        name.strip().split(" as ")[0].strip("() ")
+        name.strip("()\r\n\t ").split(" as ")[0].strip()
         for chunk in chunks
         for found in _ACCEL_IMPORT.findall(chunk)
         for name in found.split(",")
@@ -187,6 +188,8 @@ def _insert_import(chunks: list[str], newline: str, names: set[str]) -> list[str
     if not missing:
         return chunks
     line = f"from accel import {', '.join(missing)}"
+    if len(line) > _LINE_LIMIT:
+        line = newline.join(["from accel import (", *(f"    {name}," for name in missing), ")"])
     after = -1  # index of the last chunk of the leading docstring/import block
     for index, chunk in enumerate(chunks):
         if ends_leading_block(chunk, first=after == -1):

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import accel
 from accel import get_accelerator
 from accel.cli import main
 from accel.port.rewrite import port_source
+from accel.protocols import DeviceProperties
 
 CUDA_CODE = textwrap.dedent(
     """
@@ -388,12 +390,87 @@ def test_an_int_is_rewritten_in_a_device_position_only_where_it_provably_is_one(
     assert "torch.ones(2).to(get_accelerator().device_name(rank))" in ported
     assert "torch.ones(2).to(maybe)" in ported  # also bound to a string: not provably an int
     assert "map_location=get_accelerator().device_name(0)" in ported
-    assert "get_accelerator().set_device(rank)" in ported  # an index, as set_device takes it
+    assert "\nset_device(rank)" in ported  # an index, as set_device takes it
     assert "t.to(get_accelerator().device_name(index))" in ported  # range()'s items
     assert "t.to(get_accelerator().device_name(self.gpu))" in ported  # an int parameter
     assert "t.to(self.other)" in ported  # unannotated
     assert "t.to(self.slot)" in ported  # assigned an int and something else
     assert "t.to(torch.float16)" in ported
+
+
+def test_members_added_after_the_first_release_become_accels_functions() -> None:
+    # A backend written for the first release has none of these members (docs/architecture.md,
+    # "Protocol evolution"): accel's functions serve it, so the ported script runs there too.
+    result = port_source(
+        textwrap.dedent(
+            """
+            import torch
+            torch.cuda.set_device('cuda:1')
+            torch.cuda.set_device(f'cuda:{rank}')
+            torch.cuda.set_device(rank)
+            props = torch.cuda.get_device_properties(0)
+            torch.cuda.reset_accumulated_memory_stats()
+            with torch.cuda.device(1):
+                torch.cuda.synchronize()
+            """
+        )
+    )
+    assert result.source.splitlines()[2:] == [
+        "from accel import (", "    device_index,", "    get_accelerator,",
+        "    get_device_properties,", "    reset_accumulated_memory_stats,", "    set_device,",
+        ")", "set_device(1)", "set_device(rank)", "set_device(rank)",
+        "props = get_device_properties(0)", "reset_accumulated_memory_stats()",
+        "with device_index(1):", "    get_accelerator().synchronize()",
+    ]  # fmt: skip
+    assert {f.rule for f in result.findings} == {"function", "direct"}
+    assert port_source(result.source).findings == []  # ported once: nothing more, no new import
+
+
+def test_a_module_that_binds_the_functions_name_keeps_the_accelerators_member() -> None:
+    ported = _ported(
+        """
+        import torch
+        def set_device(rank):
+            torch.cuda.set_device(rank)
+        device_index = 3
+        with torch.cuda.device(1):
+            pass
+        """
+    )
+    assert "    get_accelerator().set_device(rank)" in ported
+    assert "with torch.cuda.device(1):" in ported  # reported for a person instead
+    assert "from accel import get_accelerator\n" in ported
+
+
+def test_ported_device_calls_run_on_a_first_release_backend() -> None:
+    from accel import set_accelerator
+    from tests.support.first_release import first_release_module
+
+    class Older(first_release_module().BoardAccelerator):  # type: ignore[name-defined,misc]
+        fork_rng = None
+        reset_accumulated_memory_stats = None
+
+    ported = _ported(
+        """
+        import torch
+        torch.cuda.set_device('cuda:1')
+        with torch.cuda.device(0):
+            inside = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(1)
+        after = torch.cuda.current_device()
+        """
+    )
+    board = Older()
+    set_accelerator(board)
+    try:
+        namespace: dict[str, object] = {}
+        exec(compile(ported, "<ported>", "exec"), namespace)
+    finally:
+        accel.reset_accelerator()
+    assert (namespace["inside"], namespace["after"]) == (0, 1)
+    properties = namespace["props"]
+    assert isinstance(properties, DeviceProperties)
+    assert properties.total_memory == board.total_memory(1)
 
 
 def test_ddp_device_ids_and_output_device_become_device_generic() -> None:

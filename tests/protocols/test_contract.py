@@ -10,7 +10,6 @@ that rejects a backend names it and each missing member.
 from __future__ import annotations
 
 import importlib.util
-from types import ModuleType
 
 import pytest
 import torch
@@ -26,11 +25,11 @@ from accel.protocols import (
     ForkRNGAPI,
 )
 from accel.testing import check_backend
-from tests.support import TESTS, Installer
+from tests.support import Installer
+from tests.support.first_release import FROZEN, first_release_module
 
 pytestmark = pytest.mark.usefixtures("fresh_selection", "fresh_registry", "no_gpu")
 
-FROZEN = TESTS / "typing" / "pass" / "first_release_backend.py"
 
 # What accel.Accelerator required at API_VERSION 1, written down once. Adding a name here
 # breaks every backend written before it: add a capability protocol instead (see
@@ -57,19 +56,10 @@ FIRST_RELEASE_MEMBERS = frozenset({
 })  # fmt: skip
 
 
-def _frozen_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("first_release_backend", FROZEN)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def board_class(monkeypatch: pytest.MonkeyPatch) -> type:
     monkeypatch.setenv("FIRST_RELEASE_BOARD", "1")
-    board: type = _frozen_module().BoardAccelerator
+    board: type = first_release_module().BoardAccelerator
     return board
 
 
