@@ -27,7 +27,7 @@ from accel.integrations.deepspeed._support import installed_version, unsupported
 # torch: typing and threading (~3 ms together) stay out (see accel/__init__.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 TARGET = "deepspeed.accelerator.real_accelerator"
@@ -194,6 +194,45 @@ def _truthful_report(report: ModuleType, adapter: Any) -> None:
         for name, was in {**installed, **dict.fromkeys(served, False)}.items()
     })  # fmt: skip
     setattr(report, "accelerator_name", adapter._name)  # noqa: B010
+    probe = getattr(report, "probe_is_compatible", None)
+    if callable(probe) and not getattr(probe, "accel_truthful", False):
+        setattr(report, "probe_is_compatible", _truthful_probe(probe))  # noqa: B010
+
+
+CCL_NAME = "deepspeed_ccl_comm"
+
+
+def ccl_build_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why DeepSpeed's oneCCL op cannot be JIT-built here, or None. Its builder compiles
+    against ``$CCL_ROOT/include`` and links ``-lccl -L$CCL_ROOT/lib`` (raising ValueError
+    without CCL_ROOT) but answers "compatible" without looking."""
+    from pathlib import Path  # here: the start-up path stays free of pathlib
+
+    root = (os.environ if environ is None else environ).get("CCL_ROOT")
+    if not root:
+        return "CCL_ROOT is not set (oneCCL's environment is not sourced)"
+    base = Path(root)
+    if not any((base / "include" / header).is_file() for header in ("oneapi/ccl.hpp", "ccl.hpp")):
+        return f"CCL_ROOT={root} has no include/oneapi/ccl.hpp"
+    if not any((base / "lib").glob("libccl.so*")):
+        return f"CCL_ROOT={root} has no lib/libccl.so"
+    return None
+
+
+def _truthful_probe(probe: Callable[..., object]) -> Callable[..., bool]:
+    """ds_report's "compatible" column with the oneCCL op's answer checked (only the
+    report's copy of the probe: DeepSpeed's own table is untouched)."""
+
+    def probe_is_compatible(builder: Any, verbose: bool = False) -> bool:
+        if getattr(builder, "NAME", None) != CCL_NAME:
+            return bool(probe(builder, verbose))
+        problem = ccl_build_problem()
+        if problem is not None and verbose:
+            print(f"{CCL_NAME} is not compatible: {problem}")
+        return problem is None and bool(probe(builder, verbose))
+
+    probe_is_compatible.accel_truthful = True  # type: ignore[attr-defined]
+    return probe_is_compatible
 
 
 def _deepspeed_modules() -> list[ModuleType]:

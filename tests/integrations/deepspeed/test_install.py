@@ -241,11 +241,15 @@ def test_ds_report_says_accels_prebuilt_ops_are_installed(
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
             report.op_report(verbose=False)
-        rows = {line.split()[0]: "[YES]" in line for line in text.getvalue().splitlines()
-                if "...." in line and "[" in line}
-        print(json.dumps({"rows": rows, "recorded": recorded.installed_ops}))
+        lines = [line for line in text.getvalue().splitlines() if "...." in line and "[" in line]
+        rows = {line.split()[0]: "[YES]" in line for line in lines}
+        compatible = {line.split()[0]: line.rstrip().endswith("[OKAY]\x1b[0m") for line in lines}
+        print(json.dumps({"rows": rows, "recorded": recorded.installed_ops,
+                          "compatible": compatible}))
     """.replace("REPORT_FIRST", str(report_first))
-    found = last_json(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")))
+    env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1")
+    env.pop("CCL_ROOT", None)
+    found = last_json(run_python(code, env))
     rows = found["rows"]
     assert isinstance(rows, dict)
     for op in (
@@ -259,5 +263,26 @@ def test_ds_report_says_accels_prebuilt_ops_are_installed(
     ):
         assert rows[op] is True, (op, rows)
     assert rows["deepspeed_ccl_comm"] is False  # DeepSpeed's own builder: not built
+    compatible = found["compatible"]
+    assert isinstance(compatible, dict)
+    # DeepSpeed's ccl builder says "compatible" without oneCCL; its build would fail.
+    assert compatible["deepspeed_ccl_comm"] is False
+    assert compatible["cpu_adam"] is True
     assert found["recorded"] == dict.fromkeys(found["recorded"], False)  # type: ignore[arg-type]
     assert_no_jit(tmp_path)
+
+
+def test_the_oneccl_op_is_buildable_only_with_oneccl_installed(tmp_path: pathlib.Path) -> None:
+    from accel.integrations.deepspeed._install import ccl_build_problem
+
+    assert ccl_build_problem({}) == "CCL_ROOT is not set (oneCCL's environment is not sourced)"
+    root = tmp_path / "oneccl"
+    assert ccl_build_problem({"CCL_ROOT": str(root)}) == (
+        f"CCL_ROOT={root} has no include/oneapi/ccl.hpp"
+    )
+    (root / "include" / "oneapi").mkdir(parents=True)
+    (root / "include" / "oneapi" / "ccl.hpp").write_text("")
+    assert ccl_build_problem({"CCL_ROOT": str(root)}) == f"CCL_ROOT={root} has no lib/libccl.so"
+    (root / "lib").mkdir()
+    (root / "lib" / "libccl.so.1").write_text("")
+    assert ccl_build_problem({"CCL_ROOT": str(root)}) is None
