@@ -227,6 +227,37 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     reduce_scatter_single = _reduce_scatter_base  # torch's newer name for it
 
+    # torch's functional collectives (DTensor's full_tensor() and redistribute, FSDP2's
+    # state dicts) call the coalesced forms; without them torch looks for a C++ backend
+    # registered for the device and finds none ("No backend type associated with device
+    # type cpu").
+    def allgather_into_tensor_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> Any:
+        """``all_gather_into_tensor`` of each (output, input) pair, in order."""
+        return self._each(self.all_gather_single, outputs, inputs, opts)
+
+    def reduce_scatter_tensor_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> Any:
+        """``reduce_scatter_tensor`` of each (output, input) pair, in order."""
+        return self._each(self._reduce_scatter_base, outputs, inputs, opts)
+
+    def _each(
+        self,
+        collective: Callable[[torch.Tensor, torch.Tensor, Any], Any],
+        outputs: list[torch.Tensor],
+        inputs: list[torch.Tensor],
+        opts: Any,
+    ) -> Any:
+        if len(outputs) != len(inputs):
+            raise ValueError(f"{len(outputs)} output tensors for {len(inputs)} inputs")
+        for output, input_ in zip(outputs, inputs, strict=True):
+            collective(output, input_, opts).wait()
+        future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        future.set_result(outputs)
+        return _QueuedWork(future)
+
     def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Through shared memory when node-local; gloo's otherwise."""
         if not self._direct():

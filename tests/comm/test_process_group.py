@@ -66,6 +66,7 @@ def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_match(ranks: int)
     assert facts["checked"]["reduce_scatter"] == 40
     assert facts["ddp_losses_match"] is True
     assert facts["fsdp_losses_match"] is True
+    assert facts["functional_match"] is True  # DTensor.full_tensor(), funcol on both groups
     assert facts["shared_memory"] is True
     assert shm_names() <= shm_before
 

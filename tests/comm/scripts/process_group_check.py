@@ -152,6 +152,7 @@ def main() -> None:
 
     comm.reduce_scatter_tensor_ = counting  # type: ignore[assignment]
     fsdp_losses = {}
+    full_states: dict[str, dict[str, torch.Tensor]] = {}
     for name, group in (("accel", world_group), ("gloo", gloo)):
         mesh = DeviceMesh.from_group(group, "cpu")
         torch.manual_seed(0)
@@ -162,7 +163,26 @@ def main() -> None:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         fsdp_losses[name] = _train(model, steps=4, width=64, seed=rank)
+        # DTensor's full_tensor() takes torch's functional collectives (the coalesced
+        # all-gather), as FSDP2's state-dict code and scripts saving checkpoints do.
+        full_states[name] = {k: v.full_tensor() for k, v in model.state_dict().items()}
     assert _matching(fsdp_losses["accel"], fsdp_losses["gloo"], world), fsdp_losses
+    functional_match = full_states["accel"].keys() == full_states["gloo"].keys() and all(
+        torch.allclose(full_states["accel"][k], full_states["gloo"][k], rtol=1e-5, atol=1e-6)
+        for k in full_states["gloo"]
+    )
+    import torch.distributed._functional_collectives as funcol
+
+    data = _data(4 * world, torch.float32, rank, seed=11)
+    for op in ("gather", "scatter"):
+        ours, theirs = (
+            funcol.all_gather_tensor(data, 0, group) if op == "gather"
+            else funcol.reduce_scatter_tensor(data, "sum", 0, group)
+            for group in (world_group, gloo)
+        )  # fmt: skip
+        functional_match = functional_match and torch.allclose(
+            funcol.wait_tensor(ours), funcol.wait_tensor(theirs), rtol=1e-6
+        )
     comm.reduce_scatter_tensor_ = reduce_scatter_tensor_
     # FSDP's all-gathers and reduce-scatters went through shared memory: one reduce-scatter
     # of each sharded layer's gradients per step, 4 steps.
@@ -186,6 +206,7 @@ def main() -> None:
                         fsdp_losses["accel"], fsdp_losses["gloo"], world
                     ),
                     "shared_memory": shared,
+                    "functional_match": functional_match,
                 }
             )
         )
