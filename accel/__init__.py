@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         device_index,
         fork_rng,
         get_device_properties,
+        process_group_device_id,
         reset_accumulated_memory_stats,
         set_device,
     )
@@ -51,6 +52,7 @@ __all__ = [
     "fork_rng",
     "get_accelerator",
     "get_device_properties",
+    "process_group_device_id",
     "reset_accelerator",
     "reset_accumulated_memory_stats",
     "set_accelerator",
@@ -67,6 +69,7 @@ _LAZY = {
     "device_index": "accel.functions",
     "fork_rng": "accel.functions",
     "get_device_properties": "accel.functions",
+    "process_group_device_id": "accel.functions",
     "reset_accumulated_memory_stats": "accel.functions",
     "set_device": "accel.functions",
     "current_selection": "accel._selection",

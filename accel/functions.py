@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
-from accel._validate import check_index
+from accel._validate import check_device, check_index
 from accel.mixins.device import device_scope, select_device
 from accel.mixins.rng import fork_rng_states
 from accel.protocols import (
@@ -30,12 +31,16 @@ from accel.protocols import (
     ForkRNGAPI,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = [
     "ddp_device_ids",
     "ddp_output_device",
     "device_index",
     "fork_rng",
     "get_device_properties",
+    "process_group_device_id",
     "reset_accumulated_memory_stats",
     "set_device",
 ]
@@ -144,3 +149,20 @@ def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> in
     on the CPU."""
     index = check_index(device, "device")
     return index if _takes_device_ids(_resolve(accelerator)) else None
+
+
+def process_group_device_id(
+    device: DeviceLike, accelerator: Accelerator | None = None
+) -> torch.device | None:
+    """``init_process_group(device_id=...)`` for this process's device ``device`` (an index,
+    ``"<type>:<index>"`` or a ``torch.device``): that device, with its index, on
+    accelerators; ``None`` on the CPU, which torch refuses there ("device_id parameter must
+    be an accelerator with an index")."""
+    import torch
+
+    acc = _resolve(accelerator)
+    device_type = torch.device(acc.device_name()).type
+    index = check_device(device, device_type, "device")
+    if not _takes_device_ids(acc):
+        return None
+    return torch.device(device_type, acc.current_device() if index is None else index)

@@ -23,7 +23,8 @@ following DeepSpeed's porting guide:
   ``device_ids=ddp_device_ids(i)``, ``output_device=ddp_output_device(i)`` (``None`` on
   the CPU, where DDP refuses them);
 - ``init_process_group('nccl', ...)`` and ``backend='nccl'`` ->
-  ``get_accelerator().communication_backend_name()``;
+  ``get_accelerator().communication_backend_name()``; its ``device_id=d`` ->
+  ``process_group_device_id(d)`` (``None`` on the CPU, which torch refuses there);
 - anything else under ``torch.cuda`` (graphs, ``amp``, ...) is left as it is and reported
   with its position and what to do by hand.
 """
@@ -102,6 +103,9 @@ RULES = {
     "ddp": "DistributedDataParallel takes device_ids=[i]/output_device=i only for modules "
     "on an accelerator and refuses them on the CPU; accel.ddp_device_ids(i) and "
     "ddp_output_device(i) give each its value",
+    "device-id": "init_process_group(device_id=d) takes an accelerator device with an index "
+    "and refuses the CPU's; accel.process_group_device_id(d) is d on accelerators and None "
+    "on the CPU",
     "default-generators": "torch.cuda.default_generators[i] is the accelerator's generator i",
     "amp": "torch.cuda.amp.X is torch.amp.X / torch.autocast for the device 'cuda'; the "
     "device-generic forms take the accelerator's device type",
@@ -454,6 +458,8 @@ class PortTransformer(cst.CSTTransformer):
                     rule = "int-device"
             elif keyword == "backend" or (first and is_init):
                 replacement, rule = _as_backend(arg.value), "backend"
+            elif keyword == "device_id" and is_init:
+                replacement, rule = self._process_group_device_id(arg.value), "device-id"
             else:
                 continue
             if replacement is not None:
@@ -462,6 +468,15 @@ class PortTransformer(cst.CSTTransformer):
         if self._is_ddp(func):
             args = self._ddp_arguments(original, args)
         return updated.with_changes(args=args)
+
+    def _process_group_device_id(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``device_id=d`` -> ``device_id=process_group_device_id(d)``: torch refuses a CPU
+        device there, and the function gives None on the CPU."""
+        if m.matches(value, m.Call(func=m.Name("process_group_device_id")) | m.Name("None")):
+            return None  # already device-generic
+        self.imports.add("process_group_device_id")
+        inner = _as_device(value) or value
+        return cst.Call(func=cst.Name("process_group_device_id"), args=[cst.Arg(inner)])
 
     def _is_int(self, node: cst.BaseExpression) -> bool:
         """Whether ``node`` is provably an ``int`` here (ModuleFacts says when)."""

@@ -517,3 +517,51 @@ def test_ddp_device_ids_are_none_on_the_cpu_and_a_list_on_accelerators() -> None
     with pytest.raises(TypeError, match="device must be a non-negative int, got str"):
         accel.ddp_device_ids("1", gpu)  # type: ignore[arg-type]
     assert accel.ddp_output_device(1, gpu) == 1
+
+
+def test_init_process_groups_device_id_becomes_device_generic() -> None:
+    result = port_source(
+        textwrap.dedent(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+            rank = int(os.environ["LOCAL_RANK"])
+            device = torch.device(f"cuda:{rank}")
+            dist.init_process_group(backend="nccl", device_id=device)
+            dist.init_process_group("nccl", device_id="cuda:0")
+            dist.init_process_group("nccl", device_id=None)
+            """
+        )
+    )
+    lines = result.source.splitlines()
+    assert "device = torch.device(get_accelerator().device_name(rank))" in lines
+    assert (
+        "dist.init_process_group(backend=get_accelerator().communication_backend_name(), "
+        "device_id=process_group_device_id(device))"
+    ) in lines
+    assert (
+        "dist.init_process_group(get_accelerator().communication_backend_name(), "
+        "device_id=process_group_device_id(get_accelerator().device_name(0)))"
+    ) in lines
+    assert "device_id=None)" in lines[-1]  # already generic
+    assert "from accel import get_accelerator, process_group_device_id" in lines
+    assert port_source(result.source).findings == []
+
+
+def test_process_group_device_id_is_none_on_the_cpu_and_the_device_elsewhere() -> None:
+    import accel
+    from accel.backends.cpu import CPUAccelerator
+
+    class NamedLikeAGPU(CPUAccelerator):  # the rule reads only the device type
+        def device_name(self, device_index: int | None = None) -> str:
+            return "cuda" if device_index is None else f"cuda:{device_index}"
+
+    cpu = CPUAccelerator()
+    assert accel.process_group_device_id(torch.device("cpu"), cpu) is None
+    assert accel.process_group_device_id(1, cpu) is None
+    gpu = NamedLikeAGPU()
+    assert accel.process_group_device_id("cuda:1", gpu) == torch.device("cuda", 1)
+    assert accel.process_group_device_id(torch.device("cuda", 2), gpu) == torch.device("cuda", 2)
+    with pytest.raises(ValueError, match=r"device must name a cuda device .*, got 'npu:0'"):
+        accel.process_group_device_id("npu:0", gpu)
