@@ -62,7 +62,7 @@ NVTX = frozenset({"range_push", "range_pop"})
 GRAPH_NAMES = frozenset(
     {"CUDAGraph", "graph", "graphs", "make_graphed_callables", "graph_pool_handle"}
 )
-DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type"})
 GRAPH_ADVICE = (
     "no safe automatic rewrite; use get_accelerator().create_graph()/capture_to_graph()/"
     "replay_graph() behind `if isinstance(acc, GraphAPI)`"
@@ -450,8 +450,8 @@ class PortTransformer(cst.CSTTransformer):
             if keyword in DEVICE_KEYWORDS or (first and positional_device):
                 replacement, rule = _as_device(arg.value), "device-position"
                 # set_device(i) takes an index as it is; elsewhere an int means cuda:<i>.
-                takes_int = keyword is not None or not m.matches(
-                    func, m.Attribute(attr=m.Name("set_device"))
+                takes_int = keyword in ("device", "map_location") or (
+                    keyword is None and not m.matches(func, m.Attribute(attr=m.Name("set_device")))
                 )
                 if replacement is None and takes_int and self._is_int(arg.value):
                     replacement = _accelerator_call("device_name", [cst.Arg(arg.value)])

@@ -565,3 +565,17 @@ def test_process_group_device_id_is_none_on_the_cpu_and_the_device_elsewhere() -
     assert accel.process_group_device_id(torch.device("cuda", 2), gpu) == torch.device("cuda", 2)
     with pytest.raises(ValueError, match=r"device must name a cuda device .*, got 'npu:0'"):
         accel.process_group_device_id("npu:0", gpu)
+
+
+def test_a_device_type_keyword_names_the_accelerators_type() -> None:
+    ported = _ported(
+        """
+        import torch
+        with torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16):
+            pass
+        with torch.autocast(device_type=0):
+            pass
+        """
+    )
+    assert "torch.amp.autocast(device_type=get_accelerator().device_name(), dtype" in ported
+    assert "torch.autocast(device_type=0)" in ported  # not a device: an int is no device type
