@@ -73,24 +73,36 @@ def device_index(
 
 
 def get_device_properties(
-    device_index: int | None = None, accelerator: Accelerator | None = None
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
 ) -> DeviceProperties:
     """Name, memory, processor count and compute capability of a device (default: current).
 
-    From the backend's own ``get_device_properties`` where it has one
-    (:class:`~accel.protocols.DevicePropertiesAPI`); otherwise ``name`` is the device's
-    name, ``total_memory`` the backend's ``total_memory()``, and the processor count and
-    compute capability are ``None`` (unknown), never guessed.
+    ``device_index`` is an index, ``"<type>:<index>"`` or a ``torch.device``, as torch's
+    ``get_device_properties`` takes. From the backend's own ``get_device_properties`` where
+    it has one (:class:`~accel.protocols.DevicePropertiesAPI`); otherwise ``name`` is the
+    device's name, ``total_memory`` the backend's ``total_memory()``, and the processor
+    count and compute capability are ``None`` (unknown), never guessed.
     """
     acc = _resolve(accelerator)
+    index = _index_of(acc, device_index)
     if isinstance(acc, DevicePropertiesAPI):
-        return acc.get_device_properties(device_index)
-    index = acc.current_device() if device_index is None else device_index
+        return acc.get_device_properties(index)
+    index = acc.current_device() if index is None else index
     return DeviceProperties(
         name=acc.device_name(index),
         total_memory=acc.total_memory(index),
         multi_processor_count=None,
     )
+
+
+def _index_of(acc: Accelerator, device: DeviceLike | None) -> int | None:
+    """The index ``device`` names on ``acc`` (None: the current device); ValueError for a
+    device of another type."""
+    if device is None:
+        return None
+    import torch
+
+    return check_device(device, torch.device(acc.device_name()).type, "device_index")
 
 
 def fork_rng(
@@ -111,7 +123,7 @@ def fork_rng(
 
 
 def reset_accumulated_memory_stats(
-    device_index: int | None = None, accelerator: Accelerator | None = None
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
 ) -> None:
     """Zero the allocator's counters that only grow (allocation and free totals).
 
@@ -126,7 +138,7 @@ def reset_accumulated_memory_stats(
             "(optional since accel API_VERSION 2: see accel.protocols.AccumulatedStatsAPI), "
             "so its accumulated counters cannot be reset"
         )
-    acc.reset_accumulated_memory_stats(device_index)
+    acc.reset_accumulated_memory_stats(_index_of(acc, device_index))
 
 
 def _takes_device_ids(acc: Accelerator) -> bool:

@@ -231,13 +231,13 @@ class AccelProcessGroup(dist.ProcessGroup):
     # state dicts) call the coalesced forms; without them torch looks for a C++ backend
     # registered for the device and finds none ("No backend type associated with device
     # type cpu").
-    def allgather_into_tensor_coalesced(
+    def allgather_into_tensor_coalesced(  # pyright: ignore[reportIncompatibleMethodOverride]
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
         """``all_gather_into_tensor`` of each (output, input) pair, in order."""
         return self._each(self.all_gather_single, outputs, inputs, opts)
 
-    def reduce_scatter_tensor_coalesced(
+    def reduce_scatter_tensor_coalesced(  # pyright: ignore[reportIncompatibleMethodOverride]
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
         """``reduce_scatter_tensor`` of each (output, input) pair, in order."""

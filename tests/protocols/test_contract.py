@@ -133,6 +133,11 @@ def test_accels_functions_serve_a_first_release_backend(board_class: type) -> No
     assert board.current_device() == 1
     properties = accel.get_device_properties(accelerator=board)
     assert (properties.name, properties.total_memory) == ("cpu", board.total_memory(1))
+    # A device as torch's get_device_properties takes it (what `accel port` passes on).
+    assert accel.get_device_properties(torch.device("cpu", 0), board) == properties
+    assert accel.get_device_properties("cpu:1", board) == properties
+    with pytest.raises(ValueError, match="device_index must be a cpu device, got 'cuda:0'"):
+        accel.get_device_properties("cuda:0", board)
     assert properties.multi_processor_count is None
     assert properties.compute_capability is None
     board.manual_seed(7)
