@@ -76,7 +76,8 @@ def test_report_json_is_machine_readable() -> None:
     builders = {row["name"]: row for row in report["op_builders"]}
     assert set(builders) == {
         "AsyncIOBuilder", "CCLCommBuilder", "CPUAdamBuilder", "CPUAdagradBuilder",
-        "CPULionBuilder", "FusedAdamBuilder", "FusedLionBuilder", "ShareMemCommBuilder",
+        "CPULionBuilder", "FusedAdamBuilder", "FusedLionBuilder", "PinMemoryBuilder",
+        "ShareMemCommBuilder",
     }  # fmt: skip
     assert builders["CCLCommBuilder"]["compatible"] is False
     assert "oneccl_bindings_for_pytorch" in builders["CCLCommBuilder"]["reason"]

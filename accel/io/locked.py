@@ -1,8 +1,9 @@
 """Page-locked host buffers, one registry per process.
 
-:func:`new_locked_tensor` returns a page-aligned 1-D CPU tensor that stays in RAM: pinned
-through the selected accelerator where it has pinned memory (fast device copies), else
-locked with ``mlock(2)`` so the kernel never swaps it out. The registry keeps each buffer
+:func:`new_locked_tensor` returns a page-aligned 1-D CPU tensor locked in RAM with
+``mlock(2)``, so the kernel never swaps it out, as DeepSpeed's manager allocates it (a
+device runtime may register it for fast copies afterwards, as DeepSpeed's
+``NativePinnedMemory`` does with ``register_host_memory``). The registry keeps each buffer
 until :func:`free_locked` (by the address it started at) and answers :func:`is_locked` for
 any tensor lying wholly inside one, so a slice of a locked buffer counts as locked.
 
@@ -81,7 +82,7 @@ def new_locked_tensor(num_elem: int, dtype: torch.dtype) -> torch.Tensor:
     kept by the registry until :func:`free_locked`."""
     if not isinstance(num_elem, int) or isinstance(num_elem, bool) or num_elem < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"num_elem must be an int >= 0, got {num_elem!r}")
-    memory = aligned_empty(num_elem, dtype, alignment=PAGE_SIZE, pin_memory=True)
+    memory = aligned_empty(num_elem, dtype, alignment=PAGE_SIZE)
     # The caller gets a tensor of its own over the memory, not a view (views of it then
     # keep *it* alive, as they keep a DeepSpeed buffer alive), so it can be
     # garbage-collected while the registry, holding ``memory``, keeps the bytes valid
@@ -89,7 +90,7 @@ def new_locked_tensor(num_elem: int, dtype: torch.dtype) -> torch.Tensor:
     offset = memory.storage_offset()
     tensor = torch.empty(0, dtype=dtype).set_(memory.untyped_storage(), offset, (num_elem,), (1,))
     start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
-    mlocked = size > 0 and not _torch_pinned(memory) and _mlock(start, size)
+    mlocked = size > 0 and _mlock(start, size)
     with _lock:
         _regions[start] = _Region(memory, start + size, mlocked)
     return tensor
