@@ -18,9 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Final, Literal
 
-from accel.ops import _cpu_optim, cpu_optim
+from accel.ops import cpu_optim
+
+
+def _native() -> ModuleType:
+    """The compiled channel (in ``_cpu_optim``), imported on first use: importing this
+    module, and the DeepSpeed integration that does, works where it was not built."""
+    from accel.ops import _cpu_optim
+
+    return _cpu_optim
+
 
 MAX_GROUPS: Final = 1024
 """The most parameter groups one channel carries (C++ checks it again)."""
@@ -73,13 +83,14 @@ def _timeout(timeout: object) -> float:
 
 def channel_bytes() -> int:
     """Bytes a channel occupies: the size of the shared buffer to give :func:`init`."""
-    return _cpu_optim.channel_size()
+    size: int = _native().channel_size()
+    return size
 
 
 def init(address: int, groups: int) -> None:
     """Prepare a channel for ``groups`` parameter groups at ``address`` (in the driver,
     before the worker starts)."""
-    _cpu_optim.channel_init(_address(address), _int_in(groups, "groups", 1, MAX_GROUPS))
+    _native().channel_init(_address(address), _int_in(groups, "groups", 1, MAX_GROUPS))
 
 
 def _checked_group(index: int, group: GroupHyper) -> list[float]:
@@ -104,24 +115,26 @@ def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHype
     step = _int_in(step, "step", 1, 2**63 - 1)
     hyper = [_checked_group(i, group) for i, group in enumerate(groups)]
     flags = [bool(group.bias_correction) for group in groups]
-    _cpu_optim.channel_submit(_address(address), state_index, step, hyper, flags)
+    _native().channel_submit(_address(address), state_index, step, hyper, flags)
 
 
 def wait(address: int, timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for the worker to finish one command: True when it
     did, False on timeout; ``RuntimeError`` with the worker's message when it failed."""
-    return _cpu_optim.channel_wait(_address(address), _timeout(timeout))
+    done: bool = _native().channel_wait(_address(address), _timeout(timeout))
+    return done
 
 
 def close(address: int) -> None:
     """Queue the exit command: the worker finishes the steps before it, then returns."""
-    _cpu_optim.channel_exit(_address(address))
+    _native().channel_exit(_address(address))
 
 
 def next_command(address: int, timeout: float) -> StepCommand | Literal["exit"] | None:
     """The worker's side: the next command, ``"exit"``, or None when none came within
     ``timeout`` seconds. Report each :class:`StepCommand` with :func:`complete`."""
-    command = _cpu_optim.channel_next(_address(address), _timeout(timeout))
+    command: tuple[str] | tuple[str, int, int, list[tuple[float, float, float, float, float, bool]]]
+    command = _native().channel_next(_address(address), _timeout(timeout))
     if len(command) == 1:
         return None if command[0] == "idle" else "exit"
     _, state_index, step, groups = command
@@ -130,4 +143,4 @@ def next_command(address: int, timeout: float) -> StepCommand | Literal["exit"] 
 
 def complete(address: int, error: str | None = None) -> None:
     """The worker's side: the command it took is done (``error`` None) or failed."""
-    _cpu_optim.channel_complete(_address(address), error)
+    _native().channel_complete(_address(address), error)

@@ -18,7 +18,10 @@ DeepSpeed's names and arguments (``ops/csrc/adam/cpu_adam.cpp`` in its wheel):
 A step takes, for every group, the Adam step of ``adam_update`` (AdamW or L2 decay as the
 ``create_adam`` id says) on the gradient and states at ``now_state``, then copies the
 parameter into ``stale``; the results are bit-identical to ``adam_update`` on the same
-tensors. The control block is an :mod:`accel.ops.step_channel`. Where DeepSpeed's differ:
+tensors. The control block is an :mod:`accel.ops.step_channel`: a ring of command slots,
+because ZenFlow's engine submits step k while step k - 1 may still run (after warm-up it
+waits one step behind), which a single slot would let it overwrite mid-read. Where
+DeepSpeed's differ:
 
 - an error in the optimizer process (a bad dtype, a size mismatch) is raised by the
   training process's next ``zenflow_adam_wait`` with its message; DeepSpeed's worker dies

@@ -130,3 +130,22 @@ def test_handles_and_lists_are_checked() -> None:
     op.zenflow_adam_destroy(handle)
     with pytest.raises(KeyError):
         op.zenflow_adam_register_group(handle, *[torch.zeros(1)] * 7, None)
+
+
+def test_the_module_imports_where_the_extension_was_not_built() -> None:
+    # The DeepSpeed integration imports this module; a platform without accel's compiled
+    # kernels must still import it, and a ZenFlow call then says what is missing.
+    code = (
+        "import sys; sys.modules['accel.ops._cpu_optim'] = None\n"
+        "from accel.integrations.deepspeed.kernels import CPUAdamKernels\n"
+        "try:\n"
+        "    CPUAdamKernels().zenflow_adam_ctrl_size()\n"
+        "except ImportError as error:\n"
+        "    print('ImportError', error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("ImportError"), result.stdout
