@@ -95,14 +95,16 @@ def get_device_properties(
     )
 
 
-def _index_of(acc: Accelerator, device: DeviceLike | None) -> int | None:
-    """The index ``device`` names on ``acc`` (None: the current device); ValueError for a
-    device of another type."""
+def _index_of(
+    acc: Accelerator, device: DeviceLike | None, argument: str = "device_index"
+) -> int | None:
+    """The index ``device`` names on ``acc`` (None: the current device); ValueError naming
+    ``argument`` for a device of another type."""
     if device is None:
         return None
     import torch
 
-    return check_device(device, torch.device(acc.device_name()).type, "device_index")
+    return check_device(device, torch.device(acc.device_name()).type, argument)
 
 
 def fork_rng(
@@ -170,11 +172,8 @@ def process_group_device_id(
     ``"<type>:<index>"`` or a ``torch.device``): that device, with its index, on
     accelerators; ``None`` on the CPU, which torch refuses there ("device_id parameter must
     be an accelerator with an index")."""
-    import torch
-
     acc = _resolve(accelerator)
-    device_type = torch.device(acc.device_name()).type
-    index = check_device(device, device_type, "device")
+    index = _index_of(acc, device, "device")
     if not _takes_device_ids(acc):
         return None
-    return torch.device(device_type, acc.current_device() if index is None else index)
+    return acc.device(acc.current_device() if index is None else index)
