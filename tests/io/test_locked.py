@@ -91,3 +91,18 @@ def test_bad_sizes_are_errors() -> None:
         locked.new_locked_tensor(-1, torch.float32)
     with pytest.raises(ValueError, match=r"num_elem must be an int >= 0, got 2\.0"):
         locked.new_locked_tensor(2.0, torch.float32)  # type: ignore[arg-type]
+
+
+def test_deepspeeds_pin_handle_frees_by_address_and_refuses_other_addresses() -> None:
+    pytest.importorskip("deepspeed")
+    from accel.integrations.deepspeed.pin_memory import pin_handle
+
+    handle = pin_handle()
+    tensor = handle.new_cpu_locked_tensor(100, torch.empty(0, dtype=torch.float16))
+    assert (tensor.dtype, tensor.numel()) == (torch.float16, 100)
+    assert handle.is_pinned(tensor[10:20])
+    assert not handle.is_pinned(torch.empty(4, device="meta"))
+    with pytest.raises(TypeError, match="address must be an int, got str"):
+        handle.free_cpu_locked_tensor_by_ptr("0x1000")  # type: ignore[arg-type]
+    assert handle.free_cpu_locked_tensor_by_ptr(tensor.data_ptr()) is True
+    assert handle.free_cpu_locked_tensor_by_ptr(tensor.data_ptr()) is False
