@@ -94,7 +94,6 @@ def init(address: int, groups: int) -> None:
 
 
 def _checked_group(index: int, group: GroupHyper) -> list[float]:
-    what = f"group {index}"
     try:
         beta1, beta2 = cpu_optim.check_betas((group.beta1, group.beta2))
         return [
@@ -105,7 +104,7 @@ def _checked_group(index: int, group: GroupHyper) -> list[float]:
             cpu_optim.check_non_negative(group.weight_decay, "weight_decay"),
         ]
     except ValueError as error:
-        raise ValueError(f"{what}: {error}") from None
+        raise ValueError(f"group {index}: {error}") from None
 
 
 def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHyper]) -> None:

@@ -221,3 +221,12 @@ def test_a_timed_wait_returns_near_its_timeout(channel: int) -> None:
     started = time.monotonic()
     assert step_channel.wait(channel, 0.3) is False
     assert 0.25 < time.monotonic() - started < 5
+
+
+def test_the_python_limits_are_the_native_ones() -> None:
+    from accel.ops import _cpu_optim
+
+    assert (step_channel.MAX_GROUPS, step_channel.SLOTS) == (
+        _cpu_optim.CHANNEL_MAX_GROUPS,
+        _cpu_optim.CHANNEL_SLOTS,
+    )
