@@ -168,7 +168,10 @@ def render(report: Report, width: int | None = None) -> str:
     from rich.table import Table
 
     # Recorded into a buffer and exported as plain text, so the caller decides where it goes.
-    console = Console(width=width or 120, record=True, file=io.StringIO(), highlight=False)
+    # Tables fit the width; sentences are never broken (soft_wrap), so a saved report greps.
+    console = Console(
+        width=width or 120, record=True, file=io.StringIO(), highlight=False, soft_wrap=True
+    )
     console.print("  ".join(f"{name} {version}" for name, version in report.versions.items()))
     console.print(f"cpu kernels: {report.cpu_kernels}")
     console.print(f"selected backend: [bold]{report.selected}[/]")

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from accel.ops import isa
+
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
 pytestmark = pytest.mark.slow
@@ -58,6 +60,18 @@ def test_report_shows_selection_backends_and_capabilities() -> None:
     # warning is printed (it is logged at INFO).
     assert "chosen by: auto" in out
     assert "no accelerator is available" not in result.stderr
+
+
+def test_report_lines_stay_whole_in_a_narrow_terminal() -> None:
+    # Tables fit the width; a sentence is never broken, so a saved report can be grepped.
+    result = _accel("report", COLUMNS="40", ACCEL_CPU_ISA="baseline")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "chosen by: auto (highest-priority available: the host CPU is always present)" in lines
+    kernels = next(line for line in lines if line.startswith("cpu kernels: "))
+    assert kernels.startswith("cpu kernels: baseline (")
+    if isa.active() not in (None, "baseline"):  # the CPU has more: the cap is said on the line
+        assert "capped by ACCEL_CPU_ISA; the CPU has x86-64-v" in kernels
 
 
 def test_report_json_is_machine_readable() -> None:
