@@ -1,0 +1,43 @@
+"""benchmarks/sum_kernels.cpp, the all-reduce's sum kernels timed alone, still builds with
+the extension's warnings on and its 16-bit sums still agree with the scalar conversions."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from accel.ops import _cpu_optim
+
+ROOT = Path(__file__).resolve().parents[2]
+# setup.py's optimisation and warning flags, warnings as errors.
+FLAGS = [
+    *("-O3", "-fno-math-errno", "-fno-trapping-math", "-std=c++17"),
+    *("-Wall", "-Wextra", "-Werror"),
+]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(platform.machine() != "x86_64", reason="the vector levels are x86-64 only"),
+    pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++, as building accel does"),
+]
+
+
+def test_the_sum_kernel_benchmark_builds_checks_and_times_each_level(tmp_path: Path) -> None:
+    program = tmp_path / "sum_kernels"
+    source = ROOT / "benchmarks" / "sum_kernels.cpp"
+    build = subprocess.run(
+        ["g++", *FLAGS, "-I", str(ROOT / "csrc"), str(source), "-o", str(program)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(
+        [str(program), "--quick"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| x86-64")]
+    levels = {"x86-64-v4": ["x86-64-v4", "x86-64-v3"], "x86-64-v3": ["x86-64-v3"], "baseline": []}
+    assert [row.split(" | ")[0].strip("| ") for row in rows] == levels[_cpu_optim.cpu_isa()]
