@@ -160,6 +160,9 @@ def main() -> None:
             Case("64M bf16 params+grads", [(64 << 20,)], torch.bfloat16),
             Case("GPT-2 small bf16 (148 tensors)", gpt2_small_shapes(), torch.bfloat16),
             Case("64M fp16 params+grads", [(64 << 20,)], torch.float16),
+            # In the last-level cache: what the 16-bit conversions cost in arithmetic.
+            Case("1M bf16 params+grads", [(1 << 20,)], torch.bfloat16),
+            Case("1M fp16 params+grads", [(1 << 20,)], torch.float16),
         ]
     if args.sixteen_bit:
         cases = [case for case in cases if case.dtype != torch.float32]
