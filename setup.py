@@ -85,6 +85,8 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
             depends=[
                 *COMMON_HEADERS,
                 "csrc/cpu_optim/adam_level.inc",
+                "csrc/cpu_optim/adam_levels.h",
+                "csrc/cpu_optim/adam_scalars.h",
                 "csrc/cpu_optim/step_channel.h",
             ],
             cxx_std=17,

@@ -1,6 +1,6 @@
 """AdamW step time on the CPU: accel's CPUAdam vs torch (fused, foreach) and DeepSpeed.
 
-    python benchmarks/optim_step.py [--rounds 5] [--steps 3] [--quick | --16-bit]
+    python benchmarks/optim_step.py [--rounds 5] [--steps 3] [--quick | --16-bit] [--case TEXT]
     ACCEL_CPU_ISA=x86-64-v3 python benchmarks/optim_step.py   # a lower instruction-set level
 
 Every method is timed in the same process, round-robin (one round = a few steps of each
@@ -150,6 +150,9 @@ def main() -> None:
         "--16-bit", dest="sixteen_bit", action="store_true",
         help="only the 16-bit cases (each timed against fp32 in the same rounds)",
     )  # fmt: skip
+    parser.add_argument(
+        "--case", default="", help="only the cases whose name contains this text, e.g. '64M bf16'"
+    )
     args = parser.parse_args()
 
     cases = [Case("1M fp32", [(1 << 20,)]), Case("16M fp32", [(16 << 20,)])]
@@ -166,6 +169,9 @@ def main() -> None:
         ]
     if args.sixteen_bit:
         cases = [case for case in cases if case.dtype != torch.float32]
+    cases = [case for case in cases if args.case in case.name]
+    if not cases:
+        parser.error(f"--case {args.case!r} names no case of this run")
     native = _cpu_optim
     print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
           f"{native.max_threads()} accel threads, kernels: {isa.describe()}")  # fmt: skip

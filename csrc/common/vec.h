@@ -87,6 +87,13 @@ struct Avx512 {
     const __m512i low = _mm512_maskz_srli_epi32(kAll, bf16_rounded_high_bits(_mm512_castps_si512(even)), 16);
     _mm512_storeu_si512(out, _mm512_mask_blend_epi16(0xaaaaaaaau, low, bf16_rounded_high_bits(_mm512_castps_si512(odd))));
   }
+  // As Avx2's, for code written against either; two stores here, and the Adam step keeps
+  // its one-vector loop (kPairedBf16Stores): masks make the NaN test cheap already.
+  static constexpr bool kPairedBf16Stores = false;
+  static void store_bf16_two(uint16_t* out, F low, F high) {
+    store_bf16(out, low);
+    store_bf16(out + kWidth, high);
+  }
   static F load_f16(const uint16_t* in) {
     return _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
   }
@@ -141,6 +148,23 @@ struct Avx2 {
     // Every lane holds a value below 0x10000, so the saturating pack only narrows.
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
                      _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1)));
+  }
+  // 2 * kWidth values, `low` then `high`, in one register-wide store, with one NaN test
+  // for both: NaNs are rare, and the values without one skip bf16_high_bits' blend (the
+  // bf16 Adam step in cache went from 1.36x to 1.15x of fp32's time). packus narrows
+  // within each 128-bit half (every lane is below 0x10000); the permute restores the order.
+  static constexpr bool kPairedBf16Stores = true;
+  static void store_bf16_two(uint16_t* out, F low, F high) {
+    __m256i low_bits, high_bits;
+    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(low, high, _CMP_UNORD_Q)) == 0, 1)) {
+      low_bits = bf16_rounded_high_bits(_mm256_castps_si256(low));
+      high_bits = bf16_rounded_high_bits(_mm256_castps_si256(high));
+    } else {
+      low_bits = bf16_high_bits(low);
+      high_bits = bf16_high_bits(high);
+    }
+    const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(low_bits, 16), _mm256_srli_epi32(high_bits, 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(packed, 0xd8));
   }
   static void load_bf16_pair(const uint16_t* in, F& even, F& odd) {  // as Avx512's
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in));

@@ -20,6 +20,8 @@
 #include "../common/half.h"
 #include "../common/simd.h"
 #include "../common/vec.h"
+#include "adam_levels.h"
+#include "adam_scalars.h"
 #include "step_channel.h"
 
 #include <omp.h>
@@ -56,16 +58,7 @@ void from_f32(const float* in, void* out, int dtype, int64_t n) {
 // Each mirrors torch's single-tensor implementation op for op (same formulas, same
 // order), so results agree with torch.optim to fp32 rounding.
 
-struct AdamScalars {
-  float lerp_weight;  // 1 - beta1 (torch updates exp_avg with lerp_)
-  float beta2, one_minus_beta2;
-  float step_size;    // lr / bias_correction1
-  float bias_correction2_sqrt;
-  float eps;
-  float weight_decay;  // L2 (Adam) when !decoupled
-  float decay;         // 1 - lr * weight_decay (AdamW) when decoupled
-  bool decoupled;
-};
+using accel::AdamScalars;
 
 // The portable step: the baseline level, and CPUs other than x86-64.
 void adam_kernel(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
@@ -111,32 +104,13 @@ constexpr AdamTyped kAdamTyped[3][3] = {
     {nullptr, nullptr, nullptr},
 };
 
-#if ACCEL_X86_GCC
-// The x86-64-v4 and x86-64-v3 steps, every dtype pair in registers.
-ACCEL_BEGIN_V4
-namespace adam_v4 {
-#define LEVEL v4
-#include "adam_level.inc"
-#undef LEVEL
-}  // namespace adam_v4
-ACCEL_END_LEVEL
-
-ACCEL_BEGIN_V3
-namespace adam_v3 {
-#define LEVEL v3
-#include "adam_level.inc"
-#undef LEVEL
-}  // namespace adam_v3
-ACCEL_END_LEVEL
-#endif
-
 // The Adam step on the process's level for a pair of dtypes; false (nothing done) where
 // that level has no kernel for the pair and run() must convert through fp32 buffers.
 bool adam_any(int param_dtype, int grad_dtype, void* p, const void* g, float* m, float* v, int64_t n,
               const AdamScalars& s) {
 #if ACCEL_X86_GCC
-  if (accel::isa() == accel::kV4) return adam_v4::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
-  if (accel::isa() == accel::kV3) return adam_v3::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
+  if (accel::isa() == accel::kV4) return accel::adam_v4::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
+  if (accel::isa() == accel::kV3) return accel::adam_v3::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
 #endif
   if (param_dtype == kFloat32 && grad_dtype == kFloat32) {
     adam_kernel(static_cast<float*>(p), static_cast<const float*>(g), m, v, n, s);

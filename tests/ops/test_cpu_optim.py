@@ -160,6 +160,39 @@ DTYPE_PAIRS = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("param_dtype", [torch.bfloat16, torch.float16])
+def test_adam_keeps_nans_and_infinities_among_16_bit_parameters(param_dtype: torch.dtype) -> None:
+    # NaN and infinite parameters, and NaN states whose payload lies only in the low 16
+    # bits (such a NaN result, rounded as a number, would carry into the sign: -0.0), each
+    # beside ordinary values in the same vector: those stay the fp32 step rounded.
+    generator = torch.Generator().manual_seed(2)
+    params = torch.randn(4099, generator=generator).to(param_dtype)
+    params[[5, 40, 41, 1000]] = torch.tensor(
+        [float("nan"), float("inf"), -float("inf"), float("nan")]
+    ).to(param_dtype)
+    grads = torch.randn(4099, generator=generator).to(param_dtype)
+    exp_avg = torch.zeros(4099)
+    exp_avg[[300, 301, 4098]] = torch.tensor([0x7FBFFFFF, -1, 0x7F80FFFF], dtype=torch.int32).view(
+        torch.float32
+    )
+    exp_avg_sq = torch.zeros(4099)
+    reference = params.to(torch.float32, copy=True)
+    reference_states = [exp_avg.clone(), exp_avg_sq.clone()]
+    options: dict[str, Any] = {
+        "lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "adamw": True,
+    }  # fmt: skip
+    cpu_optim.adam_step([params], [grads], [exp_avg], [exp_avg_sq], [1], **options)
+    cpu_optim.adam_step(
+        [reference], [grads.float()], *[[state] for state in reference_states], [1], **options
+    )
+    expected = reference.to(param_dtype)
+    nan = expected.isnan()
+    assert nan.nonzero().flatten().tolist() == [5, 300, 301, 1000, 4098]
+    assert bool(params.isnan().eq(nan).all())
+    assert torch.equal(params[~nan], expected[~nan])  # bit for bit: no NaN left among these
+    assert bool(params.isinf().eq(expected.isinf()).all())
+
+
 @pytest.mark.parametrize(("param_dtype", "grad_dtype"), DTYPE_PAIRS)
 @pytest.mark.parametrize("adamw", [True, False])
 def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(

@@ -1,0 +1,241 @@
+// accel's native kernels alone, per instruction-set level, on data in cache, where their
+// arithmetic (not memory) sets the time: what the 16-bit conversions cost against fp32.
+//
+// - The shared-memory all-reduce's two-rank sum, out = a + b, fp32 against bf16 and fp16
+//   (summed in fp32, rounded once: csrc/common/vec_level.inc's add_rounded, the kernel
+//   shm_comm.cpp runs), on buffers of equal bytes: the ratio is the cost per byte.
+// - The Adam step (csrc/cpu_optim/adam_level.inc, the kernel cpu_optim.cpp runs) on 64Ki
+//   parameters, one thread, with bf16 or fp16 parameters and gradients against fp32 ones:
+//   the ratio is the cost per parameter.
+//
+// Needs no Python and no torch (the extension's flags, from setup.py):
+//
+//   g++ -O3 -fno-math-errno -fno-trapping-math -std=c++17 -Wall -Wextra -I csrc benchmarks/native_kernels.cpp -o /tmp/native_kernels
+//   /tmp/native_kernels [--quick]
+//
+// Every 16-bit result is first checked: the sums against half.h's scalar conversions, the
+// 16-bit Adam step against the fp32 step rounded.
+#include "common/dtypes.h"
+#include "common/half.h"
+#include "common/simd.h"
+#include "common/vec.h"
+#include "cpu_optim/adam_levels.h"
+#include "cpu_optim/adam_scalars.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#if !ACCEL_X86_GCC
+int main() {
+  std::puts("native_kernels: the vector levels exist only on x86-64 with gcc");
+  return 0;
+}
+#else
+
+namespace {
+
+using accel::AdamScalars;
+using accel::kBFloat16;
+using accel::kFloat16;
+using accel::kFloat32;
+
+// shm_comm.cpp's add_f32_body, compiled for each level.
+ACCEL_TARGET_V4 __attribute__((noinline)) void add_f32_v4(float* __restrict out, const float* __restrict a,
+                                                          const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+ACCEL_TARGET_V3 __attribute__((noinline)) void add_f32_v3(float* __restrict out, const float* __restrict a,
+                                                          const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <int D>
+ACCEL_TARGET_V4 __attribute__((noinline)) void add_16_v4(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
+  accel::vec::v4::add_rounded<D>(out, a, b, n);
+}
+template <int D>
+ACCEL_TARGET_V3 __attribute__((noinline)) void add_16_v3(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
+  accel::vec::v3::add_rounded<D>(out, a, b, n);
+}
+
+using AddF32 = void (*)(float*, const float*, const float*, int64_t);
+using Add16 = void (*)(uint16_t*, const uint16_t*, const uint16_t*, int64_t);
+using AdamStep = bool (*)(int, int, void*, const void*, float*, float*, int64_t, const AdamScalars&);
+
+struct Level {
+  const char* name;
+  AddF32 add_f32;
+  Add16 add_bf16;
+  Add16 add_f16;
+  AdamStep adam;
+};
+
+const Level kLevels[] = {
+    {"x86-64-v4", add_f32_v4, add_16_v4<kBFloat16>, add_16_v4<kFloat16>, accel::adam_v4::adam_step},
+    {"x86-64-v3", add_f32_v3, add_16_v3<kBFloat16>, add_16_v3<kFloat16>, accel::adam_v3::adam_step},
+};
+
+bool supported(const Level& level) {
+  __builtin_cpu_init();
+  return std::strcmp(level.name, "x86-64-v4") == 0 ? __builtin_cpu_supports("x86-64-v4")
+                                                   : __builtin_cpu_supports("x86-64-v3");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <typename Run>
+double timed(Run run) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  return seconds_since(start);
+}
+
+float to_float(uint16_t bits, int dtype) {
+  return dtype == kBFloat16 ? accel::bf16_to_float(bits) : accel::half_to_float(bits);
+}
+
+uint16_t from_float(float value, int dtype) {
+  return dtype == kBFloat16 ? accel::float_to_bf16(value) : accel::float_to_half(value);
+}
+
+// Finite 16-bit patterns of every exponent, with ties and cancellations among them.
+std::vector<uint16_t> random_terms(int64_t n, uint32_t seed, int dtype) {
+  std::mt19937 generator(seed);
+  std::vector<uint16_t> terms(static_cast<size_t>(n));
+  const uint16_t exponent_mask = dtype == kBFloat16 ? 0x7f80 : 0x7c00;
+  for (auto& term : terms) {
+    do term = static_cast<uint16_t>(generator()); while ((term & exponent_mask) == exponent_mask);
+  }
+  return terms;
+}
+
+// Ordinary training values: parameters near 1, small gradients.
+std::vector<uint16_t> training_values(int64_t n, uint32_t seed, float scale, int dtype) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<uint16_t> values(static_cast<size_t>(n));
+  for (auto& value : values) value = from_float(normal(generator), dtype);
+  return values;
+}
+
+// AdamW's first step at lr 5e-3, weight decay 0.01, betas (0.9, 0.999): updates of a few
+// bf16 units in the last place, so the check meets rounding at every magnitude.
+const AdamScalars kAdam{0.1f, 0.999f, 0.001f, 0.05f, 0.0316227766f, 1e-8f, 0.01f, 0.99995f, true};
+
+bool sums_are_exact(const Level& level, int dtype) {
+  const int64_t n = 4099;  // whole vectors and a tail
+  const auto a = random_terms(n, 1, dtype), b = random_terms(n, 2, dtype);
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  (dtype == kBFloat16 ? level.add_bf16 : level.add_f16)(out.data(), a.data(), b.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t expected = from_float(to_float(a[i], dtype) + to_float(b[i], dtype), dtype);
+    if (out[i] != expected) {
+      std::printf("%s %s sum differs at %lld: 0x%04x + 0x%04x gave 0x%04x, expected 0x%04x\n", level.name,
+                  accel::dtype_name(dtype), static_cast<long long>(i), a[i], b[i], out[i], expected);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool adam_is_exact(const Level& level, int dtype) {
+  const int64_t n = 4099;
+  auto params = training_values(n, 5, 1.0f, dtype);
+  const auto grads = training_values(n, 6, 1e-3f, dtype);
+  std::vector<float> wide_params(static_cast<size_t>(n)), wide_grads(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    wide_params[i] = to_float(params[i], dtype);
+    wide_grads[i] = to_float(grads[i], dtype);
+  }
+  // States from earlier steps, so that updates land anywhere between bf16/fp16 values.
+  std::mt19937 generator(7);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  std::vector<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = normal(generator);
+    v[i] = normal(generator) * normal(generator) + 1e-7f;
+  }
+  std::vector<float> m_wide(m), v_wide(v);
+  level.adam(dtype, dtype, params.data(), grads.data(), m.data(), v.data(), n, kAdam);
+  level.adam(kFloat32, kFloat32, wide_params.data(), wide_grads.data(), m_wide.data(), v_wide.data(), n, kAdam);
+  for (int64_t i = 0; i < n; ++i) {
+    if (params[i] != from_float(wide_params[i], dtype) || m[i] != m_wide[i] || v[i] != v_wide[i]) {
+      std::printf("%s %s Adam step differs from the fp32 step rounded at %lld\n", level.name,
+                  accel::dtype_name(dtype), static_cast<long long>(i));
+      return false;
+    }
+  }
+  return true;
+}
+
+void time_sums(const Level& level, const std::vector<int64_t>& sizes, bool quick) {
+  for (const int64_t bytes : sizes) {
+    const int64_t floats = bytes / 4, halves = bytes / 2;
+    std::vector<float> fa(static_cast<size_t>(floats), 1.5f), fb(static_cast<size_t>(floats), 2.25f),
+        fout(static_cast<size_t>(floats));
+    const auto ha = random_terms(halves, 3, kBFloat16), hb = random_terms(halves, 4, kBFloat16);
+    std::vector<uint16_t> hout(static_cast<size_t>(halves));
+    const int repetitions = quick ? 3 : static_cast<int>(std::max<int64_t>(20, (int64_t{2} << 30) / (bytes * 256)));
+    double f32 = 1e30, bf16 = 1e30, f16 = 1e30;
+    for (int r = 0; r < repetitions; ++r) {  // interleaved: a busy spell slows all three
+      f32 = std::min(f32, timed([&] { level.add_f32(fout.data(), fa.data(), fb.data(), floats); }));
+      bf16 = std::min(bf16, timed([&] { level.add_bf16(hout.data(), ha.data(), hb.data(), halves); }));
+      f16 = std::min(f16, timed([&] { level.add_f16(hout.data(), ha.data(), hb.data(), halves); }));
+    }
+    std::printf("| %s | %lld KiB | %.1f | %.2fx | %.2fx |\n", level.name, static_cast<long long>(bytes >> 10),
+                3.0 * static_cast<double>(bytes) / f32 / 1e9, bf16 / f32, f16 / f32);
+  }
+}
+
+void time_adam(const Level& level, bool quick) {
+  const int64_t n = 64 << 10;
+  std::vector<float> params(static_cast<size_t>(n), 1.0f), grads(static_cast<size_t>(n), 1e-3f);
+  std::vector<uint16_t> bf16_params(static_cast<size_t>(n), 0x3f80), bf16_grads(static_cast<size_t>(n), 0x3a83);
+  std::vector<uint16_t> f16_params(static_cast<size_t>(n), 0x3c00), f16_grads(static_cast<size_t>(n), 0x1419);
+  std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 1e-6f);
+  const auto step = [&](int dtype, void* p, const void* g) { level.adam(dtype, dtype, p, g, m.data(), v.data(), n, kAdam); };
+  double f32 = 1e30, bf16 = 1e30, f16 = 1e30;
+  for (int r = 0; r < (quick ? 3 : 400); ++r) {
+    f32 = std::min(f32, timed([&] { step(kFloat32, params.data(), grads.data()); }));
+    bf16 = std::min(bf16, timed([&] { step(kBFloat16, bf16_params.data(), bf16_grads.data()); }));
+    f16 = std::min(f16, timed([&] { step(kFloat16, f16_params.data(), f16_grads.data()); }));
+  }
+  std::printf("| %s | %.3f | %.2fx | %.2fx |\n", level.name, f32 / static_cast<double>(n) * 1e9, bf16 / f32,
+              f16 / f32);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const std::vector<int64_t> sizes =
+      quick ? std::vector<int64_t>{16 << 10} : std::vector<int64_t>{16 << 10, 64 << 10, 256 << 10, 1 << 20};
+  std::vector<const Level*> levels;
+  bool exact = true;
+  for (const Level& level : kLevels) {
+    if (!supported(level)) continue;
+    for (const int dtype : {kBFloat16, kFloat16})
+      exact = sums_are_exact(level, dtype) && adam_is_exact(level, dtype) && exact;
+    levels.push_back(&level);
+  }
+  if (!exact) return 1;
+  std::printf("Best of interleaved repetitions, one thread; above 1: the 16-bit kernel is slower.\n\n");
+  std::printf("Two-rank sum, time over fp32's for the same bytes:\n\n");
+  std::printf("| level | bytes per buffer | fp32 GB/s (a, b and out) | bf16 / fp32 | fp16 / fp32 |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (const Level* level : levels) time_sums(*level, sizes, quick);
+  std::printf("\nAdam step on 64Ki parameters, time over fp32's:\n\n");
+  std::printf("| level | fp32 ns per parameter | bf16 / fp32 | fp16 / fp32 |\n");
+  std::printf("|---|---|---|---|\n");
+  for (const Level* level : levels) time_adam(*level, quick);
+  return 0;
+}
+
+#endif  // ACCEL_X86_GCC
