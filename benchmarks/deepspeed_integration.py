@@ -158,11 +158,19 @@ import json, statistics, time, torch
 from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
 torch.manual_seed(0)
 result = {}
-for name, make in (("DeepSpeedCPUAdam", DeepSpeedCPUAdam), ("FusedAdam", FusedAdam)):
-    params = [torch.nn.Parameter(torch.randn(n)) for n in (4_000_000, 4_000_000, 2_000_000)]
+cases = (
+    ("DeepSpeedCPUAdam, fp32", DeepSpeedCPUAdam, torch.float32, {}),
+    ("FusedAdam, fp32", FusedAdam, torch.float32, {}),
+    ("DeepSpeedCPUAdam, bf16 params, fp32 states", DeepSpeedCPUAdam, torch.bfloat16, {}),
+    ("DeepSpeedCPUAdam, bf16 params, bf16 states", DeepSpeedCPUAdam, torch.bfloat16,
+     {"fp32_optimizer_states": False}),
+)
+for name, make, dtype, options in cases:
+    sizes = (4_000_000, 4_000_000, 2_000_000)
+    params = [torch.nn.Parameter(torch.randn(n).to(dtype)) for n in sizes]
     for p in params:
         p.grad = torch.randn_like(p)
-    opt = make(params, lr=1e-3, weight_decay=0.01)
+    opt = make(params, lr=1e-3, weight_decay=0.01, **options)
     opt.step()
     times = []
     for _ in range(15):
@@ -173,7 +181,8 @@ print(json.dumps(result))
 
 
 def optimizer(rounds: int, extensions: pathlib.Path) -> None:
-    """One step of 10 M fp32 parameters, DeepSpeed's classes on each side's kernels."""
+    """One step of 10 M parameters (fp32, or bf16 with fp32 or bf16 states), DeepSpeed's
+    classes on each side's kernels."""
     with tempfile.TemporaryDirectory() as ours:
         results: dict[str, list[dict[str, float]]] = {"native": [], "accel": []}
         for _ in range(rounds):
@@ -182,7 +191,7 @@ def optimizer(rounds: int, extensions: pathlib.Path) -> None:
                 env = _env(side == "accel", directory)
                 _, out = _run([sys.executable, "-c", OPTIMIZER], env)
                 results[side].append(json.loads(out.strip().splitlines()[-1]))
-    print("| optimizer step, 10 M fp32 params | native DeepSpeed ms | accel ms | speed-up |")
+    print("| optimizer step, 10 M params | native DeepSpeed ms | accel ms | speed-up |")
     print("|---|---|---|---|")
     for name in results["native"][0]:
         native = statistics.median(r[name] for r in results["native"])
