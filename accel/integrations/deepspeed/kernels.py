@@ -9,7 +9,7 @@ modules mishandle:
 - an unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer);
 - non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
   the update is lost); states that are not float32 are updated through float32 copies
-  (16-bit ones a range at a time, in cache);
+  (one tensor's 16-bit ones a range at a time, in cache);
 - a function of DeepSpeed's module that accel does not implement (none in DeepSpeed
   0.19.8) is taken from DeepSpeed's own build of the module when called, compiled then
   (logged) as without accel; looking it up builds nothing;
@@ -109,11 +109,28 @@ def _buffers(count: int) -> list[torch.Tensor]:
     return held[:count]
 
 
+def _steps_by_ranges(param: torch.Tensor, grad: torch.Tensor, states: list[torch.Tensor]) -> bool:
+    """Whether one tensor's step can go by ranges: 16-bit contiguous states the size of the
+    parameter, and a gradient of its shape (anything else takes the whole-copy path, whose
+    kernel call rejects it with the usual message)."""
+    return (
+        bool(states)
+        and grad.shape == param.shape
+        and all(
+            state.is_contiguous()
+            and state.dtype in (torch.bfloat16, torch.float16)
+            and state.numel() == param.numel()
+            for state in states
+        )
+    )
+
+
 def _update_by_ranges(
     update: Update, param: torch.Tensor, grad: torch.Tensor, states: list[torch.Tensor]
 ) -> None:
     """``update`` on one contiguous parameter with contiguous 16-bit states, a range at a
-    time: each state's range widened into a float32 buffer, stepped, rounded back."""
+    time: each state's range widened into a float32 buffer, stepped, rounded back. Every
+    range is checked alike, so a bad input fails on the first one, before any change."""
     flat_param, flat_grad = param.view(-1), grad.view(-1)
     flat_states = [state.view(-1) for state in states]
     buffers = _buffers(len(states))
@@ -135,28 +152,21 @@ def _in_place(
 ) -> None:
     """Run ``update(params, grads, states)`` on tensors the kernels accept (contiguous,
     float32 states) and write the results back into the caller's tensors where copies
-    had to be made. Every element's step is independent of the others', so the tensors
-    may be stepped in groups and ranges: the results are the same bits."""
+    had to be made. One tensor with 16-bit states (DeepSpeed's per-tensor ``adam_update``)
+    goes by ranges, with the same bits; a call over several tensors stays one kernel call,
+    so that it checks them all (overlaps included) before changing any."""
     work_params = [p if p.is_contiguous() else p.contiguous() for p in params]
     work_grads = [g.contiguous() for g in grads]
-    columns = [list(column) for column in states]
-    by_ranges = [
-        i for i in range(len(work_params))
-        if not all(_kernel_ready(column[i]) for column in columns)
-        and all(column[i].is_contiguous() and column[i].dtype in (torch.bfloat16, torch.float16)
-                for column in columns)
-    ]  # fmt: skip
-    stepped_by_ranges = set(by_ranges)
-    whole = [i for i in range(len(work_params)) if i not in stepped_by_ranges]
-    if whole or not by_ranges:
-        work_states = [[_fp32_contiguous(column[i]) for i in whole] for column in columns]
-        update([work_params[i] for i in whole], [work_grads[i] for i in whole], work_states)
-        for column, work_column in zip(columns, work_states, strict=True):
-            for i, work in zip(whole, work_column, strict=True):
-                if work is not column[i]:
-                    column[i].copy_(work)
-    for i in by_ranges:
-        _update_by_ranges(update, work_params[i], work_grads[i], [column[i] for column in columns])
+    tensor_states = [column[0] for column in states] if len(params) == 1 else []
+    if len(params) == 1 and _steps_by_ranges(work_params[0], work_grads[0], tensor_states):
+        _update_by_ranges(update, work_params[0], work_grads[0], tensor_states)
+    else:
+        work_states = [[_fp32_contiguous(s) for s in column] for column in states]
+        update(work_params, work_grads, work_states)
+        for column, work_column in zip(states, work_states, strict=True):
+            for original, work in zip(column, work_column, strict=True):
+                if work is not original:
+                    original.copy_(work)
     for original, work in zip(params, work_params, strict=True):
         if work is not original:
             original.copy_(work)

@@ -191,35 +191,59 @@ def test_non_contiguous_and_bf16_state_tensors_are_updated_in_place() -> None:
 def test_16_bit_states_stepped_by_ranges_equal_whole_float32_copies(
     dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # DeepSpeed's fp32_optimizer_states=False: the result must be the bits of stepping
-    # float32 copies of the states and rounding them back, whatever the range size.
+    # DeepSpeed's fp32_optimizer_states=False: per-tensor adam_update goes by ranges, a
+    # multi-tensor call through whole copies; both must give the bits of stepping float32
+    # copies of the states and rounding them back.
     monkeypatch.setattr(kernels, "_RANGE", 1000)
     monkeypatch.setattr(kernels, "_range_buffers", kernels.threading.local())
     gen = torch.Generator().manual_seed(3)
     shapes = [(4097,), (33, 7), (5,)]
-    params = [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
-    grads = [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
-    m = [(torch.randn(shape, generator=gen) * 0.1).to(dtype) for shape in shapes]
-    v = [(torch.rand(shape, generator=gen) * 0.1).to(dtype) for shape in shapes]
-    m[2] = m[2].float()  # one tensor's states float32 and one non-contiguous: whole copies
-    v[2] = v[2].float()
-    v[1] = v[1].t().contiguous().t()
-    expected = [[t.clone() for t in column] for column in (params, m, v)]
-    for p, g, m_i, v_i in zip(*expected[:1], grads, *expected[1:], strict=True):
-        wide_m, wide_v = m_i.float().contiguous(), v_i.float().contiguous()
+
+    def tensors() -> list[list[torch.Tensor]]:
+        params = [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
+        grads = [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
+        m = [(torch.randn(shape, generator=gen) * 0.1).to(dtype) for shape in shapes]
+        v = [(torch.rand(shape, generator=gen) * 0.1).to(dtype) for shape in shapes]
+        return [params, grads, m, v]
+
+    per_tensor = tensors()
+    fused = [[t.clone() for t in column] for column in per_tensor]
+    expected = [[t.clone() for t in column] for column in per_tensor]
+    for p, g, m, v in zip(*expected, strict=True):
+        wide_m, wide_v = m.float(), v.float()
         cpu_optim.adam_step([p], [g], [wide_m], [wide_v], [3], lr=1e-2, betas=(0.9, 0.999),
                             eps=1e-8, weight_decay=0.01, adamw=True)  # fmt: skip
-        m_i.copy_(wide_m)
-        v_i.copy_(wide_v)
-    lists = [grads, params, m, v]
-    kernels.FusedAdamKernels().multi_tensor_adam(
-        2048, torch.zeros(1), lists, 1e-2, 0.9, 0.999, 1e-8, 3, 1, 1, 0.01
-    )
-    for want_column, got_column in zip(expected, (params, m, v), strict=True):
-        for want, got in zip(want_column, got_column, strict=True):
-            assert got.dtype == want.dtype
-            assert torch.equal(got, want)
+        m.copy_(wide_m)
+        v.copy_(wide_v)
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(5, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, False)
+    for p, g, m, v in zip(*per_tensor, strict=True):
+        ops.adam_update(5, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v)
     assert kernels._range_buffers.tensors[0].numel() == 1000  # the ranges were taken
+    params, grads, m, v = fused
+    kernels.FusedAdamKernels().multi_tensor_adam(
+        2048, torch.zeros(1), [grads, params, m, v], 1e-2, 0.9, 0.999, 1e-8, 3, 1, 1, 0.01
+    )
+    for result in (per_tensor, fused):
+        for want_column, got_column in zip(expected, result, strict=True):
+            for want, got in zip(want_column, got_column, strict=True):
+                assert got.dtype == want.dtype
+                assert torch.equal(got, want)
+
+
+def test_a_bad_tensor_with_16_bit_states_changes_nothing() -> None:
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(6, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    p, m, v = (
+        torch.randn(3000),
+        torch.zeros(3000, dtype=torch.bfloat16),
+        torch.zeros(3000).bfloat16(),
+    )
+    before = [t.clone() for t in (p, m, v)]
+    with pytest.raises(ValueError, match="grads"):  # a gradient of another shape
+        ops.adam_update(6, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, p, torch.randn(1500, 2), m, v)
+    for want, got in zip(before, (p, m, v), strict=True):
+        assert torch.equal(got, want)
 
 
 def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
