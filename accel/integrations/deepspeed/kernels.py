@@ -78,13 +78,9 @@ Update = Callable[[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tenso
 
 
 def _fp32_contiguous(state: torch.Tensor) -> torch.Tensor:
-    if _kernel_ready(state):
+    if state.dtype == torch.float32 and state.is_contiguous():
         return state
     return state.float().contiguous()
-
-
-def _kernel_ready(state: torch.Tensor) -> bool:
-    return state.dtype == torch.float32 and state.is_contiguous()
 
 
 _ROLLBACK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
