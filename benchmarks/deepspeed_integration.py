@@ -180,9 +180,18 @@ print(json.dumps(result))
 """
 
 
+def _print_kernel_level() -> None:
+    """The level accel's kernels run at (``ACCEL_CPU_ISA`` caps it; the runs inherit it).
+    Native DeepSpeed's JIT build uses what this CPU has, whatever the cap."""
+    from accel.ops import isa
+
+    print(f"accel's kernels: {isa.describe()}\n")
+
+
 def optimizer(rounds: int, extensions: pathlib.Path) -> None:
     """One step of 10 M parameters (fp32, or bf16 with fp32 or bf16 states), DeepSpeed's
     classes on each side's kernels."""
+    _print_kernel_level()
     with tempfile.TemporaryDirectory() as ours:
         results: dict[str, list[dict[str, float]]] = {"native": [], "accel": []}
         for _ in range(rounds):
@@ -226,6 +235,7 @@ dist.destroy_process_group()
 
 def allreduce(rounds: int, extensions: pathlib.Path) -> None:
     """``deepspeed.comm.inference_all_reduce`` on 2 ranks, DeepSpeed's op vs accel's."""
+    _print_kernel_level()
     with tempfile.TemporaryDirectory() as ours:
         script = pathlib.Path(ours, "allreduce.py")
         script.write_text(ALLREDUCE)

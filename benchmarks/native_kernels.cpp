@@ -5,8 +5,9 @@
 //   (summed in fp32, rounded once: csrc/common/vec_level.inc's add_rounded, the kernel
 //   shm_comm.cpp runs), on buffers of equal bytes: the ratio is the cost per byte.
 // - The Adam step (csrc/cpu_optim/adam_level.inc, the kernel cpu_optim.cpp runs) on 64Ki
-//   parameters, one thread, with bf16 or fp16 parameters and gradients against fp32 ones:
-//   the ratio is the cost per parameter.
+//   parameters, one thread, with bf16 or fp16 parameters and gradients (with fp32 states,
+//   then with states of their dtype) against fp32 ones: the ratio is the cost per
+//   parameter.
 //
 // Needs no Python and no torch (the extension's flags, from setup.py):
 //
@@ -14,7 +15,7 @@
 //   /tmp/native_kernels [--quick]
 //
 // Every 16-bit result is first checked: the sums against half.h's scalar conversions, the
-// 16-bit Adam step against the fp32 step rounded.
+// 16-bit Adam step (fp32 or 16-bit states) against the fp32 step rounded.
 #include "common/dtypes.h"
 #include "common/half.h"
 #include "common/simd.h"
@@ -65,7 +66,7 @@ ACCEL_TARGET_V3 __attribute__((noinline)) void add_16_v3(uint16_t* out, const ui
 
 using AddF32 = void (*)(float*, const float*, const float*, int64_t);
 using Add16 = void (*)(uint16_t*, const uint16_t*, const uint16_t*, int64_t);
-using AdamStep = bool (*)(int, int, void*, const void*, float*, float*, int64_t, const AdamScalars&);
+using AdamStep = bool (*)(int, int, int, void*, const void*, void*, void*, int64_t, const AdamScalars&);
 
 struct Level {
   const char* name;
@@ -145,7 +146,9 @@ bool sums_are_exact(const Level& level, int dtype) {
   return true;
 }
 
-bool adam_is_exact(const Level& level, int dtype) {
+// The Adam step on 16-bit parameters and gradients of `dtype`, with fp32 states or with
+// states of `dtype` too, against the fp32 step on widened copies, rounded.
+bool adam_is_exact(const Level& level, int dtype, bool sixteen_bit_states) {
   const int64_t n = 4099;
   auto params = training_values(n, 5, 1.0f, dtype);
   const auto grads = training_values(n, 6, 1e-3f, dtype);
@@ -158,17 +161,35 @@ bool adam_is_exact(const Level& level, int dtype) {
   std::mt19937 generator(7);
   std::normal_distribution<float> normal(0.0f, 1e-3f);
   std::vector<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+  std::vector<uint16_t> m16(static_cast<size_t>(n)), v16(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     m[i] = normal(generator);
     v[i] = normal(generator) * normal(generator) + 1e-7f;
+    m16[i] = from_float(m[i], dtype);
+    v16[i] = from_float(v[i], dtype);
+    if (sixteen_bit_states) {
+      m[i] = to_float(m16[i], dtype);
+      v[i] = to_float(v16[i], dtype);
+    }
   }
   std::vector<float> m_wide(m), v_wide(v);
-  level.adam(dtype, dtype, params.data(), grads.data(), m.data(), v.data(), n, kAdam);
-  level.adam(kFloat32, kFloat32, wide_params.data(), wide_grads.data(), m_wide.data(), v_wide.data(), n, kAdam);
+  const int state_dtype = sixteen_bit_states ? dtype : kFloat32;
+  void* exp_avg = sixteen_bit_states ? static_cast<void*>(m16.data()) : m.data();
+  void* exp_avg_sq = sixteen_bit_states ? static_cast<void*>(v16.data()) : v.data();
+  if (!level.adam(dtype, dtype, state_dtype, params.data(), grads.data(), exp_avg, exp_avg_sq, n, kAdam)) {
+    std::printf("%s has no Adam kernel for %s with %s states\n", level.name, accel::dtype_name(dtype),
+                accel::dtype_name(state_dtype));
+    return false;
+  }
+  level.adam(kFloat32, kFloat32, kFloat32, wide_params.data(), wide_grads.data(), m_wide.data(), v_wide.data(), n,
+             kAdam);
   for (int64_t i = 0; i < n; ++i) {
-    if (params[i] != from_float(wide_params[i], dtype) || m[i] != m_wide[i] || v[i] != v_wide[i]) {
-      std::printf("%s %s Adam step differs from the fp32 step rounded at %lld\n", level.name,
-                  accel::dtype_name(dtype), static_cast<long long>(i));
+    const bool states = sixteen_bit_states
+                            ? m16[i] == from_float(m_wide[i], dtype) && v16[i] == from_float(v_wide[i], dtype)
+                            : m[i] == m_wide[i] && v[i] == v_wide[i];
+    if (params[i] != from_float(wide_params[i], dtype) || !states) {
+      std::printf("%s %s Adam step (%s states) differs from the fp32 step rounded at %lld\n", level.name,
+                  accel::dtype_name(dtype), accel::dtype_name(state_dtype), static_cast<long long>(i));
       return false;
     }
   }
@@ -196,19 +217,32 @@ void time_sums(const Level& level, const std::vector<int64_t>& sizes, bool quick
 
 void time_adam(const Level& level, bool quick) {
   const int64_t n = 64 << 10;
-  std::vector<float> params(static_cast<size_t>(n), 1.0f), grads(static_cast<size_t>(n), 1e-3f);
-  std::vector<uint16_t> bf16_params(static_cast<size_t>(n), 0x3f80), bf16_grads(static_cast<size_t>(n), 0x3a83);
-  std::vector<uint16_t> f16_params(static_cast<size_t>(n), 0x3c00), f16_grads(static_cast<size_t>(n), 0x1419);
-  std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 1e-6f);
-  const auto step = [&](int dtype, void* p, const void* g) { level.adam(dtype, dtype, p, g, m.data(), v.data(), n, kAdam); };
-  double f32 = 1e30, bf16 = 1e30, f16 = 1e30;
-  for (int r = 0; r < (quick ? 3 : 400); ++r) {
-    f32 = std::min(f32, timed([&] { step(kFloat32, params.data(), grads.data()); }));
-    bf16 = std::min(bf16, timed([&] { step(kBFloat16, bf16_params.data(), bf16_grads.data()); }));
-    f16 = std::min(f16, timed([&] { step(kFloat16, f16_params.data(), f16_grads.data()); }));
+  const auto filled = [n](auto value) { return std::vector<decltype(value)>(static_cast<size_t>(n), value); };
+  auto params = filled(1.0f), grads = filled(1e-3f), m = filled(0.0f), v = filled(1e-6f);
+  // bf16 and fp16: 1.0, 1e-3 (about), 0 and 1e-6 (about).
+  auto bf16_params = filled(uint16_t{0x3f80}), bf16_grads = filled(uint16_t{0x3a83});
+  auto f16_params = filled(uint16_t{0x3c00}), f16_grads = filled(uint16_t{0x1419});
+  auto bf16_m = filled(uint16_t{0}), bf16_v = filled(uint16_t{0x3586});
+  auto f16_m = filled(uint16_t{0}), f16_v = filled(uint16_t{0x0011});
+  const auto step = [&](int dtype, int state_dtype, void* p, const void* g, void* exp_avg, void* exp_avg_sq) {
+    level.adam(dtype, dtype, state_dtype, p, g, exp_avg, exp_avg_sq, n, kAdam);
+  };
+  double f32 = 1e30, bf16 = 1e30, f16 = 1e30, bf16_states = 1e30, f16_states = 1e30;
+  for (int r = 0; r < (quick ? 3 : 400); ++r) {  // interleaved: a busy spell slows all five
+    f32 = std::min(f32, timed([&] { step(kFloat32, kFloat32, params.data(), grads.data(), m.data(), v.data()); }));
+    bf16 = std::min(bf16, timed([&] {
+      step(kBFloat16, kFloat32, bf16_params.data(), bf16_grads.data(), m.data(), v.data());
+    }));
+    f16 = std::min(f16, timed([&] { step(kFloat16, kFloat32, f16_params.data(), f16_grads.data(), m.data(), v.data()); }));
+    bf16_states = std::min(bf16_states, timed([&] {
+      step(kBFloat16, kBFloat16, bf16_params.data(), bf16_grads.data(), bf16_m.data(), bf16_v.data());
+    }));
+    f16_states = std::min(f16_states, timed([&] {
+      step(kFloat16, kFloat16, f16_params.data(), f16_grads.data(), f16_m.data(), f16_v.data());
+    }));
   }
-  std::printf("| %s | %.3f | %.2fx | %.2fx |\n", level.name, f32 / static_cast<double>(n) * 1e9, bf16 / f32,
-              f16 / f32);
+  std::printf("| %s | %.3f | %.2fx | %.2fx | %.2fx | %.2fx |\n", level.name, f32 / static_cast<double>(n) * 1e9,
+              bf16 / f32, f16 / f32, bf16_states / f32, f16_states / f32);
 }
 
 }  // namespace
@@ -222,7 +256,8 @@ int main(int argc, char** argv) {
   for (const Level& level : kLevels) {
     if (!supported(level)) continue;
     for (const int dtype : {kBFloat16, kFloat16})
-      exact = sums_are_exact(level, dtype) && adam_is_exact(level, dtype) && exact;
+      exact = sums_are_exact(level, dtype) && adam_is_exact(level, dtype, false) && adam_is_exact(level, dtype, true) &&
+              exact;
     levels.push_back(&level);
   }
   if (!exact) return 1;
@@ -231,9 +266,10 @@ int main(int argc, char** argv) {
   std::printf("| level | bytes per buffer | fp32 GB/s (a, b and out) | bf16 / fp32 | fp16 / fp32 |\n");
   std::printf("|---|---|---|---|---|\n");
   for (const Level* level : levels) time_sums(*level, sizes, quick);
-  std::printf("\nAdam step on 64Ki parameters, time over fp32's:\n\n");
-  std::printf("| level | fp32 ns per parameter | bf16 / fp32 | fp16 / fp32 |\n");
-  std::printf("|---|---|---|---|\n");
+  std::printf("\nAdam step on 64Ki parameters, time over fp32's (16-bit parameters and gradients,\n");
+  std::printf("with fp32 states, then with states of their dtype):\n\n");
+  std::printf("| level | fp32 ns per parameter | bf16 / fp32 | fp16 / fp32 | bf16 states | fp16 states |\n");
+  std::printf("|---|---|---|---|---|---|\n");
   for (const Level* level : levels) time_adam(*level, quick);
   return 0;
 }

@@ -23,8 +23,10 @@ def adam_step(
     weight_decay: float,
     decoupled: bool,
     bias_correction: bool,
+    state_dtypes: list[int] = ...,
 ) -> None:
-    """Adam/AdamW step over many tensors (fp32 states)."""
+    """Adam/AdamW step over many tensors (``state_dtypes``: one dtype code per parameter
+    for both its states; left out, all float32)."""
 
 def adagrad_step(
     params: list[int],
@@ -41,8 +43,9 @@ def adagrad_step(
     lr_decay: float,
     eps: float,
     weight_decay: float,
+    state_dtypes: list[int] = ...,
 ) -> None:
-    """Adagrad step over many tensors (fp32 state)."""
+    """Adagrad step over many tensors (``state_dtypes`` as in :func:`adam_step`)."""
 
 def lion_step(
     params: list[int],
@@ -58,8 +61,9 @@ def lion_step(
     beta1: float,
     beta2: float,
     weight_decay: float,
+    state_dtypes: list[int] = ...,
 ) -> None:
-    """Lion step over many tensors (fp32 state)."""
+    """Lion step over many tensors (``state_dtypes`` as in :func:`adam_step`)."""
 
 def scale_in_place(data: int, numel: int, factor: float) -> None:
     """x *= factor over a float32 buffer: the read-modify-write bandwidth probe."""

@@ -1,9 +1,14 @@
 """Typed, validating front door to the native CPU optimizer kernels.
 
 Every argument is checked here before any pointer reaches C++: tensors must be dense,
-contiguous CPU tensors of supported dtypes, states fp32 and the same size as their
-parameter, nothing may overlap, and hyper-parameters must be in range. Errors name the
-argument, the offending index and what was expected.
+contiguous CPU tensors of supported dtypes (float32, bfloat16, float16), states the size of
+their parameter and all of one parameter's states of one dtype, nothing may overlap, and
+hyper-parameters must be in range. Errors name the argument, the offending index and what
+was expected.
+
+The kernels compute in float32: a bfloat16/float16 parameter, gradient or state is widened
+on the way in and rounded to nearest even on the way out, so its result is the float32
+step's, rounded (16-bit states are what DeepSpeed's ``fp32_optimizer_states=False`` makes).
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class _Batch:
     param_dtypes: list[int]
     grad_dtypes: list[int]
     copy_dtypes: list[int]
+    state_dtypes: list[int]
 
 
 def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
@@ -142,7 +148,7 @@ def _batch(
     if len(copies) != count:
         raise ValueError(f"param_copies has {len(copies)} entries, expected {count}")
     codes = _codes()
-    batch = _Batch([], [], [[] for _ in states], [], [], [], [], [])
+    batch = _Batch([], [], [[] for _ in states], [], [], [], [], [], [])
     spans: list[_Span] = []  # every buffer of the call, to reject aliasing
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
         param = _dense_cpu(param, f"params[{i}]")
@@ -159,10 +165,19 @@ def _batch(
             )
         _add_span(spans, param, f"params[{i}]")
         _add_span(spans, grad, f"grads[{i}]")
+        state_dtype: torch.dtype | None = None  # the first state's; the others must match
+        first_state = ""
         for slot, (name, tensors) in enumerate(states.items()):
             state = _dense_cpu(tensors[i], f"{name}[{i}]")
-            if state.dtype != torch.float32:
-                raise TypeError(f"{name}[{i}] must be float32, got {state.dtype}")
+            if state.dtype not in codes:
+                raise TypeError(f"{name}[{i}] must be {dtype_list(codes)}, got {state.dtype}")
+            if state_dtype is None:
+                state_dtype, first_state = state.dtype, f"{name}[{i}]"
+            elif state.dtype != state_dtype:
+                raise TypeError(
+                    f"{name}[{i}] is {state.dtype} and {first_state} {state_dtype}: "
+                    f"a parameter's states must share one dtype"
+                )
             if state.numel() != param.numel():
                 raise ValueError(
                     f"{name}[{i}] has {state.numel()} elements, params[{i}] {param.numel()}"
@@ -187,6 +202,7 @@ def _batch(
         batch.param_dtypes.append(codes[param.dtype])
         batch.grad_dtypes.append(codes[grad.dtype])
         batch.copy_dtypes.append(codes[copy.dtype] if copy is not None else NO_COPY)
+        batch.state_dtypes.append(codes[state_dtype or torch.float32])
     _require_disjoint(spans)
     return batch
 
@@ -230,7 +246,7 @@ def adam_step(
         copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
         lr=check_non_negative(lr, "lr"), beta1=beta1, beta2=beta2, eps=check_eps(eps),
         weight_decay=check_non_negative(weight_decay, "weight_decay"), decoupled=bool(adamw),
-        bias_correction=bool(bias_correction),
+        bias_correction=bool(bias_correction), state_dtypes=batch.state_dtypes,
     )  # fmt: skip
 
 
@@ -254,6 +270,7 @@ def adagrad_step(
         copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
         lr=check_non_negative(lr, "lr"), lr_decay=check_non_negative(lr_decay, "lr_decay"),
         eps=check_eps(eps), weight_decay=check_non_negative(weight_decay, "weight_decay"),
+        state_dtypes=batch.state_dtypes,
     )  # fmt: skip
 
 
@@ -275,4 +292,5 @@ def lion_step(
         numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
         copy_dtypes=batch.copy_dtypes, lr=check_non_negative(lr, "lr"), beta1=beta1,
         beta2=beta2, weight_decay=check_non_negative(weight_decay, "weight_decay"),
+        state_dtypes=batch.state_dtypes,
     )  # fmt: skip

@@ -7,10 +7,12 @@
 // is why the op builders hand out the validating Python module, never this one). The GIL is released while the
 // kernels run. Every kernel is compiled for x86-64-v4, x86-64-v3 and baseline and runs at
 // the process's level (../common/simd.h), so one binary is portable and still uses AVX-512
-// where it exists. States are always fp32. Adam converts bf16/fp16 parameters and
-// gradients in registers (adam_level.inc on v4/v3; adam_typed, bf16 only, on baseline);
-// the other optimizers convert them through small L1-resident buffers around one fp32
-// kernel.
+// where it exists. Parameters, gradients and states may each be fp32, bf16 or fp16 (all
+// states of one parameter share a dtype). Adam converts the common combinations in
+// registers (adam_level.inc on v4/v3: fp32 states, and 16-bit states of the parameter's
+// dtype; adam_typed, bf16 parameters or gradients with fp32 states, on baseline); every
+// other case, and the other optimizers, convert through small L1-resident buffers around
+// one fp32 kernel. Either way a 16-bit tensor gets the fp32 step's result, rounded.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -104,21 +106,26 @@ constexpr AdamTyped kAdamTyped[3][3] = {
     {nullptr, nullptr, nullptr},
 };
 
-// The Adam step on the process's level for a pair of dtypes; false (nothing done) where
-// that level has no kernel for the pair and run() must convert through fp32 buffers.
-bool adam_any(int param_dtype, int grad_dtype, void* p, const void* g, float* m, float* v, int64_t n,
-              const AdamScalars& s) {
+// The Adam step on the process's level for a combination of dtypes; false (nothing done)
+// where that level has no kernel for it and run() must convert through fp32 buffers.
+bool adam_any(int param_dtype, int grad_dtype, int state_dtype, void* p, const void* g, void* m, void* v,
+              int64_t n, const AdamScalars& s) {
 #if ACCEL_X86_GCC
-  if (accel::isa() == accel::kV4) return accel::adam_v4::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
-  if (accel::isa() == accel::kV3) return accel::adam_v3::adam_step(param_dtype, grad_dtype, p, g, m, v, n, s);
+  if (accel::isa() == accel::kV4)
+    return accel::adam_v4::adam_step(param_dtype, grad_dtype, state_dtype, p, g, m, v, n, s);
+  if (accel::isa() == accel::kV3)
+    return accel::adam_v3::adam_step(param_dtype, grad_dtype, state_dtype, p, g, m, v, n, s);
 #endif
+  if (state_dtype != kFloat32) return false;
+  float* exp_avg = static_cast<float*>(m);
+  float* exp_avg_sq = static_cast<float*>(v);
   if (param_dtype == kFloat32 && grad_dtype == kFloat32) {
-    adam_kernel(static_cast<float*>(p), static_cast<const float*>(g), m, v, n, s);
+    adam_kernel(static_cast<float*>(p), static_cast<const float*>(g), exp_avg, exp_avg_sq, n, s);
     return true;
   }
   const AdamTyped kernel = kAdamTyped[param_dtype][grad_dtype];
   if (kernel == nullptr) return false;
-  kernel(p, g, m, v, n, s);
+  kernel(p, g, exp_avg, exp_avg_sq, n, s);
   return true;
 }
 
@@ -163,10 +170,12 @@ ACCEL_DISPATCHED(lion_kernel,
 
 // ---------------------------------------------------------------- batches
 
+// One call's tensors. Every parameter has one or two states (state2 is empty for
+// optimizers with one), both of state_dtypes[t].
 struct Batch {
   std::vector<uintptr_t> params, grads, state1, state2, copies;
   std::vector<int64_t> numels;
-  std::vector<int> param_dtypes, grad_dtypes, copy_dtypes;
+  std::vector<int> param_dtypes, grad_dtypes, copy_dtypes, state_dtypes;
 };
 
 void require(bool ok, const std::string& message) {
@@ -200,7 +209,7 @@ void validate(const Batch& b, bool two_states) {
   const size_t n = b.params.size();
   require(b.grads.size() == n && b.state1.size() == n && b.numels.size() == n &&
               b.param_dtypes.size() == n && b.grad_dtypes.size() == n &&
-              b.copies.size() == n && b.copy_dtypes.size() == n &&
+              b.copies.size() == n && b.copy_dtypes.size() == n && b.state_dtypes.size() == n &&
               (!two_states || b.state2.size() == n),
           "every per-tensor list must have one entry per parameter");
   for (size_t i = 0; i < n; ++i) {
@@ -208,6 +217,7 @@ void validate(const Batch& b, bool two_states) {
     check_dtype(b.param_dtypes[i], false, "params", i);
     check_dtype(b.grad_dtypes[i], false, "grads", i);
     check_dtype(b.copy_dtypes[i], true, "param_copies", i);
+    check_dtype(b.state_dtypes[i], false, "states", i);
     require(b.copy_dtypes[i] != kFloat32, "param_copies must be bfloat16 or float16");
     if (b.numels[i] == 0) continue;
     require(b.params[i] && b.grads[i] && b.state1[i] && (!two_states || b.state2[i]),
@@ -224,8 +234,8 @@ void validate(const Batch& b, bool two_states) {
   for (size_t i = 0; i < n; ++i) {
     add(b.params[i], b.numels[i], b.param_dtypes[i], "params", i);
     add(b.grads[i], b.numels[i], b.grad_dtypes[i], "grads", i);
-    add(b.state1[i], b.numels[i], kFloat32, "state", i);
-    if (two_states) add(b.state2[i], b.numels[i], kFloat32, "second state", i);
+    add(b.state1[i], b.numels[i], b.state_dtypes[i], "state", i);
+    if (two_states) add(b.state2[i], b.numels[i], b.state_dtypes[i], "second state", i);
     if (b.copy_dtypes[i] != kNone) add(b.copies[i], b.numels[i], b.copy_dtypes[i], "param_copies", i);
   }
   require_disjoint(std::move(spans));
@@ -239,14 +249,32 @@ struct Chunk {
 constexpr int64_t kChunk = 1 << 16;  // elements a thread takes at a time
 constexpr int64_t kBlock = 1024;     // elements converted at once (fits L1 with two buffers)
 
-// Runs `kernel(p, g, tensor, begin, length)` over every element of every tensor, split
-// into chunks shared by the OpenMP threads. p and g are fp32 views: the tensors themselves
-// when they are fp32, else L1 buffers converted on the way in (and p on the way out).
+// Runs `kernel(p, g, state1, state2, tensor, length)` over every element of every
+// tensor, split into chunks shared by the OpenMP threads. p, g and the states are fp32
+// views: the tensors themselves when they are fp32, else L1 buffers converted on the way
+// in (and, for p and the states, on the way out); state2 is null for one-state optimizers.
 // `typed(p, g, t, begin, n)` may handle a whole chunk on the tensors' own dtypes and
-// return true; otherwise p and g go through fp32 buffers for `kernel`.
+// return true; otherwise everything goes through fp32 views for `kernel`.
 struct NoTyped {
   bool operator()(void*, const void*, size_t, int64_t, int64_t) const { return false; }
 };
+
+void* element_at(uintptr_t base, int64_t index, int dtype) {
+  return reinterpret_cast<char*>(base) + index * element_size(dtype);
+}
+
+// A state's elements [begin, begin + length) as fp32: the state itself when it is fp32,
+// else `buffer`, filled from it.
+float* state_view(uintptr_t base, int64_t begin, int64_t length, int dtype, float* buffer) {
+  void* state = element_at(base, begin, dtype);
+  if (dtype == kFloat32) return static_cast<float*>(state);
+  to_f32(state, dtype, buffer, length);
+  return buffer;
+}
+
+void store_state(const float* view, uintptr_t base, int64_t begin, int64_t length, int dtype) {
+  if (dtype != kFloat32) from_f32(view, element_at(base, begin, dtype), dtype, length);
+}
 
 template <class Kernel, class Typed = NoTyped>
 void run(const Batch& b, Kernel kernel, Typed typed = Typed{}) {
@@ -255,27 +283,27 @@ void run(const Batch& b, Kernel kernel, Typed typed = Typed{}) {
     for (int64_t begin = 0; begin < b.numels[t]; begin += kChunk)
       chunks.push_back({t, begin, std::min(b.numels[t], begin + kChunk)});
   const int64_t count = static_cast<int64_t>(chunks.size());
+  const bool two_states = !b.state2.empty();
   py::gil_scoped_release released;
 #pragma omp parallel for schedule(dynamic, 1) if (count > 1)
   for (int64_t c = 0; c < count; ++c) {
     alignas(64) float param_buffer[kBlock];
     alignas(64) float grad_buffer[kBlock];
+    alignas(64) float state1_buffer[kBlock];
+    alignas(64) float state2_buffer[kBlock];
     const Chunk chunk = chunks[c];
     const size_t t = chunk.tensor;
-    const int pdt = b.param_dtypes[t], gdt = b.grad_dtypes[t], cdt = b.copy_dtypes[t];
-    char* param_base = reinterpret_cast<char*>(b.params[t]);
-    const char* grad_base = reinterpret_cast<const char*>(b.grads[t]);
-    if (cdt == kNone && (pdt != kFloat32 || gdt != kFloat32) &&
-        typed(param_base + chunk.begin * element_size(pdt), grad_base + chunk.begin * element_size(gdt), t,
-              chunk.begin, chunk.end - chunk.begin))
+    const int pdt = b.param_dtypes[t], gdt = b.grad_dtypes[t], cdt = b.copy_dtypes[t], sdt = b.state_dtypes[t];
+    const bool all_fp32 = pdt == kFloat32 && gdt == kFloat32 && sdt == kFloat32;
+    if (cdt == kNone && !all_fp32 &&
+        typed(element_at(b.params[t], chunk.begin, pdt), element_at(b.grads[t], chunk.begin, gdt), t, chunk.begin,
+              chunk.end - chunk.begin))
       continue;
-    const int64_t step = (pdt == kFloat32 && gdt == kFloat32 && cdt == kNone)
-                             ? chunk.end - chunk.begin
-                             : kBlock;
+    const int64_t step = (all_fp32 && cdt == kNone) ? chunk.end - chunk.begin : kBlock;
     for (int64_t begin = chunk.begin; begin < chunk.end; begin += step) {
       const int64_t length = std::min(step, chunk.end - begin);
-      void* param_at = param_base + begin * element_size(pdt);
-      const void* grad_at = grad_base + begin * element_size(gdt);
+      void* param_at = element_at(b.params[t], begin, pdt);
+      const void* grad_at = element_at(b.grads[t], begin, gdt);
       float* p = static_cast<float*>(param_at);
       const float* g = static_cast<const float*>(grad_at);
       if (pdt != kFloat32) {
@@ -286,10 +314,13 @@ void run(const Batch& b, Kernel kernel, Typed typed = Typed{}) {
         to_f32(grad_at, gdt, grad_buffer, length);
         g = grad_buffer;
       }
-      kernel(p, g, t, begin, length);
+      float* state1 = state_view(b.state1[t], begin, length, sdt, state1_buffer);
+      float* state2 = two_states ? state_view(b.state2[t], begin, length, sdt, state2_buffer) : nullptr;
+      kernel(p, g, state1, state2, t, length);
       if (pdt != kFloat32) from_f32(p, param_at, pdt, length);
-      if (cdt != kNone)
-        from_f32(p, reinterpret_cast<char*>(b.copies[t]) + begin * element_size(cdt), cdt, length);
+      store_state(state1, b.state1[t], begin, length, sdt);
+      if (two_states) store_state(state2, b.state2[t], begin, length, sdt);
+      if (cdt != kNone) from_f32(p, element_at(b.copies[t], begin, cdt), cdt, length);
     }
   }
 }
@@ -298,13 +329,14 @@ Batch make_batch(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                  std::vector<uintptr_t> state1, std::vector<uintptr_t> state2,
                  std::vector<uintptr_t> copies, std::vector<int64_t> numels,
                  std::vector<int> param_dtypes, std::vector<int> grad_dtypes,
-                 std::vector<int> copy_dtypes) {
-  return Batch{std::move(params),  std::move(grads),       std::move(state1),
-               std::move(state2),  std::move(copies),      std::move(numels),
-               std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes)};
+                 std::vector<int> copy_dtypes, std::vector<int> state_dtypes) {
+  // No state dtypes given: all fp32 (what callers built before 16-bit states passed).
+  if (state_dtypes.empty()) state_dtypes.assign(params.size(), kFloat32);
+  return Batch{std::move(params),       std::move(grads),       std::move(state1),
+               std::move(state2),       std::move(copies),      std::move(numels),
+               std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes),
+               std::move(state_dtypes)};
 }
-
-float* at(uintptr_t base, int64_t offset) { return reinterpret_cast<float*>(base) + offset; }
 
 void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                std::vector<uintptr_t> exp_avgs, std::vector<uintptr_t> exp_avg_sqs,
@@ -312,10 +344,11 @@ void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                std::vector<int> param_dtypes, std::vector<int> grad_dtypes,
                std::vector<int> copy_dtypes, std::vector<int64_t> steps, double lr,
                double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-               bool bias_correction) {
+               bool bias_correction, std::vector<int> state_dtypes) {
   Batch b = make_batch(std::move(params), std::move(grads), std::move(exp_avgs),
                        std::move(exp_avg_sqs), std::move(copies), std::move(numels),
-                       std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes));
+                       std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes),
+                       std::move(state_dtypes));
   validate(b, true);
   require(steps.size() == b.params.size(), "steps must have one entry per parameter");
   std::vector<AdamScalars> scalars(steps.size());
@@ -336,12 +369,13 @@ void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
   }
   run(
       b,
-      [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
-        adam_any(kFloat32, kFloat32, p, g, at(b.state1[t], begin), at(b.state2[t], begin), n, scalars[t]);
+      [&](float* p, const float* g, float* m, float* v, size_t t, int64_t n) {
+        adam_any(kFloat32, kFloat32, kFloat32, p, g, m, v, n, scalars[t]);
       },
       [&](void* p, const void* g, size_t t, int64_t begin, int64_t n) {
-        return adam_any(b.param_dtypes[t], b.grad_dtypes[t], p, g, at(b.state1[t], begin), at(b.state2[t], begin), n,
-                        scalars[t]);
+        const int sdt = b.state_dtypes[t];
+        return adam_any(b.param_dtypes[t], b.grad_dtypes[t], sdt, p, g, element_at(b.state1[t], begin, sdt),
+                        element_at(b.state2[t], begin, sdt), n, scalars[t]);
       });
 }
 
@@ -350,10 +384,10 @@ void adagrad_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                   std::vector<int64_t> numels, std::vector<int> param_dtypes,
                   std::vector<int> grad_dtypes, std::vector<int> copy_dtypes,
                   std::vector<int64_t> steps, double lr, double lr_decay, double eps,
-                  double weight_decay) {
+                  double weight_decay, std::vector<int> state_dtypes) {
   Batch b = make_batch(std::move(params), std::move(grads), std::move(sums), {},
                        std::move(copies), std::move(numels), std::move(param_dtypes),
-                       std::move(grad_dtypes), std::move(copy_dtypes));
+                       std::move(grad_dtypes), std::move(copy_dtypes), std::move(state_dtypes));
   validate(b, false);
   require(steps.size() == b.params.size(), "steps must have one entry per parameter");
   std::vector<AdagradScalars> scalars(steps.size());
@@ -363,8 +397,8 @@ void adagrad_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
     scalars[t] = AdagradScalars{static_cast<float>(clr), static_cast<float>(eps),
                                 static_cast<float>(weight_decay)};
   }
-  run(b, [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
-    adagrad_kernel(p, g, at(b.state1[t], begin), n, scalars[t]);
+  run(b, [&](float* p, const float* g, float* sum, float*, size_t t, int64_t n) {
+    adagrad_kernel(p, g, sum, n, scalars[t]);
   });
 }
 
@@ -372,17 +406,15 @@ void lion_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                std::vector<uintptr_t> exp_avgs, std::vector<uintptr_t> copies,
                std::vector<int64_t> numels, std::vector<int> param_dtypes,
                std::vector<int> grad_dtypes, std::vector<int> copy_dtypes, double lr,
-               double beta1, double beta2, double weight_decay) {
+               double beta1, double beta2, double weight_decay, std::vector<int> state_dtypes) {
   Batch b = make_batch(std::move(params), std::move(grads), std::move(exp_avgs), {},
                        std::move(copies), std::move(numels), std::move(param_dtypes),
-                       std::move(grad_dtypes), std::move(copy_dtypes));
+                       std::move(grad_dtypes), std::move(copy_dtypes), std::move(state_dtypes));
   validate(b, false);
   const LionScalars s{static_cast<float>(beta1),        static_cast<float>(1.0 - beta1),
                       static_cast<float>(beta2),        static_cast<float>(1.0 - beta2),
                       static_cast<float>(lr),           static_cast<float>(1.0 - lr * weight_decay)};
-  run(b, [&](float* p, const float* g, size_t t, int64_t begin, int64_t n) {
-    lion_kernel(p, g, at(b.state1[t], begin), n, s);
-  });
+  run(b, [&](float* p, const float* g, float* m, float*, size_t, int64_t n) { lion_kernel(p, g, m, n, s); });
 }
 
 // Memory-bandwidth probe for benchmarks: x = x * a in place, threaded like the steps. Its
@@ -425,19 +457,21 @@ PYBIND11_MODULE(_cpu_optim, m) {
   accel::export_isa(m);
   pthread_atfork(nullptr, nullptr, single_thread_after_fork);
   accel::export_dtypes(m);
-  m.def("adam_step", &adam_step, "Adam/AdamW step over many tensors (fp32 states).", py::arg("params"),
-        py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("copies"), py::arg("numels"),
-        py::arg("param_dtypes"), py::arg("grad_dtypes"), py::arg("copy_dtypes"), py::arg("steps"), py::kw_only(),
-        py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"),
-        py::arg("decoupled"), py::arg("bias_correction"));
-  m.def("adagrad_step", &adagrad_step, "Adagrad step over many tensors (fp32 state).", py::arg("params"),
-        py::arg("grads"), py::arg("sums"), py::arg("copies"), py::arg("numels"), py::arg("param_dtypes"),
+  // state_dtypes: one dtype code per parameter for all its states; left out, all float32.
+  const auto state_dtypes = py::arg("state_dtypes") = std::vector<int>();
+  m.def("adam_step", &adam_step, "Adam/AdamW step over many tensors.", py::arg("params"), py::arg("grads"),
+        py::arg("exp_avgs"), py::arg("exp_avg_sqs"), py::arg("copies"), py::arg("numels"), py::arg("param_dtypes"),
         py::arg("grad_dtypes"), py::arg("copy_dtypes"), py::arg("steps"), py::kw_only(), py::arg("lr"),
-        py::arg("lr_decay"), py::arg("eps"), py::arg("weight_decay"));
-  m.def("lion_step", &lion_step, "Lion step over many tensors (fp32 state).", py::arg("params"), py::arg("grads"),
+        py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("decoupled"),
+        py::arg("bias_correction"), state_dtypes);
+  m.def("adagrad_step", &adagrad_step, "Adagrad step over many tensors.", py::arg("params"), py::arg("grads"),
+        py::arg("sums"), py::arg("copies"), py::arg("numels"), py::arg("param_dtypes"), py::arg("grad_dtypes"),
+        py::arg("copy_dtypes"), py::arg("steps"), py::kw_only(), py::arg("lr"), py::arg("lr_decay"), py::arg("eps"),
+        py::arg("weight_decay"), state_dtypes);
+  m.def("lion_step", &lion_step, "Lion step over many tensors.", py::arg("params"), py::arg("grads"),
         py::arg("exp_avgs"), py::arg("copies"), py::arg("numels"), py::arg("param_dtypes"), py::arg("grad_dtypes"),
         py::arg("copy_dtypes"), py::kw_only(), py::arg("lr"), py::arg("beta1"), py::arg("beta2"),
-        py::arg("weight_decay"));
+        py::arg("weight_decay"), state_dtypes);
   m.def("scale_in_place", &scale_in_place,
         "x *= factor over a float32 buffer: the read-modify-write bandwidth probe.", py::arg("data"),
         py::arg("numel"), py::arg("factor"));

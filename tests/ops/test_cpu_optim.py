@@ -47,7 +47,8 @@ def _adam(**overrides: Any) -> None:
         ({"grads": [torch.zeros(5)]}, ValueError, r"grads\[0\] has shape \(5,\)"),
         ({"params": [torch.zeros(4, 2).t()], "grads": [torch.zeros(2, 4)], "exp_avgs": [torch.zeros(8)], "exp_avg_sqs": [torch.zeros(8)]}, ValueError, r"params\[0\] must be contiguous"),
         ({"params": [torch.zeros(4, device="meta")]}, ValueError, r"params\[0\] must be on the CPU, got meta"),
-        ({"exp_avgs": [torch.zeros(4, dtype=torch.bfloat16)]}, TypeError, r"exp_avgs\[0\] must be float32"),
+        ({"exp_avgs": [torch.zeros(4, dtype=torch.float64)]}, TypeError, r"exp_avgs\[0\] must be float32, bfloat16 or float16, got torch.float64"),
+        ({"exp_avgs": [torch.zeros(4, dtype=torch.bfloat16)]}, TypeError, r"exp_avg_sqs\[0\] is torch.float32 and exp_avgs\[0\] torch.bfloat16: a parameter's states must share one dtype"),
         ({"exp_avg_sqs": [torch.zeros(3)]}, ValueError, r"exp_avg_sqs\[0\] has 3 elements, params\[0\] 4"),
         ({"steps": [0]}, ValueError, "steps must all be >= 1"),
         ({"grads": []}, ValueError, "grads has 0 entries, expected one per parameter"),
@@ -224,3 +225,117 @@ def test_adam_on_16_bit_tensors_is_the_fp32_step_rounded(
     assert torch.equal(params, reference.to(param_dtype))
     assert torch.equal(states[0], states[2])
     assert torch.equal(states[1], states[3])
+
+
+def _same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Bit for bit, except that any NaN matches any NaN."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    bits = torch.int32 if got.dtype == torch.float32 else torch.int16
+    return bool(((got.view(bits) == want.view(bits)) | (got.isnan() & want.isnan())).all())
+
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+
+# (param, grad, state) dtypes: the first four have register kernels on x86-64-v4/v3
+# (DeepSpeed's fp32_optimizer_states=False); the rest go through float32 buffers.
+@pytest.mark.parametrize(
+    ("param_dtype", "grad_dtype", "state_dtype"),
+    [
+        (BF16, BF16, BF16), (BF16, FP32, BF16), (FP16, FP16, FP16), (FP16, FP32, FP16),
+        (FP32, FP32, BF16), (FP32, FP16, FP16), (BF16, BF16, FP16),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("adamw", [True, False])
+def test_adam_with_16_bit_states_is_the_fp32_step_on_rounded_states(
+    param_dtype: torch.dtype, grad_dtype: torch.dtype, state_dtype: torch.dtype, adamw: bool
+) -> None:
+    # 70,001 elements: a full 65,536-element chunk, then a tail no vector width divides.
+    # Three steps, each rounding the parameter and both states: the states' updates fall
+    # between 16-bit values, so a state kept wider than its dtype anywhere would show.
+    generator = torch.Generator().manual_seed(4)
+    size = 70_001
+    params = torch.randn(size, generator=generator).to(param_dtype)
+    grads = torch.randn(size, generator=generator).to(grad_dtype)
+    exp_avg = (torch.randn(size, generator=generator) * 0.1).to(state_dtype)
+    exp_avg_sq = (torch.rand(size, generator=generator) * 0.1).to(state_dtype)
+    exp_avg[[7, 65_540]] = torch.tensor([float("nan"), float("inf")]).to(state_dtype)
+    exp_avg_sq[69_999] = float("nan")
+    options: dict[str, Any] = {
+        "lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "adamw": adamw,
+    }  # fmt: skip
+    expected = [t.clone() for t in (params, exp_avg, exp_avg_sq)]
+    for step in (1, 2, 3):
+        cpu_optim.adam_step([params], [grads], [exp_avg], [exp_avg_sq], [step], **options)
+        wide = [t.to(torch.float32, copy=True) for t in expected]
+        cpu_optim.adam_step(
+            [wide[0]], [grads.to(torch.float32, copy=True)], [wide[1]], [wide[2]], [step], **options
+        )
+        for want, widened in zip(expected, wide, strict=True):
+            want.copy_(widened)  # rounds to nearest even, as the kernels do
+    assert bool(exp_avg.isnan().any())
+    for got, want in zip((params, exp_avg, exp_avg_sq), expected, strict=True):
+        assert _same(got, want)
+
+
+@pytest.mark.parametrize("state_dtype", [BF16, FP16])
+def test_16_bit_states_with_param_copies_and_in_multi_tensor_calls(
+    state_dtype: torch.dtype,
+) -> None:
+    # Tensors of different state dtypes in one call, one of them with a 16-bit copy of its
+    # parameter (the ZeRO-Offload pattern), each stepped as alone in float32.
+    generator = torch.Generator().manual_seed(5)
+    lengths = (5, 4_099, 66_000)
+    tensors = list(zip(lengths, (state_dtype, FP32, state_dtype), strict=True))
+    params = [torch.randn(n, generator=generator) for n in lengths]
+    grads = [torch.randn(n, generator=generator) for n in lengths]
+    exp_avgs = [(torch.randn(n, generator=generator) * 0.1).to(d) for n, d in tensors]
+    exp_avg_sqs = [(torch.rand(n, generator=generator) * 0.1).to(d) for n, d in tensors]
+    copy = torch.empty(lengths[2], dtype=BF16)
+    expected = [[t.clone() for t in column] for column in (params, exp_avgs, exp_avg_sqs)]
+    options: dict[str, Any] = {
+        "lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "adamw": True,
+    }  # fmt: skip
+    cpu_optim.adam_step(
+        params, grads, exp_avgs, exp_avg_sqs, [2, 1, 2], param_copies=[None, None, copy], **options
+    )
+    for index, step in enumerate((2, 1, 2)):
+        p, m, v = (column[index].float() for column in expected)
+        cpu_optim.adam_step([p], [grads[index]], [m], [v], [step], **options)
+        for column, wide in zip(expected, (p, m, v), strict=True):
+            column[index].copy_(wide)
+    for got_column, want_column in zip((params, exp_avgs, exp_avg_sqs), expected, strict=True):
+        for got, want in zip(got_column, want_column, strict=True):
+            assert _same(got, want)
+    assert _same(copy, params[2].to(BF16))
+
+
+@pytest.mark.parametrize("state_dtype", [BF16, FP16])
+@pytest.mark.parametrize("optimizer", ["adagrad", "lion"])
+def test_adagrad_and_lion_with_16_bit_states_are_the_fp32_step_rounded(
+    state_dtype: torch.dtype, optimizer: str
+) -> None:
+    generator = torch.Generator().manual_seed(6)
+    size = 70_001
+    params = torch.randn(size, generator=generator).to(BF16)
+    grads = torch.randn(size, generator=generator)
+    state = (torch.rand(size, generator=generator) * 0.1).to(state_dtype)
+    initial = state.clone()
+    expected = [params.clone(), state.clone()]
+
+    def step(p: torch.Tensor, s: torch.Tensor) -> None:
+        if optimizer == "adagrad":
+            cpu_optim.adagrad_step([p], [grads], [s], [2], lr=0.01, lr_decay=0.01, eps=1e-10,
+                                   weight_decay=0.01)  # fmt: skip
+        else:
+            cpu_optim.lion_step([p], [grads], [s], lr=0.01, betas=(0.9, 0.99), weight_decay=0.01)
+
+    step(params, state)
+    wide = [t.float() for t in expected]
+    step(*wide)
+    for want, widened in zip(expected, wide, strict=True):
+        want.copy_(widened)
+    assert not torch.equal(state, initial)
+    assert _same(params, expected[0])
+    assert _same(state, expected[1])

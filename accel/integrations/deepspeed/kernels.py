@@ -8,8 +8,8 @@ modules mishandle:
 
 - an unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer);
 - non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
-  the update is lost); states that are not float32 are updated through float32 copies
-  (one tensor's 16-bit ones a range at a time, in cache);
+  the update is lost); 16-bit states are stepped in the kernel, like float32 ones, and
+  states of other dtypes (or of two dtypes for one parameter) through float32 copies;
 - a function of DeepSpeed's module that accel does not implement (none in DeepSpeed
   0.19.8) is taken from DeepSpeed's own build of the module when called, compiled then
   (logged) as without accel; looking it up builds nothing;
@@ -77,67 +77,17 @@ class _Registry:
 Update = Callable[[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]], None]
 
 
-def _fp32_contiguous(state: torch.Tensor) -> torch.Tensor:
-    if state.dtype == torch.float32 and state.is_contiguous():
-        return state
-    return state.float().contiguous()
-
-
 _ROLLBACK_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-# Contiguous 16-bit states (DeepSpeed's fp32_optimizer_states=False) are stepped a range of
-# elements at a time through float32 buffers: 1Mi elements (4 MB a state) stay in cache
-# from the widening copy through the step to the rounding copy back, and the buffers are
-# kept per thread, where whole-tensor float32 copies cost passes over memory and fresh
-# pages on every step. 10M bf16 parameters with bf16 states, `python
-# benchmarks/deepspeed_integration.py optimizer --rounds 5`: 12.0 -> 8.2-8.7 ms (native
-# DeepSpeed, whose kernel reads 16-bit states in registers: 3.7-5.2 ms). Ranges of 64Ki
-# elements took 16.7 ms (Python per range), of 4Mi 12.3 ms (out of cache).
-_RANGE = 1 << 20
-_range_buffers = threading.local()
+_KERNEL_DTYPES = _ROLLBACK_DTYPES  # what accel.ops.cpu_optim takes for every tensor
 
 
-def _buffers(count: int) -> list[torch.Tensor]:
-    held: list[torch.Tensor] = getattr(_range_buffers, "tensors", [])
-    while len(held) < count:
-        held.append(torch.empty(_RANGE))
-    _range_buffers.tensors = held
-    return held[:count]
-
-
-def _steps_by_ranges(param: torch.Tensor, grad: torch.Tensor, states: list[torch.Tensor]) -> bool:
-    """Whether one tensor's step can go by ranges: 16-bit contiguous states the size of the
-    parameter, and a gradient of its shape (anything else takes the whole-copy path, whose
-    kernel call rejects it with the usual message)."""
-    return (
-        bool(states)
-        and grad.shape == param.shape
-        and all(
-            state.is_contiguous()
-            and state.dtype in (torch.bfloat16, torch.float16)
-            and state.numel() == param.numel()
-            for state in states
-        )
-    )
-
-
-def _update_by_ranges(
-    update: Update, param: torch.Tensor, grad: torch.Tensor, states: list[torch.Tensor]
-) -> None:
-    """``update`` on one contiguous parameter with contiguous 16-bit states, a range at a
-    time: each state's range widened into a float32 buffer, stepped, rounded back. Every
-    range is checked alike, so a bad input fails on the first one, before any change."""
-    flat_param, flat_grad = param.view(-1), grad.view(-1)
-    flat_states = [state.view(-1) for state in states]
-    buffers = _buffers(len(states))
-    for begin in range(0, param.numel(), _RANGE):
-        end = min(param.numel(), begin + _RANGE)
-        work = [buffer[: end - begin] for buffer in buffers]
-        for buffer, state in zip(work, flat_states, strict=True):
-            buffer.copy_(state[begin:end])
-        update([flat_param[begin:end]], [flat_grad[begin:end]], [[buffer] for buffer in work])
-        for buffer, state in zip(work, flat_states, strict=True):
-            state[begin:end].copy_(buffer)
+def _state_dtype(states: Sequence[torch.Tensor]) -> torch.dtype:
+    """The dtype one parameter's states are stepped in: their own when they share one the
+    kernels take (16-bit states: DeepSpeed's ``fp32_optimizer_states=False``), else float32."""
+    dtypes = {state.dtype for state in states}
+    if len(dtypes) == 1 and (dtype := dtypes.pop()) in _KERNEL_DTYPES:
+        return dtype
+    return torch.float32
 
 
 def _in_place(
@@ -146,23 +96,23 @@ def _in_place(
     grads: Sequence[torch.Tensor],
     states: Sequence[Sequence[torch.Tensor]],
 ) -> None:
-    """Run ``update(params, grads, states)`` on tensors the kernels accept (contiguous,
-    float32 states) and write the results back into the caller's tensors where copies
-    had to be made. One tensor with 16-bit states (DeepSpeed's per-tensor ``adam_update``)
-    goes by ranges, with the same bits; a call over several tensors stays one kernel call,
-    so that it checks them all (overlaps included) before changing any."""
+    """Run ``update(params, grads, states)`` on tensors the kernels accept (contiguous, a
+    parameter's states of one float32/bfloat16/float16 dtype) and write the results back
+    into the caller's tensors where copies had to be made. One kernel call takes every
+    tensor, so it checks them all (overlaps included) before changing any."""
     work_params = [p if p.is_contiguous() else p.contiguous() for p in params]
     work_grads = [g.contiguous() for g in grads]
-    tensor_states = [column[0] for column in states] if len(params) == 1 else []
-    if len(params) == 1 and _steps_by_ranges(work_params[0], work_grads[0], tensor_states):
-        _update_by_ranges(update, work_params[0], work_grads[0], tensor_states)
-    else:
-        work_states = [[_fp32_contiguous(s) for s in column] for column in states]
-        update(work_params, work_grads, work_states)
-        for column, work_column in zip(states, work_states, strict=True):
-            for original, work in zip(column, work_column, strict=True):
-                if work is not original:
-                    original.copy_(work)
+    work_states: list[list[torch.Tensor]] = [[] for _ in states]
+    for index in range(len(params)):
+        own = [column[index] for column in states]
+        dtype = _state_dtype(own)
+        for work_column, state in zip(work_states, own, strict=True):
+            work_column.append(state.to(dtype).contiguous())  # the state itself where it can
+    update(work_params, work_grads, work_states)
+    for column, work_column in zip(states, work_states, strict=True):
+        for original, work in zip(column, work_column, strict=True):
+            if work is not original:
+                original.copy_(work)
     for original, work in zip(params, work_params, strict=True):
         if work is not original:
             original.copy_(work)
