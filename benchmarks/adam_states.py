@@ -1,6 +1,6 @@
 """Adam step with 16-bit optimizer states against float32 ones, accel's kernels alone.
 
-    python benchmarks/adam_states.py [--numel 67108864] [--rounds 9]
+    python benchmarks/adam_states.py [--numel 67108864] [--rounds 9] [--stagger]
     ACCEL_CPU_ISA=x86-64-v3 python benchmarks/adam_states.py   # a lower instruction-set level
 
 DeepSpeed's ``fp32_optimizer_states=False`` keeps Adam's two states in the parameters'
@@ -13,6 +13,13 @@ timed in turn in every round (the shared machine's noise hits all alike):
 - bf16 (or fp16) parameters, gradients and states: 14 bytes, ideally 0.5x.
 
 The table gives the median time per step and the median of the rounds' ratios to fp32.
+
+Tensors this large get pages of their own (mmap), so p, g, m and v all start at the same
+offset within a 4 KiB page, and element i of each lies at the same address modulo 4096.
+Such streams slow each other down on this project's machines (AMD EPYC): measured up to
+2x on the 16-bit layouts, less on fp32. ``--stagger`` starts tensor k of each layout
+1056 * k elements into an allocation of its own, as smaller tensors carved from the heap
+often are, to time the kernels without that effect.
 The header names the kernels' instruction-set level (accel/ops/isa.py).
 """
 
@@ -42,13 +49,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--numel", type=int, default=64 << 20)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--stagger", action="store_true", help="tensors at different offsets within a page"
+    )
     args = parser.parse_args()
+
+    def tensor(k: int, values: torch.Tensor) -> torch.Tensor:
+        offset = 1056 * k if args.stagger else 0
+        whole = torch.empty(args.numel + offset, dtype=values.dtype)
+        return whole[offset:].copy_(values)
+
     tensors = {}
     for name, (dtype, state_dtype, _) in LAYOUTS.items():
-        p, g = torch.randn(args.numel).to(dtype), (torch.randn(args.numel) * 1e-3).to(dtype)
-        m = torch.zeros(args.numel, dtype=state_dtype)
-        v = torch.full((args.numel,), 1e-6, dtype=state_dtype)
-        tensors[name] = (p, g, m, v)
+        tensors[name] = (
+            tensor(0, torch.randn(args.numel).to(dtype)),
+            tensor(1, (torch.randn(args.numel) * 1e-3).to(dtype)),
+            tensor(2, torch.zeros(args.numel, dtype=state_dtype)),
+            tensor(3, torch.full((args.numel,), 1e-6, dtype=state_dtype)),
+        )
     steps = dict.fromkeys(LAYOUTS, 0)
     times: dict[str, list[float]] = {name: [] for name in LAYOUTS}
 
@@ -65,7 +83,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for name in LAYOUTS:
             times[name].append(step(name))
-    print(f"{args.numel / 1e6:.0f} M parameters, {args.rounds} rounds, torch {torch.__version__}, "
+    print(f"{args.numel / 1e6:.0f} M parameters, {args.rounds} rounds, "
+          f"{'staggered' if args.stagger else 'page-aligned'} tensors, torch {torch.__version__}, "
           f"kernels: {isa.describe()}\n")  # fmt: skip
     print("| layout | ms/step | GB/s | time / fp32's (median of rounds) | ideal |")
     print("|---|---|---|---|---|")
