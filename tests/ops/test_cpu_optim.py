@@ -260,8 +260,12 @@ def test_adam_with_16_bit_states_is_the_fp32_step_on_rounded_states(
     grads = torch.randn(size, generator=generator).to(grad_dtype)
     exp_avg = (torch.randn(size, generator=generator) * 0.1).to(state_dtype)
     exp_avg_sq = (torch.rand(size, generator=generator) * 0.1).to(state_dtype)
+    # NaN and infinite values in every tensor, beside ordinary ones in the same vectors; an
+    # infinite gradient makes inf / inf, whose NaN is the default one, not an input's.
     exp_avg[[7, 65_540]] = torch.tensor([float("nan"), float("inf")]).to(state_dtype)
     exp_avg_sq[69_999] = float("nan")
+    params[[3, 66_001]] = torch.tensor([float("nan"), -float("inf")]).to(param_dtype)
+    grads[[12, 40_000]] = torch.tensor([float("inf"), float("nan")]).to(grad_dtype)
     options: dict[str, Any] = {
         "lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "adamw": adamw,
     }  # fmt: skip
@@ -274,7 +278,8 @@ def test_adam_with_16_bit_states_is_the_fp32_step_on_rounded_states(
         )
         for want, widened in zip(expected, wide, strict=True):
             want.copy_(widened)  # rounds to nearest even, as the kernels do
-    assert bool(exp_avg.isnan().any())
+    assert bool(params[12].isnan())  # inf / inf
+    assert bool(exp_avg[[7, 12, 40_000]].isnan().all())
     for got, want in zip((params, exp_avg, exp_avg_sq), expected, strict=True):
         assert _same(got, want)
 
