@@ -15,11 +15,11 @@ timed in turn in every round (the shared machine's noise hits all alike):
 The table gives the median time per step and the median of the rounds' ratios to fp32.
 
 Tensors this large get pages of their own (mmap), so p, g, m and v all start at the same
-offset within a 4 KiB page, and element i of each lies at the same address modulo 4096.
-Such streams slow each other down on this project's machines (AMD EPYC): measured up to
-2x on the 16-bit layouts, less on fp32. ``--stagger`` starts tensor k of each layout
-1056 * k elements into an allocation of its own, as smaller tensors carved from the heap
-often are, to time the kernels without that effect.
+offset within a 4 KiB page and lie 128 MiB + 4 KiB apart; on this project's machines (AMD
+EPYC) such lines evict one another from the L1 cache (benchmarks/page_offsets.cpp shows it
+alone). ``--stagger`` starts tensor k of each layout 1056 * k elements into an allocation
+of its own, as smaller tensors carved from the heap often are, to time the kernels without
+that effect.
 The header names the kernels' instruction-set level (accel/ops/isa.py).
 """
 

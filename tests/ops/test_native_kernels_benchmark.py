@@ -1,6 +1,7 @@
-"""benchmarks/native_kernels.cpp, the sum and Adam kernels timed alone, still builds with the
-extension's warnings on, and its checks (16-bit sums against the scalar conversions, the
-16-bit Adam step against the fp32 step rounded) pass at every level the CPU has."""
+"""The C++ benchmarks still build with the extension's warnings on: native_kernels.cpp (the
+sum and Adam kernels timed alone), whose checks (16-bit sums against the scalar conversions,
+the 16-bit Adam step against the fp32 step rounded) pass at every level the CPU has, and
+page_offsets.cpp (streams over page-aligned arrays; built only: it maps 512 MiB)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,12 @@ def test_the_native_kernel_benchmark_builds_checks_and_times_each_level(tmp_path
     # One row per level in each table (the sums' at one size with --quick, then Adam's).
     expected = levels[_cpu_optim.cpu_isa()] * 2
     assert [row.split(" | ")[0].strip("| ") for row in rows] == expected
+
+
+def test_the_page_offsets_benchmark_builds(tmp_path: Path) -> None:
+    source = ROOT / "benchmarks" / "page_offsets.cpp"
+    build = subprocess.run(
+        ["g++", *FLAGS, "-fopenmp", "-I", str(ROOT / "csrc"), str(source), "-o", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
