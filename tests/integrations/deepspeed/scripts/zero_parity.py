@@ -15,6 +15,14 @@ then merge the two files into tests/integrations/deepspeed/scripts/zero_referenc
 ``--backend accel --configs zero2-fp32,zero2-bf16`` trains only those configurations on the
 "accel" torch.distributed backend and records which collectives took accel.comm's two
 levels (test_training.py runs it on two simulated nodes against ``--backend gloo``).
+
+``--configs zero2-bf16-states-offload,zero3-bf16-states-offload`` trains the configurations
+that only run when named: bf16 master weights and bf16 optimizer states on the CPU
+(DeepSpeedCPUAdam with fp32_optimizer_states=False). Their reference, one rank, is
+zero_bf16_states_reference.json:
+    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=/tmp/tex python tests/integrations/deepspeed/scripts/zero_parity.py \
+        --world 1 --configs zero2-bf16-states-offload,zero3-bf16-states-offload \
+        --out tests/integrations/deepspeed/scripts/zero_bf16_states_reference.json
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ CONFIGS = [
     for offload in (False, True)
     if not (stage == 0 and offload)  # offloading the optimizer needs ZeRO >= 1
 ]
+# Trained only when --configs names them (see above).
+NAMED_CONFIGS = [(2, "bf16-states", True), (3, "bf16-states", True)]
 
 
 def config_key(stage: int, dtype: str, offload: bool) -> str:
@@ -55,13 +65,17 @@ def train(stage: int, dtype: str, offload: bool) -> list[float]:
         "train_micro_batch_size_per_gpu": 4,
         "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "weight_decay": 0.01}},
         "zero_optimization": zero,
-        "bf16": {"enabled": dtype == "bf16"},
+        "bf16": {"enabled": dtype != "fp32"},
         "steps_per_print": 1 << 30,
     }
+    if dtype == "bf16-states":
+        config["bf16"] = {
+            "enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True,
+        }  # fmt: skip
     engine, *_ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=config
     )
-    losses = run_steps(engine, STEPS, bf16=dtype == "bf16")
+    losses = run_steps(engine, STEPS, bf16=dtype != "fp32")
     engine.destroy()
     return losses
 
@@ -121,7 +135,9 @@ def main() -> None:
         two_level = count_two_level_calls()
     deepspeed.init_distributed(dist_backend=args.backend)
     chosen = args.configs.split(",") if args.configs else [config_key(*c) for c in CONFIGS]
-    losses = {config_key(*c): train(*c) for c in CONFIGS if config_key(*c) in chosen}
+    losses = {
+        config_key(*c): train(*c) for c in CONFIGS + NAMED_CONFIGS if config_key(*c) in chosen
+    }
     if torch.distributed.get_rank() == 0:
         result: dict[str, Any] = {"world": args.world, "losses": losses}
         if two_level is not None:
