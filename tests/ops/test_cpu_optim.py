@@ -104,6 +104,17 @@ def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
         lion(params=[0])
     with pytest.raises(ValueError, match=r"params\[0\] and grads\[0\] overlap in memory"):
         lion(grads=[p.data_ptr() + 4])
+    with pytest.raises(ValueError, match=r"states\[0\] has dtype code 7, which is none of"):
+        lion(state_dtypes=[7])
+    with pytest.raises(ValueError, match="one entry per parameter"):
+        lion(state_dtypes=[0, 0])
+    # The overlap check measures a state in its own dtype: 4 bf16 values 8 bytes before the
+    # gradient end where it starts, 4 float32 values reach into it.
+    shared = torch.zeros(12)
+    state_at, grads_at = shared.data_ptr() + 8, shared.data_ptr() + 16
+    lion(grads=[grads_at], exp_avgs=[state_at], state_dtypes=[1])
+    with pytest.raises(ValueError, match=r"state\[0\] and grads\[0\] overlap in memory"):
+        lion(grads=[grads_at], exp_avgs=[state_at], state_dtypes=[0])
     with pytest.raises(TypeError):  # hyper-parameters are keyword-only: no positional floats
         native.lion_step([p.data_ptr()], [g.data_ptr()], [m.data_ptr()], [0], [4], [0], [0],
                          [-1], 0.1, 0.9, 0.99, 0.0)  # fmt: skip
