@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from accel.comm import _local, _op, _two_level
 from accel.comm import _torch_dist as tdist
+from accel.comm._link import TorchGroup
 from accel.comm._release import run_released
 from accel.comm._segment import (
     SLOT_BYTES,
@@ -136,6 +137,15 @@ def _on_two_levels(
     return True
 
 
+def _dense(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` if contiguous, else an uninitialised contiguous tensor of its shape to
+    work in (``empty_like`` would keep a dense tensor's strides, so bytes written through
+    a flat view of it would land out of order)."""
+    if tensor.is_contiguous():
+        return tensor
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+
+
 def _check_world_multiple(
     whole_name: str, whole: torch.Tensor, part_name: str, part: torch.Tensor, world: int
 ) -> None:
@@ -166,8 +176,12 @@ def all_gather_into_tensor_(
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
     shm = shm_group(group, "all_gather_into_tensor_")  # collective setup on every rank
-    if not _on_two_levels(shm, group, _two_level.all_gather_into_tensor, output, tensor, timeout):
-        _local.all_gather_into_tensor(output, tensor, group, timeout)
+    dense = _dense(output)
+    source = tensor.contiguous()
+    if not _on_two_levels(shm, group, _two_level.all_gather_into_tensor, dense, source, timeout):
+        _local.all_gather_into_tensor(dense, source, shm, TorchGroup(group), timeout)
+    if dense is not output:
+        output.copy_(dense)
     return output
 
 
@@ -192,8 +206,12 @@ def reduce_scatter_tensor_(
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
     shm = shm_group(group, "reduce_scatter_tensor_")  # collective setup on every rank
-    if not _on_two_levels(shm, group, _two_level.reduce_scatter_tensor, output, input, timeout):
-        _local.reduce_scatter_tensor(output, input, group, timeout)
+    dense = _dense(output)
+    source = input.contiguous()
+    if not _on_two_levels(shm, group, _two_level.reduce_scatter_tensor, dense, source, timeout):
+        _local.reduce_scatter_tensor(dense, source, shm, TorchGroup(group), timeout)
+    if dense is not output:
+        output.copy_(dense)
     return output
 
 
@@ -216,10 +234,15 @@ def broadcast_(
         raise ValueError(f"src {src} is not a rank of the group")
     shm = shm_group(group, "broadcast_")  # collective setup on every rank
     spanning = spanning_of(group) if shm is None else None
+    dense = _dense(tensor)
+    if dense is not tensor:
+        dense.copy_(tensor)
     if spanning is not None and not torch.compiler.is_compiling():
-        _two_level.named_ranks(spanning, "broadcast", _two_level.broadcast, tensor, src, timeout)
+        _two_level.named_ranks(spanning, "broadcast", _two_level.broadcast, dense, src, timeout)
     else:
-        _local.broadcast(tensor, src, group, timeout)
+        _local.broadcast(dense, root, shm, TorchGroup(group), timeout)
+    if dense is not tensor:
+        tensor.copy_(dense)
     return tensor
 
 

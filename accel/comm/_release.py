@@ -16,9 +16,10 @@ Every synchronous torch.distributed call in accel goes through here.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -51,6 +52,19 @@ def _use_count(tensor: torch.Tensor) -> int:
     return count() if count is not None else 0
 
 
+@contextlib.contextmanager
+def released(tensors: Sequence[torch.Tensor]) -> Generator[None]:
+    """Around a synchronous gloo call on ``tensors``: return once gloo's worker holds none
+    of their CPU ones (at most ``_RELEASE_WAIT_S``)."""
+    watched = [t for t in tensors if t.is_cpu]
+    counts = [_use_count(t) for t in watched]
+    yield
+    deadline = time.monotonic() + _RELEASE_WAIT_S
+    for tensor, count in zip(watched, counts, strict=True):
+        while _use_count(tensor) > count and time.monotonic() < deadline:
+            time.sleep(0)  # hands over the GIL, which the worker needs to let go
+
+
 def run_released(
     collective: Callable[..., object],
     tensors: Sequence[torch.Tensor],
@@ -64,10 +78,5 @@ def run_released(
     Only CPU tensors on gloo-run groups are waited for: other backends release their
     tensors on their own schedule (NCCL's watchdog, for one) and are not waited for.
     """
-    watched = [t for t in tensors if t.is_cpu] if _runs_on_gloo(group) else []
-    counts = [_use_count(t) for t in watched]
-    collective(*args, group=group, **kwargs)
-    deadline = time.monotonic() + _RELEASE_WAIT_S
-    for tensor, count in zip(watched, counts, strict=True):
-        while _use_count(tensor) > count and time.monotonic() < deadline:
-            time.sleep(0)  # hands over the GIL, which the worker needs to let go
+    with released(tensors if _runs_on_gloo(group) else ()):
+        collective(*args, group=group, **kwargs)

@@ -28,8 +28,8 @@ import torch
 import torch.distributed as dist
 
 from accel.comm import _torch_dist as tdist
+from accel.comm._link import Members, TorchGroup
 from accel.comm._nodes import node_identity
-from accel.comm._release import run_released
 from accel.comm._spanning import Spanning, build, placement
 from accel.ops._dtypes import dtype_codes
 
@@ -81,9 +81,9 @@ class ShmGroup:
 
     communicator: Any  # accel.ops._shm_comm.Communicator
     key: int  # names the group to the compiled op (accel::shm_all_reduce_)
-    # A weak reference: the segment lives as long as its process group, not longer (None:
-    # the caller passed no group, which means whatever group is the default one).
-    group_ref: weakref.ref[dist.ProcessGroup] | None
+    # Who falls back to gloo together when a call cannot use the segment. A TorchGroup
+    # holds its group weakly: the segment lives as long as its process group, not longer.
+    members: Members
     codes: dict[torch.dtype, int]  # the dtypes the segment sums, and their codes
     timeout: float  # the group's own timeout, seconds: a call's default
     # A group whose queued reductions run on its worker thread: a call made straight to
@@ -92,18 +92,19 @@ class ShmGroup:
 
     def finish_queued(self) -> None:
         """Wait for the owning group's queued reductions, if any."""
-        owner = self.owner() if self.owner is not None else None
-        if owner is not None:
-            owner.wait_queued()
+        if self.owner is not None:
+            _wait_queued(self.owner)
 
     def seconds(self, timeout: float | None) -> float:
         """A call's timeout in seconds: ``timeout``, or the group's when it is None."""
         return self.timeout if timeout is None else float(timeout)
 
-    @property
-    def group(self) -> dist.ProcessGroup | None:
-        """The group, as the caller named it (None: the default group)."""
-        return self.group_ref() if self.group_ref is not None else None
+
+def _wait_queued(owner: weakref.ref[GroupOwner]) -> None:
+    """Wait for the reductions a group has queued (nothing if it is gone)."""
+    group = owner()
+    if group is not None:
+        group.wait_queued()
 
 
 _lock = threading.Lock()
@@ -113,6 +114,7 @@ _lock = threading.Lock()
 _groups: dict[int, ShmGroup | None] = {}
 _by_key: dict[int, ShmGroup] = {}
 _spanning: dict[int, Spanning] = {}  # groups on several nodes, same keys as _groups
+_owners: dict[int, weakref.ref[GroupOwner]] = {}  # groups that queue work, same keys
 _keys = itertools.count(1)
 
 
@@ -140,15 +142,15 @@ def by_key(key: int) -> ShmGroup:
     return _by_key[key]
 
 
-def _gather_text(text: str, world: int, group: dist.ProcessGroup | None) -> list[str]:
+def _gather_text(text: str, members: Members) -> list[str]:
     # Plain tensor collectives: the *_object ones need numpy, which accel does not.
     data = text.encode()
     if len(data) > 256:
         raise ValueError(f"identity too long to exchange: {text!r}")
     mine = torch.zeros(256, dtype=torch.uint8)
     mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
-    gathered = [torch.empty_like(mine) for _ in range(world)]
-    run_released(tdist.all_gather, [mine, *gathered], group, gathered, mine)
+    gathered = [torch.empty_like(mine) for _ in range(members.size())]
+    members.all_gather(gathered, mine)
     return [ctypes.string_at(t.data_ptr(), t.numel()).rstrip(b"\0").decode() for t in gathered]
 
 
@@ -194,19 +196,37 @@ def _group_timeout(process_group: dist.ProcessGroup) -> float:
 
 
 def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
-    world = dist.get_world_size(group)
-    rank = dist.get_rank(group)
+    members = TorchGroup(group)
+    world = members.size()
     if world == 1 or not _cpu_capable(group):
         return None  # nothing to exchange, or no CPU collectives to exchange it with
-    identities = _gather_text(f"{node_identity()} {os.getpid()}", world, group)
-    nodes = [identity.rsplit(" ", 1)[0] for identity in identities]
+    process_group = group if group is not None else dist.group.WORLD
+    assert process_group is not None  # initialised: the caller checked
+    timeout = _group_timeout(process_group)
+    # Rank 0's token names the links of a group that spans nodes (every rank takes it
+    # from rank 0's identity), so no other group's links share their store keys.
+    token = secrets.token_hex(8)
+    identities = _gather_text(f"{node_identity()} {os.getpid()} {token}", members)
+    nodes = [identity.rsplit(" ", 2)[0] for identity in identities]
+    pids = [int(identity.rsplit(" ", 2)[1]) for identity in identities]
     if any(node != nodes[0] for node in nodes):
         # Ranks on several nodes: one segment cannot reach them all; one per node can.
-        process_group = group if group is not None else dist.group.WORLD
-        assert process_group is not None  # initialised: the caller checked
         ranks = dist.get_process_group_ranks(process_group)
-        return build(placement(nodes, ranks), ranks[rank], _group_timeout(process_group))
-    pids = [int(identity.rsplit(" ", 1)[1]) for identity in identities]
+        where = placement(nodes, ranks)
+        me = ranks[members.rank()]
+        store = tdist.group_store(process_group)
+        spanning = build(where, me, timeout, store, identities[0].rsplit(" ", 1)[1])
+        if spanning is not None:
+            node_pids = [pids[ranks.index(member)] for member in spanning.local.ranks]
+            spanning.local_shm = _attach(spanning.local, node_pids, timeout)
+        return spanning
+    return _attach(members, pids, timeout)
+
+
+def _attach(members: Members, pids: list[int], timeout: float) -> ShmGroup | None:
+    """Map one segment shared by ``members`` (all on this node; ``pids`` their process
+    ids, in member order), or None on every member if any of them cannot. Collective."""
+    rank, world = members.rank(), members.size()
     offer = torch.zeros(2, dtype=torch.int64)  # rank 0's descriptor, the session id
     communicator: Any = None
     error = ""
@@ -219,8 +239,7 @@ def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
             offer[1] = session
         else:
             offer[0] = -1  # tells the peers not to attach
-    source = dist.get_global_rank(group, 0) if group is not None else 0
-    run_released(tdist.broadcast, [offer], group, offer, src=source)
+    members.broadcast(offer, 0)
     if rank != 0 and int(offer[0]) >= 0:
         path = f"/proc/{pids[0]}/fd/{int(offer[0])}"
         communicator, error = _open(path, False, rank, world, int(offer[1]), pids)
@@ -228,22 +247,19 @@ def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
         error = "rank 0 could not create the segment"
     # Everyone must agree: one rank without the segment means all fall back.
     attached = torch.tensor([0 if error else 1], dtype=torch.int32)
-    run_released(tdist.all_reduce, [attached], group, attached, op=dist.ReduceOp.MIN)
+    members.all_reduce(attached, dist.ReduceOp.MIN)
     if rank == 0 and communicator is not None:
         communicator.release()  # every rank has mapped it (or given up): no one else may open it
     if int(attached) == 0:
         if error:
             warnings.warn(
                 f"accel.comm: shared memory unavailable ({error}); using torch.distributed",
-                stacklevel=3,
+                stacklevel=4,
             )
         return None
-    process_group = group if group is not None else dist.group.WORLD
-    assert process_group is not None  # initialised: the caller checked
     return ShmGroup(
-        communicator, key=next(_keys), group_ref=weakref.ref(group) if group is not None else None,
-        codes=summable_codes(), timeout=_group_timeout(process_group),
-    )  # fmt: skip
+        communicator, key=next(_keys), members=members, codes=summable_codes(), timeout=timeout
+    )
 
 
 def shm_group(group: dist.ProcessGroup | None, call: str) -> ShmGroup | None:
@@ -257,9 +273,11 @@ def shm_group(group: dist.ProcessGroup | None, call: str) -> ShmGroup | None:
     except KeyError:
         pass
     else:
-        # (While torch.compile traces, the op waits instead, when the graph runs.)
-        if known is not None and known.owner is not None and not torch.compiler.is_compiling():
-            known.finish_queued()
+        # A group with queued work (node-local or not) finishes it first: one order on
+        # every rank. (While torch.compile traces, the op waits instead, when it runs.)
+        queued = _owners.get(id(process_group))
+        if queued is not None and not torch.compiler.is_compiling():
+            _wait_queued(queued)
         return known
     if process_group is None or not dist.is_initialized():
         raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
@@ -298,11 +316,12 @@ def _remember(process_group: dist.ProcessGroup, found: ShmGroup | Spanning | Non
         _spanning[ident] = found
     shm = found if isinstance(found, ShmGroup) else None
     _groups[ident] = shm
+    owner = _as_owner(process_group)
+    if owner is not None:
+        _owners[ident] = weakref.ref(owner)
     if shm is not None:
         _by_key[shm.key] = shm
-        owner = _as_owner(process_group)
-        if owner is not None:
-            shm.owner = weakref.ref(owner)
+        shm.owner = _owners.get(ident)
     # Runs when the group object dies (torch drops it in destroy_process_group), before
     # its id can be reused; the Communicator unmaps the segment when the last reference
     # to it goes (a collective still running holds one).
@@ -310,9 +329,18 @@ def _remember(process_group: dist.ProcessGroup, found: ShmGroup | Spanning | Non
     forget.atexit = False  # at exit the mappings go with the process
 
 
+def release(process_group: dist.ProcessGroup) -> None:
+    """Drop what accel keeps for ``process_group`` now (its segment, its links and their
+    hold on the group's store), not when the group object is garbage: a group shut down
+    must let go of the store before ``init_process_group`` can meet on it again."""
+    shm = _groups.get(id(process_group))
+    _forget(id(process_group), shm.key if shm is not None else None)
+
+
 def _forget(ident: int, key: int | None) -> None:
     _groups.pop(ident, None)
     _spanning.pop(ident, None)
+    _owners.pop(ident, None)
     if key is not None:
         _by_key.pop(key, None)
 
@@ -328,6 +356,6 @@ def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
         code if code is not None else wire_code(tensor.dtype), eligible, timeout,
     )  # fmt: skip
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
-        run_released(tdist.all_reduce, [tensor], shm.group, tensor)
+        shm.members.all_reduce(tensor)
     elif work is not tensor:
         tensor.copy_(work)

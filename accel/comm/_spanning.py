@@ -8,22 +8,22 @@ leader per node talks to the other leaders. The collectives themselves are in
 :mod:`accel.comm._two_level`.
 
 The placement comes from the ranks' node identities (:mod:`accel.comm._nodes`), gathered
-when the group is first used; sub-groups are made then, with
-``use_local_synchronization`` (only their members take part), and are kept per set of
-ranks for the life of the process: torch names such groups after their ranks, and making
-one again after destroying it hangs (tests/comm/scripts/subgroup_remake_repro.py).
+when the group is first used; the levels' gloo contexts are made then, as
+:class:`~accel.comm._link.Link` objects of this group alone (named from a token the group's
+setup shares, never torch.distributed groups: :mod:`accel.comm._link` says why), and live
+as long as the group.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
-import torch.distributed as dist
+from accel.comm._link import Link
 
-from accel.comm import _torch_dist as tdist
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingModuleSource]
 
 
 @dataclass(frozen=True)
@@ -51,33 +51,18 @@ def placement(identities: list[str], global_ranks: list[int]) -> Placement:
     return Placement(tuple(tuple(ranks) for ranks in nodes.values()), tuple(global_ranks))
 
 
-_subgroups: dict[tuple[int, ...], dist.ProcessGroup] = {}
-_subgroups_lock = threading.Lock()
-
-
-def _subgroup(ranks: tuple[int, ...], timeout: float) -> dist.ProcessGroup:
-    """The gloo group of ``ranks`` (made by its members only, once per process)."""
-    with _subgroups_lock:
-        group = _subgroups.get(ranks)
-        if group is None:
-            made = tdist.new_group(
-                list(ranks), timeout=timedelta(seconds=timeout), backend="gloo",
-                use_local_synchronization=True,
-            )  # fmt: skip
-            assert isinstance(made, dist.ProcessGroup)  # this rank is a member
-            group = _subgroups[ranks] = made
-        return group
-
-
 @dataclass
 class Spanning:
     """One multi-node group's two levels, as this rank takes part in them."""
 
-    local: dist.ProcessGroup  # this node's ranks of the group (gloo; accel.comm's segment)
-    across: dist.ProcessGroup | None  # same local position on every node, or the leaders
+    local: Link  # this node's ranks of the group
+    across: Link | None  # same local position on every node, or the leaders
     even: bool
     node: tuple[int, ...]  # global ranks on this node; the first leads (uneven placement)
     where: Placement  # every node's ranks
+    # The node's segment (an accel.comm._segment.ShmGroup; None: its ranks fall back to
+    # gloo on the local link), set once the link is up.
+    local_shm: Any = None
 
     @property
     def local_size(self) -> int:
@@ -99,20 +84,24 @@ class Spanning:
         return tuple(order)
 
 
-def build(where: Placement, rank: int, timeout: float) -> Spanning | None:
+def build(where: Placement, rank: int, timeout: float, store: Store, token: str) -> Spanning | None:
     """This rank's two levels of a group placed as ``where`` (collective over the group:
-    every rank calls it, in the same order); None where one level would do (a node per
-    rank: flat gloo already is the cross-node level)."""
+    every rank calls it, in the same order, with the same ``token``, which names the
+    group's links apart from every other group's); None where one level would do (a node
+    per rank: flat gloo already is the cross-node level)."""
     if max(len(node) for node in where.nodes) == 1:
         return None
+
+    def link(ranks: tuple[int, ...]) -> Link:
+        return Link(store, f"{token}/{'-'.join(map(str, ranks))}", ranks, timeout)
+
     mine = where.node_of(rank)
-    local = _subgroup(mine, timeout)
+    # Members in global-rank order, the order the levels' blocks are laid out in.
+    local = link(tuple(sorted(mine)))
     if where.even:
         position = mine.index(rank)
-        across: dist.ProcessGroup | None = _subgroup(
-            tuple(node[position] for node in where.nodes), timeout
-        )
+        across: Link | None = link(tuple(sorted(node[position] for node in where.nodes)))
     else:
-        leaders = tuple(node[0] for node in where.nodes)
-        across = _subgroup(leaders, timeout) if rank in leaders else None
+        leaders = tuple(sorted(node[0] for node in where.nodes))
+        across = link(leaders) if rank in leaders else None
     return Spanning(local, across, where.even, mine, where)

@@ -9,10 +9,14 @@ type suppressions; the tests run every one of them for real against gloo.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingModuleSource]
 
 Collective = Callable[..., Any]
 """A torch.distributed collective: tensors and options in, a ``Work`` or ``None`` out."""
@@ -36,3 +40,25 @@ reduce_scatter_single = _first("reduce_scatter_single", "reduce_scatter_tensor")
 new_group = _first("new_group")
 isend = _first("isend")
 recv = _first("recv")
+
+# torch's stubs lack PrefixStore's constructor, AllgatherOptions and the registry of
+# group stores.
+_c10d: Any = importlib.import_module("torch._C._distributed_c10d")
+options: Any = _c10d
+"""torch's collective options (``AllgatherOptions``, ...), untyped."""
+_distributed_c10d: Any = importlib.import_module("torch.distributed.distributed_c10d")
+
+
+def prefix_store(prefix: str, store: Store) -> Store:
+    """``store`` with every key under ``prefix``."""
+    prefixed: Store = _c10d.PrefixStore(prefix, store)
+    return prefixed
+
+
+def group_store(group: dist.ProcessGroup | None) -> Store:
+    """The store torch made ``group`` on (its keys under the group's name), where accel's
+    links meet. torch keeps it in ``_world.pg_map`` (group -> (backend, store)) from 1.x
+    to 2.13; the two-level tests fail if that changes."""
+    process_group = group if group is not None else dist.group.WORLD
+    store: Store = _distributed_c10d._world.pg_map[process_group][1]
+    return store

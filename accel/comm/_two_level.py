@@ -1,11 +1,11 @@
 """Collectives over a group whose ranks sit on several nodes: shared memory inside each
-node (accel.comm's own collectives on the node's sub-group), gloo between nodes (the
-sub-group of the ranks at one local position, or of the node leaders). How the levels are
+node (accel.comm's own collectives on the node's link and its segment), gloo between nodes
+(the link of the ranks at one local position, or of the node leaders). How the levels are
 chosen and built: :mod:`accel.comm._spanning`.
 
 Each function here is called by the public collective of the same name in
 :mod:`accel.comm` once it has found the group's :class:`Spanning`, on every rank of the
-group; the node level is :mod:`accel.comm._local`'s collectives on the node's sub-group.
+group, with contiguous tensors; the node level is :mod:`accel.comm._local`'s collectives.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import torch
 import torch.distributed as dist
 
 from accel.comm import _local
-from accel.comm import _torch_dist as tdist
-from accel.comm._release import run_released
+from accel.comm._link import Link
 from accel.comm._spanning import Spanning
 
 
@@ -46,10 +45,10 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
     local, size = spanning.local, spanning.local_size
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     if not spanning.even:
-        _local.all_reduce(flat, local, timeout)
+        _local.all_reduce(flat, spanning.local_shm, local, timeout)
         if spanning.across is not None:  # this rank is its node's leader
-            run_released(tdist.all_reduce, [flat], spanning.across, flat)
-        _local.broadcast(flat, spanning.node[0], local, timeout)
+            spanning.across.all_reduce(flat)
+        _local.broadcast(flat, local.member(spanning.node[0]), spanning.local_shm, local, timeout)
     else:
         share = math.ceil(flat.numel() / size)
         padded = flat
@@ -57,10 +56,10 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
             padded = flat.new_zeros(share * size)
             padded[: flat.numel()] = flat
         mine = flat.new_empty(share)
-        _local.reduce_scatter_tensor(mine, padded, local, timeout)
+        _local.reduce_scatter_tensor(mine, padded, spanning.local_shm, local, timeout)
         assert spanning.across is not None  # every rank has a share to send, when even
-        run_released(tdist.all_reduce, [mine], spanning.across, mine)
-        _local.all_gather_into_tensor(padded, mine, local, timeout)
+        spanning.across.all_reduce(mine)
+        _local.all_gather_into_tensor(padded, mine, spanning.local_shm, local, timeout)
         if padded is not flat:
             flat.copy_(padded[: flat.numel()])
     if flat.data_ptr() != tensor.data_ptr():
@@ -70,21 +69,23 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
 def broadcast(spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float | None) -> None:
     """``src``'s tensor to every rank: over gloo to one rank per node (the ranks at
     ``src``'s position, or the leaders), then inside each node's shared memory."""
-    local = spanning.local
+    local, across = spanning.local, spanning.across
     source_node = spanning.where.node_of(src)
     if spanning.even:
         position = source_node.index(src)
         if spanning.node[position] == dist.get_rank():  # one of the ranks at that position
-            assert spanning.across is not None  # every rank has one, when even
-            run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=src)
-        _local.broadcast(tensor, spanning.node[position], local, timeout)
+            assert across is not None  # every rank has one, when even
+            across.broadcast(tensor, across.member(src))
+        _local.broadcast(
+            tensor, local.member(spanning.node[position]), spanning.local_shm, local, timeout
+        )
         return
     if source_node == spanning.node:  # the whole node (its leader too) takes it from src
-        _local.broadcast(tensor, src, local, timeout)
-    if spanning.across is not None:  # the leaders pass it from src's node's leader
-        run_released(tdist.broadcast, [tensor], spanning.across, tensor, src=source_node[0])
+        _local.broadcast(tensor, local.member(src), spanning.local_shm, local, timeout)
+    if across is not None:  # the leaders pass it from src's node's leader
+        across.broadcast(tensor, across.member(source_node[0]))
     if source_node != spanning.node:
-        _local.broadcast(tensor, spanning.node[0], local, timeout)
+        _local.broadcast(tensor, local.member(spanning.node[0]), spanning.local_shm, local, timeout)
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -106,21 +107,19 @@ def all_gather_into_tensor(
     of collectives).
     """
     nodes, world = len(spanning.where.nodes), len(spanning.where.ranks)
-    target = output if output.is_contiguous() else torch.empty_like(output)
-    rows = _bytes(target).view(world, -1)
-    mine = _bytes(tensor.contiguous())
+    local = spanning.local
+    rows = _bytes(output).view(world, -1)
+    mine = _bytes(tensor)
     if _shares_bytes(mine, rows):  # gloo writes into rows while it reads mine
         mine = mine.clone()
-    here = sorted(spanning.node).index(dist.get_rank())  # this rank's local-group rank
-    in_place = _local.uses_shared_memory(spanning.local)  # gloo: no aliasing its input
+    here = local.rank()
+    in_place = spanning.local_shm is not None  # gloo: no aliasing its input
     part = rows[here * nodes : (here + 1) * nodes].reshape(-1) if in_place else None
     across = part if part is not None else mine.new_empty(nodes * mine.numel())
-    assert spanning.across is not None  # every rank has a position group, when even
-    run_released(tdist.all_gather_single, [across, mine], spanning.across, across, mine)
-    _local.all_gather_into_tensor(rows.view(-1), across, spanning.local, timeout)
+    assert spanning.across is not None  # every rank has a position link, when even
+    spanning.across.all_gather_single(across, mine)
+    _local.all_gather_into_tensor(rows.view(-1), across, spanning.local_shm, local, timeout)
     _permute_rows(rows, spanning.block_order)
-    if target is not output:
-        output.copy_(target)
 
 
 def _shares_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -168,35 +167,24 @@ def reduce_scatter_tensor(
     # A copy (output may alias input), by rows: torch.cat copies whole rows at memcpy
     # speed whatever the dtype (index_select on bytes: ~6x slower).
     staged = torch.cat([blocks[group_rank] for group_rank in spanning.block_order])
-    peers = sorted(node[spanning.node.index(dist.get_rank())] for node in spanning.where.nodes)
-    partial = output.new_empty(len(peers) * count)
-    _local.reduce_scatter_tensor(partial, staged, spanning.local, timeout)
-    assert spanning.across is not None  # every rank has a position group, when even
-    mine = _ring_reduce_scatter(partial.view(len(peers), count), peers, spanning.across)
+    local, across = spanning.local, spanning.across
+    assert across is not None  # every rank has a position link, when even
+    partial = output.new_empty(across.size() * count)
+    _local.reduce_scatter_tensor(partial, staged, spanning.local_shm, local, timeout)
+    mine = _ring_reduce_scatter(partial.view(across.size(), count), across)
     output.copy_(mine.view_as(output))
 
 
-def _ring_reduce_scatter(
-    chunks: torch.Tensor, peers: list[int], group: dist.ProcessGroup
-) -> torch.Tensor:
-    """Sum row ``j`` of ``chunks`` over ``peers`` (global ranks, in group order; this rank
-    is ``peers[j]``) and return it: in step s, this rank passes on its running sum of row
-    j-1-s to the next peer and adds the previous peer's sum of row j-2-s."""
-    rank, count = peers.index(dist.get_rank()), len(peers)
-    following, preceding = peers[(rank + 1) % count], peers[(rank - 1) % count]
+def _ring_reduce_scatter(chunks: torch.Tensor, link: Link) -> torch.Tensor:
+    """Sum row ``j`` of ``chunks`` over ``link`` (this rank is its member ``j``) and return
+    it: in step s, this rank passes on its running sum of row j-1-s to the next member and
+    adds the previous member's sum of row j-2-s."""
+    rank, count = link.rank(), link.size()
+    following, preceding = (rank + 1) % count, (rank - 1) % count
     incoming = chunks.new_empty(chunks.shape[1])
     for step in range(count - 1):
         sent, received = chunks[(rank - 1 - step) % count], chunks[(rank - 2 - step) % count]
         if incoming.numel():
-            run_released(_exchange, [sent, incoming], group, sent, following, incoming, preceding)
+            link.exchange(sent, following, incoming, preceding)
             received += incoming
     return chunks[rank]
-
-
-def _exchange(
-    send: torch.Tensor, to: int, receive: torch.Tensor, source: int, group: dist.ProcessGroup
-) -> None:
-    """Send ``send`` to global rank ``to`` while receiving ``receive`` from ``source``."""
-    sending = tdist.isend(send, to, group=group)
-    tdist.recv(receive, source, group=group)
-    sending.wait()

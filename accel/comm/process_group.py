@@ -39,10 +39,11 @@ from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingMod
 from torch.distributed.distributed_c10d import GroupName
 
 from accel import comm
-from accel.comm._segment import register_group_owner, spanning_of
+from accel.comm import _torch_dist as tdist
+from accel.comm._segment import register_group_owner, release, spanning_of
 
 BACKEND_NAME = "accel"
-# torch's stubs lack these (PrefixStore, _create_work_from_future) or type them too
+# torch's stubs lack these (_create_work_from_future) or type them too
 # narrowly (ProcessGroup.__init__(rank, size)); the tests run them for real.
 _c10d: Any = importlib.import_module("torch._C._distributed_c10d")
 
@@ -84,7 +85,7 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: Store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
-        prefixed = _c10d.PrefixStore("accel/gloo/", store)
+        prefixed = tdist.prefix_store("accel/gloo/", store)
         # torch's stubs omit most of ProcessGroupGloo's methods: typed as Any, checked by
         # tests/comm/test_process_group.py against gloo itself.
         self.gloo: Any = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
@@ -132,6 +133,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             self.wait_queued()
         finally:
             self._worker.shutdown(wait=True)
+            release(self)
             self.gloo.shutdown()
 
     def collective_timeout(self) -> float:
@@ -187,7 +189,9 @@ class AccelProcessGroup(dist.ProcessGroup):
         group is node-local, over both levels when it spans nodes evenly; gloo's otherwise."""
         if not (self._direct() or self._two_level()):
             self.wait_queued()
-            return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
+            return self.gloo._allgather_base(
+                output, input, opts or tdist.options.AllgatherOptions()
+            )
         return self._here(lambda: comm.all_gather_into_tensor_(output, input, group=self), [output])
 
     _allgather_base = all_gather_single  # the name torch releases before 2.10 call

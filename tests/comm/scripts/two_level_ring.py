@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from accel.comm._link import Link
+from accel.comm._torch_dist import group_store
 from accel.comm._two_level import _ring_reduce_scatter  # pyright: ignore[reportPrivateUsage]
 
 
@@ -25,11 +27,12 @@ def main() -> None:
     out = Path(sys.argv[1])
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    link = Link(group_store(None), "ring", tuple(range(world)), 60.0)
     worst: dict[str, float] = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for count in (0, 1, 7, 4099):
             mine = _rows(rank, world, count, dtype)
-            summed = _ring_reduce_scatter(mine.clone(), list(range(world)), dist.group.WORLD)
+            summed = _ring_reduce_scatter(mine.clone(), link)
             everyone = torch.stack([_rows(r, world, count, dtype).double() for r in range(world)])
             exact, largest = everyone.sum(0)[rank], everyone.abs().sum(0)[rank]
             # One rounding in the dtype per addition at worst.
