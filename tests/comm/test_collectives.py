@@ -43,7 +43,7 @@ RANK_SCRIPT = textwrap.dedent(
                                 rank=int(sys.argv[4]), world_size=2)
     rank = dist.get_rank()
     # The first call sets the group up; some scenarios must make it with their own tensors.
-    first_call_is_the_test = scenario == "disagree" or scenario.startswith("kill:")
+    first_call_is_the_test = scenario == "disagree" or scenario.startswith(("kill:", "refuse"))
     result = {"rank": rank, "shm": None if first_call_is_the_test else uses_shared_memory()}
     if scenario == "disagree":
         # Ranks whose tensors differ in what shared memory can take, from the first call:
@@ -90,6 +90,17 @@ RANK_SCRIPT = textwrap.dedent(
             result["error"] = None
         except Exception as error:
             result["error"] = type(error).__name__
+    elif scenario == "refuse":
+        # Rank 1 cannot attach the segment rank 0 made: both must fall back together.
+        from accel.comm import _segment
+        opened = _segment._open
+        def refusing_open(path, create, *args):
+            if rank == 1 and not create:
+                return None, "OSError: refused by the test"
+            return opened(path, create, *args)
+        _segment._open = refusing_open
+        result["sum"] = all_reduce_(torch.full((8,), float(rank + 1)), timeout=5).tolist()
+        result["shm"] = uses_shared_memory()
     elif scenario == "exact":
         g = torch.Generator().manual_seed(rank)
         exact = True
@@ -418,6 +429,12 @@ def test_a_rank_killed_at_any_step_of_the_setup_leaves_nothing_and_no_hang(
     assert [r["rank"] for r in reports] == [1 - int(victim)] or reports == []
     assert all(r["error"] is not None for r in reports)
     assert shm_names() <= before
+
+
+def test_one_rank_that_cannot_attach_makes_every_rank_fall_back(tmp_path: Path) -> None:
+    reports = _spawn(tmp_path, "refuse", wait_for_all=True)
+    assert [r["sum"] for r in reports] == [[3.0] * 8, [3.0] * 8]
+    assert [r["shm"] for r in reports] == [False, False]
 
 
 def test_works_under_torch_compile(tmp_path: Path) -> None:

@@ -201,6 +201,35 @@ def test_the_ring_between_nodes_sums_each_ranks_row(world: int, tmp_path: Path) 
         assert all(excess <= 0.0 for excess in rank["excess"].values()), rank
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "nodes", [["a", "a", "b", "b"], ["a", "a", "a", "a"], ["a", "b", "b", "b"]],
+    ids=["2x2", "one-node", "1+3"],
+)  # fmt: skip
+def test_the_patterns_real_jobs_use_give_exact_results(nodes: list[str], tmp_path: Path) -> None:
+    # tests/comm/scripts/patterns_check.py: async work beside direct calls and beside the
+    # group's other collectives, sub-groups before DDP, overlapping and local-sync
+    # sub-groups, two groups with the same ranks at once, non-contiguous tensors, a seeded
+    # stress run against gloo, destroy and init again.
+    port = str(free_port())
+    script = CHECK.with_name("patterns_check.py")
+    processes = []
+    for rank, node in enumerate(nodes):
+        env = _env(node)
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                   WORLD_SIZE=str(len(nodes)), LOCAL_RANK=str(rank))  # fmt: skip
+        processes.append(subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-4000:]
+    for rank in _results(tmp_path, len(nodes)):
+        failed = {name: outcome for name, outcome in rank.items() if outcome is not True}
+        assert failed == {"rank": rank["rank"]}, failed
+
+
 @pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
 def test_rows_move_to_their_places_in_place(order: tuple[int, ...]) -> None:
     rows = torch.arange(4 * 3).view(4, 3)
