@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import cast
+from typing import IO, TextIO, cast
 
 from accel.backends.base import Availability, BackendClass
 
@@ -34,15 +34,23 @@ DEFAULT_PROBE_TIMEOUT = 10.0
 PROBE_ISOLATION_ENV = "ACCEL_PROBE_ISOLATION"
 ISOLATIONS = ("thread", "process")
 
-# The child prints one line after this marker: the answer, as JSON.
-_MARKER = "accel-probe "
-# The child imports what every probe needs, says it is ready (its start-up does not count
-# against a probe's limit), then asks each target in turn and prints one line per answer.
-_CHILD = f"""
-import importlib, json, sys
+# The child answers on a pipe of its own (its descriptor is the first argument), one JSON
+# object per line naming the target it answers for: a probe writes to stdout and stderr,
+# never there, so nothing a probe prints can be taken for an answer or hide one. The child
+# imports what every probe needs, says it is ready (its start-up does not count against a
+# probe's limit), then asks each target in turn.
+_CHILD = """
+import importlib, json, os, sys
+answers = os.fdopen(int(sys.argv[1]), "w", encoding="utf-8")
+os.set_inheritable(answers.fileno(), False)  # a process a probe starts must not hold it open
 from accel.backends.base import Availability
-print({_MARKER!r} + "ready", flush=True)
-for target in sys.argv[1:]:
+
+def say(said):
+    answers.write(json.dumps(said) + "\\n")
+    answers.flush()
+
+say({"ready": True})
+for target in sys.argv[2:]:
     try:
         module, _, qualified = target.partition(":")
         found = importlib.import_module(module)
@@ -50,12 +58,12 @@ for target in sys.argv[1:]:
             found = getattr(found, part)
         answer = found.probe()
         if isinstance(answer, Availability):
-            said = {{"available": answer.available, "reason": answer.reason}}
+            said = {"available": answer.available, "reason": answer.reason}
         else:
-            said = {{"other": f"{{type(answer).__name__}} {{answer!r}}"}}
+            said = {"other": f"{type(answer).__name__} {answer!r}"}
     except BaseException as error:
-        said = {{"raised": f"{{type(error).__name__}}: {{error}}"}}
-    print({_MARKER!r} + json.dumps(said), flush=True)
+        said = {"raised": f"{type(error).__name__}: {error}"}
+    say(dict(said, target=target))
 """
 # How long the child may take to start (import accel and torch) before its first probe.
 _START_S = 120.0
@@ -124,55 +132,88 @@ def in_process(targets: list[str], timeout: float) -> dict[str, Availability | U
     """The probes of the classes at ``targets`` (``module:Class``), asked one after another
     in a separate interpreter that sees this process's ``sys.path``, each within
     ``timeout`` seconds: a probe that overruns or crashes ends its process, and a fresh
-    one asks the targets after it."""
+    one asks the targets after it. What the probes write to stdout and stderr is written
+    to this process's ``sys.stdout`` and ``sys.stderr`` when their interpreter ends."""
     answers: dict[str, Availability | Unanswered] = {}
-    pending = list(targets)
-    while pending:
-        said, failure = _ask(pending, timeout)
-        for target, answer in zip(pending, said, strict=False):
-            answers[target] = answer
-        pending = pending[len(said) :]
-        if pending and failure is not None:  # the probe that ended the process
-            answers[pending.pop(0)] = failure
+    while pending := [target for target in targets if target not in answers]:
+        failure = _ask(pending, timeout, answers)
+        if failure is not None:  # the first probe without an answer ended the process
+            answers[next(t for t in pending if t not in answers)] = failure
     return answers
 
 
 def _ask(
-    targets: list[str], timeout: float
-) -> tuple[list[Availability | Unanswered], Unanswered | None]:
-    """Answers from one child process, in order, and why it stopped early (if it did)."""
+    targets: list[str], timeout: float, answers: dict[str, Availability | Unanswered]
+) -> Unanswered | None:
+    """Put in ``answers`` what one child process says about ``targets``; why it stopped
+    before answering them all, if it did."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
-    # stderr to a file: a child that writes much there never blocks on a full pipe.
-    with tempfile.TemporaryFile() as errors, subprocess.Popen(
-        [sys.executable, "-c", _CHILD, *targets], env=env, stdout=subprocess.PIPE,
-        stderr=errors,
-    ) as child:  # fmt: skip
-        assert child.stdout is not None  # piped
-        lines = _LineReader(child.stdout.fileno())
-        answers: list[Availability | Unanswered] = []
-        deadline = time.monotonic() + _START_S
-        while len(answers) < len(targets):
-            line = lines.next_line(deadline)
-            if line is None:  # the limit passed with no answer
-                child.kill()
-                child.wait()
-                return answers, Unanswered(
-                    f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV}; in a "
-                    f"separate process, {PROBE_ISOLATION_ENV}=process)"
-                )
-            if not line:  # the process ended
-                child.wait()
-                errors.seek(0)
-                text = errors.read().decode(errors="replace")
-                return answers, Unanswered(_failure(child.returncode, text))
-            if not line.startswith(_MARKER):
-                continue  # whatever a plugin printed
-            deadline = time.monotonic() + timeout  # the next probe's limit starts now
-            said = line.removeprefix(_MARKER).strip()
-            if said != "ready":
-                answers.append(_answer(cast("dict[str, object]", json.loads(said))))
-        child.wait()
-        return answers, None
+    read_end, write_end = os.pipe()
+    # Output to files: a child that writes much never blocks on a full pipe.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            try:
+                child = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD, str(write_end), *targets], env=env,
+                    stdout=out, stderr=err, pass_fds=(write_end,),
+                )  # fmt: skip
+            finally:
+                os.close(write_end)  # the child's copy is the only one: EOF when it ends
+            with child:
+                failure = _read_answers(child, _LineReader(read_end), targets, timeout, answers)
+        finally:
+            os.close(read_end)
+            _forward(out, sys.stdout)
+            _forward(err, sys.stderr)
+        if failure is None and any(target not in answers for target in targets):
+            failure = Unanswered(_failure(child.returncode, _text(err)))
+        return failure
+
+
+def _read_answers(
+    child: subprocess.Popen[bytes],
+    lines: _LineReader,
+    targets: list[str],
+    timeout: float,
+    answers: dict[str, Availability | Unanswered],
+) -> Unanswered | None:
+    """Answers from ``child`` until it has answered every target or ended; an
+    :class:`Unanswered` if a probe ran out of time (the child is killed)."""
+    deadline = time.monotonic() + _START_S
+    while any(target not in answers for target in targets):
+        line = lines.next_line(deadline)
+        if line is None:  # the limit passed with no answer
+            child.kill()
+            child.wait()
+            return Unanswered(
+                f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV}; in a "
+                f"separate process, {PROBE_ISOLATION_ENV}=process)"
+            )
+        if not line:  # the process ended
+            break
+        if not line.endswith("\n"):
+            continue  # cut short by the end of the process
+        deadline = time.monotonic() + timeout  # the next probe's limit starts now
+        said = cast("dict[str, object]", json.loads(line))
+        target = said.get("target")
+        if isinstance(target, str) and target in targets:
+            answers[target] = _answer(said)
+    child.wait()
+    return None
+
+
+def _forward(output: IO[bytes], stream: TextIO | None) -> None:
+    """What the child wrote to ``output``, written to ``stream`` (where a probe on a
+    thread would have written it)."""
+    text = _text(output)
+    if text and stream is not None:
+        stream.write(text)
+        stream.flush()
+
+
+def _text(output: IO[bytes]) -> str:
+    output.seek(0)
+    return output.read().decode(errors="replace")
 
 
 class _LineReader:

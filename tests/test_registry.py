@@ -298,3 +298,58 @@ def test_probes_in_a_separate_process_are_bounded_whatever_they_do(
         assert not answer.available
         assert answer.reason == reason
         assert isinstance(chosen, CPUAccelerator)
+
+
+# A probe that writes half a line, and one that writes a line shaped like an answer: the
+# answers travel on their own pipe, so neither can take another backend's answer.
+_CHATTY = GOOD_PLUGIN.replace(
+    'return Availability(True, "always")',
+    "print('scanning bus... ', end='', flush=True); return Availability(False, 'no bus')",
+).replace('"fast"', '"chatty"')
+_FAKE_ANSWER = 'accel-probe {"available": true, "reason": "fake"}'  # an answer line's shape
+_FAKER = f"FAKE = {_FAKE_ANSWER!r}\n" + GOOD_PLUGIN.replace(
+    'return Availability(True, "always")',
+    "print(FAKE, flush=True)\n"
+    "        import sys; print('accel-probe ready', file=sys.stderr)\n"
+    "        return Availability(False, 'no card')",
+).replace('"fast"', '"faker"')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("priority", [5, 95])
+def test_what_a_probe_prints_in_a_separate_process_is_never_taken_for_an_answer(
+    monkeypatch: pytest.MonkeyPatch,
+    install: Installer,
+    capsys: pytest.CaptureFixture[str],
+    priority: int,
+) -> None:
+    # Answers matched by position on the probes' stdout would shift: the half line hides
+    # the chatty backend's answer and every later backend gets the next one's, so a plugin
+    # is selected (priority 5) or the CPU gets no answer (priority 95).
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    monkeypatch.setenv(_probe.PROBE_ISOLATION_ENV, "process")
+    monkeypatch.setenv(_probe.PROBE_TIMEOUT_ENV, "60")
+    install(
+        "noisy",
+        {"chatty": "chatty_probe:Fast", "faker": "faker_probe:Fast"},
+        {
+            "chatty_probe": _CHATTY.replace("= 500", f"= {priority}"),
+            "faker_probe": _FAKER.replace("= 500", f"= {priority + 1}"),
+        },
+    )
+    chosen = accel.get_accelerator()
+    entries = _registry.registry()
+    assert entries["chatty"].availability() == Availability(False, "no bus")
+    assert entries["faker"].availability() == Availability(False, "no card")
+    # Every other backend gets the answer its probe gives without the noisy ones.
+    others = {name: entry for name, entry in entries.items() if name not in ("chatty", "faker")}
+    alone = _probe.in_process([entry.target for entry in others.values()], 60)
+    for name, entry in others.items():
+        assert entry.availability() == alone[entry.target], name
+    first = next(entry for entry in others.values() if entry.availability().available)
+    assert type(chosen) is first.backend
+    # What the probes wrote reaches this process's streams, as it does from a thread.
+    out, err = capsys.readouterr()
+    assert "scanning bus... " in out
+    assert _FAKE_ANSWER in out
+    assert "accel-probe ready" in err
