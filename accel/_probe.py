@@ -43,6 +43,7 @@ _CHILD = """
 import importlib, json, os, sys
 answers = os.fdopen(int(sys.argv[1]), "w", encoding="utf-8")
 os.set_inheritable(answers.fileno(), False)  # a process a probe starts must not hold it open
+from accel._probe import raised
 from accel.backends.base import Availability
 
 def say(said):
@@ -62,7 +63,7 @@ for target in sys.argv[2:]:
         else:
             said = {"other": f"{type(answer).__name__} {answer!r}"}
     except BaseException as error:
-        said = {"raised": f"{type(error).__name__}: {error}"}
+        said = {"raised": raised(error)}
     say(dict(said, target=target))
 """
 # How long the child may take to start (import accel and torch) before its first probe.
@@ -96,6 +97,14 @@ def probe_isolation() -> str:
     return raw
 
 
+def raised(error: BaseException) -> str:
+    """``error`` as a reason: its type and message, or a ``SystemExit``'s exit code (its
+    message is empty for ``sys.exit()``)."""
+    if isinstance(error, SystemExit):
+        return f"SystemExit with exit code {error.code!r}"
+    return f"{type(error).__name__}: {error}"
+
+
 class Unanswered:
     """Why a probe gave no :class:`Availability`: the text for ``accel report``, and the
     exception it raised, if it raised one in this process."""
@@ -122,7 +131,7 @@ def in_thread(backend: BackendClass, name: str, timeout: float) -> Availability 
     worker.join(timeout)
     if failure:
         error = failure[0]
-        return Unanswered(f"probe() raised {type(error).__name__}: {error}", error)
+        return Unanswered(f"probe() raised {raised(error)}", error)
     if not outcome:
         return Unanswered(f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV})")
     return _checked(outcome[0], f"{type(outcome[0]).__name__} {outcome[0]!r}")

@@ -1,10 +1,10 @@
 """Backends registered under the entry-point group ``accel.backends``.
 
 The built-in backends register through the same group as third-party ones (see
-pyproject.toml). A plugin that fails to import, or whose class is malformed, or whose probe
-raises, is logged with its exception and skipped: it never stops another backend from
-being used. Two distributions registering one name is an error naming both. How a probe
-is asked, with its time limit: :mod:`accel._probe`.
+pyproject.toml). A plugin that fails to import (even by calling ``sys.exit``), or whose
+class is malformed, or whose probe raises, is logged with its exception and skipped: it
+never stops another backend from being used. Two distributions registering one name is an
+error naming both. How a probe is asked, with its time limit: :mod:`accel._probe`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from accel._probe import (
     in_thread,
     probe_isolation,
     probe_timeout,
+    raised,
 )
 from accel.backends.base import Availability, BackendClass
 from accel.protocols import Accelerator, missing_members
@@ -122,14 +123,14 @@ def _load(entry: EntryPoint) -> Registered:
     distribution = _distribution(entry)
     try:
         loaded: object = entry.load()
-    except Exception as error:
+    except KeyboardInterrupt:
+        raise  # the user's Ctrl-C, not the plugin's failure
+    except BaseException as error:  # SystemExit, GeneratorExit too: a plugin never ends the host
         logger.warning(
             "accel backend %r from %s failed to import; skipping it",
             entry.name, distribution, exc_info=True,
         )  # fmt: skip
-        return Registered(
-            entry.name, distribution, entry.value, None, f"{type(error).__name__}: {error}"
-        )
+        return Registered(entry.name, distribution, entry.value, None, raised(error))
     problem = _malformed(entry.name, loaded)
     if problem is not None:
         logger.warning(

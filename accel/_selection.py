@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from accel import _registry
+from accel._probe import raised
 from accel.protocols import Accelerator, missing_members
 
 logger = logging.getLogger("accel")
@@ -98,10 +99,11 @@ def _choose() -> Selection:
         backend = _registry.available(requested.strip(), source)
         try:
             accelerator = backend()
-        except Exception as error:  # the user asked for this one: say why it cannot be had
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # the user asked for this one: say why it cannot be had
             raise RuntimeError(
-                f"backend {requested.strip()!r} ({source}) failed to start: "
-                f"{type(error).__name__}: {error}"
+                f"backend {requested.strip()!r} ({source}) failed to start: {raised(error)}"
             ) from error
         return Selection(accelerator, "env", f"{BACKEND_ENV}={requested}")
     entries = _registry.registry()
@@ -112,8 +114,10 @@ def _choose() -> Selection:
         if availability.available and entry.backend is not None:
             try:
                 accelerator = entry.backend()
-            except Exception as error:  # a broken plugin must not stop selection
-                failure = f"{name}: its probe said available, then {type(error).__name__}: {error}"
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # a broken plugin (sys.exit too) must not stop selection
+                failure = f"{name}: its probe said available, then {raised(error)}"
                 logger.warning("accel backend %s; trying the next one", failure)
                 failed.append(failure)
                 skipped.append(name)

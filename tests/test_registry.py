@@ -204,10 +204,11 @@ def test_availability_keeps_answers_that_were_never_strings() -> None:
     [
         ('Availability("no", "a string")',
          "probe() raised TypeError: Availability.available must be a bool, got str 'no'"),
-        ("exit(3)", "probe() raised SystemExit: 3"),
+        ("exit(3)", "probe() raised SystemExit with exit code 3"),
+        ("__import__('sys').exit()", "probe() raised SystemExit with exit code None"),
         ("(_ for _ in ()).throw(KeyboardInterrupt())", "probe() raised KeyboardInterrupt"),
     ],
-    ids=["truthy-string", "system-exit", "keyboard-interrupt"],
+    ids=["truthy-string", "system-exit", "bare-exit", "keyboard-interrupt"],
 )  # fmt: skip
 def test_a_probe_answer_is_taken_only_for_what_it_says(
     monkeypatch: pytest.MonkeyPatch, install: Installer, answer: str, reason: str
@@ -272,10 +273,14 @@ _GIL_HELD = "import ctypes; ctypes.PyDLL(None).sleep(60); return Availability(Tr
         ("import ctypes; ctypes.string_at(0); return Availability(True, 'x')",
          "probe() killed its process with SIGSEGV (ACCEL_PROBE_ISOLATION=process)"),
         ("return 'yes'", "probe() returned str 'yes', expected accel.backends.base.Availability"),
+        ("import sys; sys.exit()",
+         "probe() raised SystemExit with exit code None (in a separate process, "
+         "ACCEL_PROBE_ISOLATION=process)"),
         (_GIL_HELD, "probe() did not answer within 6 s (ACCEL_PROBE_TIMEOUT; in a separate "
                     "process, ACCEL_PROBE_ISOLATION=process)"),
     ],
-    ids=["available", "unavailable", "raises", "crashes", "not-an-answer", "holds-the-gil"],
+    ids=["available", "unavailable", "raises", "crashes", "not-an-answer", "exits",
+         "holds-the-gil"],
 )  # fmt: skip
 def test_probes_in_a_separate_process_are_bounded_whatever_they_do(
     monkeypatch: pytest.MonkeyPatch, install: Installer, body: str, reason: str | None
@@ -353,3 +358,64 @@ def test_what_a_probe_prints_in_a_separate_process_is_never_taken_for_an_answer(
     assert "scanning bus... " in out
     assert _FAKE_ANSWER in out
     assert "accel-probe ready" in err
+
+
+@pytest.mark.parametrize(
+    ("statement", "error"),
+    [
+        ("import sys; sys.exit(3)", "SystemExit with exit code 3"),
+        ("import sys; sys.exit()", "SystemExit with exit code None"),
+        ("import sys; sys.exit('no driver')", "SystemExit with exit code 'no driver'"),
+        ("raise GeneratorExit('closed')", "GeneratorExit: closed"),
+    ],
+    ids=["exit-3", "exit", "exit-message", "generator-exit"],
+)
+def test_a_plugin_that_exits_while_imported_is_skipped_not_the_end_of_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+    install: Installer,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    statement: str,
+    error: str,
+) -> None:
+    # A BaseException that is not an Exception passed through the loader and ended the
+    # user's process from get_accelerator() and `accel report`.
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    install("exitdist", {"quitter": "exit_plugin:Fast"}, {"exit_plugin": statement})
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "'quitter' from exitdist failed to import" in caplog.text
+    entry = _registry.registry()["quitter"]
+    assert entry.backend is None
+    assert entry.error == error
+    assert entry.availability().reason == f"failed to load: {error}"
+    from accel import cli
+
+    assert cli.main(["report", "--json"]) == 0
+    assert f"failed to load: {error}" in capsys.readouterr().out
+
+
+def test_a_plugin_interrupted_while_imported_lets_the_interrupt_through(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    # Ctrl-C during discovery is the user's, not the plugin's: it is never swallowed.
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    install("ctrlc", {"ctrlc": "ctrlc_plugin:Fast"}, {"ctrlc_plugin": "raise KeyboardInterrupt"})
+    with pytest.raises(KeyboardInterrupt):
+        accel.get_accelerator()
+
+
+def test_a_constructor_that_exits_gives_way_to_the_next_backend(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    source = GOOD_PLUGIN + "\n    def __init__(self) -> None:\n        raise SystemExit(4)\n"
+    install("exitctor", {"fast": "exit_ctor:Fast"}, {"exit_ctor": source})
+    assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "then SystemExit with exit code 4" in accel.current_selection().detail
+    monkeypatch.setenv("ACCEL_BACKEND", "fast")
+    accel.reset_accelerator()
+    with pytest.raises(
+        RuntimeError, match=r"'fast' .* failed to start: SystemExit with exit code 4"
+    ):
+        accel.get_accelerator()
