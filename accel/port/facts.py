@@ -54,9 +54,23 @@ class ModuleFacts:
     bound_names: set[str] | None = None
     """Every name the module binds anywhere (imports from accel aside); None when the
     module was not analysed, so that any name may be taken."""
+    star_import: bool = False
+    """Whether a ``from ... import *`` (not from accel) may bind any public name."""
     lines: set[int] = field(default_factory=set[int])
     """Lines holding an int device position or a DDP call: worth parsing though they may
     not mention "cuda"."""
+
+    def local_name(self, name: str) -> str:
+        """What the ported module calls accel's ``name`` by: ``name`` itself, or where the
+        module may bind it (anywhere, in any scope), the first of ``_accel_<name>``,
+        ``_accel_<name>_2``, ... that it does not bind (imported under that alias)."""
+        bound = self.bound_names
+        if bound is not None and name not in bound and not self.star_import:
+            return name
+        alias, number = f"_accel_{name}", 2
+        while bound is not None and alias in bound:
+            alias, number = f"_accel_{name}_{number}", number + 1
+        return alias
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -116,6 +130,8 @@ class _Collector(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == DDP_NAME and alias.asname:
                 self.facts.ddp_names.add(alias.asname)
+        if any(alias.name == "*" for alias in node.names) and node.module != "accel":
+            self.facts.star_import = True
         # What accel port itself imports from accel does not clash with what it adds.
         self._bind(*(a.asname or a.name for a in node.names), own=node.module != "accel")
 
@@ -158,6 +174,25 @@ class _Collector(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._bind(node.name)
         self._enter(node.name, "class", node, None)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name is not None:
+            self._bind(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> None:
+        if node.name is not None:
+            self._bind(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> None:
+        if node.name is not None:
+            self._bind(node.name)
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
+        if node.rest is not None:
+            self._bind(node.rest)
+        self.generic_visit(node)
 
     def visit_Global(self, node: ast.Global) -> None:
         self.globals.setdefault(self._current(), set()).update(node.names)

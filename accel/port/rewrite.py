@@ -3,7 +3,8 @@
 Only the top-level statements that can match a rule (:mod:`accel.port.rules`) are parsed,
 in batches, with guards that refuse what libcst cannot parse safely; every other statement
 is copied as it is. ``from accel import get_accelerator`` is added once where a rule
-rewrote something.
+rewrote something (``get_accelerator as _accel_get_accelerator`` where the module binds
+the name itself).
 """
 
 from __future__ import annotations
@@ -110,10 +111,16 @@ def port_source(source: str) -> PortResult:
     flush()
     findings.sort(key=lambda f: (f.line, f.column))
     ported = "".join(pieces)
-    if ported.count("get_accelerator()") > source.count("get_accelerator()"):
+    call = f"{facts.local_name('get_accelerator')}()"
+    if ported.count(call) > source.count(call):
         imports.add("get_accelerator")  # a rule wrote a call to it
     if imports:
-        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n", imports)
+        # Under an alias where the module binds the name itself (ModuleFacts.local_name).
+        specs = {
+            name if local == name else f"{name} as {local}"
+            for name, local in ((name, facts.local_name(name)) for name in imports)
+        }
+        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n", specs)
         ported = "".join(pieces)
     return PortResult(ported, findings)
 

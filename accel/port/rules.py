@@ -27,6 +27,9 @@ following DeepSpeed's porting guide:
   ``process_group_device_id(d)`` (``None`` on the CPU, which torch refuses there);
 - anything else under ``torch.cuda`` (graphs, ``amp``, ...) is left as it is and reported
   with its position and what to do by hand.
+
+accel's names are written as :meth:`ModuleFacts.local_name` gives them: an alias
+(``_accel_get_accelerator``) where the module binds the name itself.
 """
 
 from __future__ import annotations
@@ -117,75 +120,6 @@ def _literal(node: cst.BaseExpression) -> object:
     return node.evaluated_value if isinstance(node, cst.SimpleString) else None
 
 
-def _accelerator_call(method: str, args: Sequence[cst.Arg] = ()) -> cst.Call:
-    accelerator = cst.Call(func=cst.Name("get_accelerator"))
-    return cst.Call(func=cst.Attribute(value=accelerator, attr=cst.Name(method)), args=list(args))
-
-
-def _device_string(node: cst.BaseExpression) -> cst.Call | None:
-    """``get_accelerator().device_name(...)`` for 'cuda', 'cuda:N', f'cuda:{i}'; else None."""
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        if value == "cuda":
-            return _accelerator_call("device_name")
-        if isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit():
-            return _accelerator_call("device_name", [cst.Arg(cst.Integer(value[5:]))])
-    if isinstance(node, cst.FormattedString) and len(node.parts) == 2:
-        text, expression = node.parts
-        if (
-            isinstance(text, cst.FormattedStringText)
-            and text.value == "cuda:"
-            and isinstance(expression, cst.FormattedStringExpression)
-            and expression.format_spec is None
-            and expression.conversion is None
-        ):
-            return _accelerator_call("device_name", [cst.Arg(expression.expression)])
-    return None
-
-
-def _device_index(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """``N`` for 'cuda:N', ``i`` for f'cuda:{i}'; else None (set_device takes the index)."""
-    name = _device_string(node)
-    if name is None or not name.args:
-        return None
-    return name.args[0].value
-
-
-def _current_device_as_name(node: cst.BaseExpression) -> cst.Call | None:
-    if m.matches(
-        node,
-        m.Call(
-            func=m.Attribute(
-                value=m.Call(func=m.Name("get_accelerator")), attr=m.Name("current_device")
-            ),
-            args=[],
-        ),
-    ):
-        return _accelerator_call("current_device_name")
-    return None
-
-
-def _as_device(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The agnostic form of an expression standing where a device is expected, if any.
-
-    A conditional expression is rewritten branch by branch (``"cuda:0" if ok else "cpu"``
-    -> ``get_accelerator().device_name(0) if ok else "cpu"``).
-    """
-    if isinstance(node, cst.IfExp):
-        body, orelse = _as_device(node.body), _as_device(node.orelse)
-        if body is None and orelse is None:
-            return None
-        return node.with_changes(body=body or node.body, orelse=orelse or node.orelse)
-    return _device_string(node) or _current_device_as_name(node)
-
-
-def _as_backend(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """``get_accelerator().communication_backend_name()`` for the literal ``'nccl'``."""
-    if isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl":
-        return _accelerator_call("communication_backend_name")
-    return None
-
-
 class PortTransformer(cst.CSTTransformer):
     """Applies the rules; ``findings`` lists every change and every manual site."""
 
@@ -197,7 +131,76 @@ class PortTransformer(cst.CSTTransformer):
         self.facts = facts or ModuleFacts()
         self.scope: list[str] = []
         self.imports: set[str] = set()
-        """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use."""
+        """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
+        called by :meth:`ModuleFacts.local_name`)."""
+
+    # -- what the rewrites write: accel's names as this module can call them
+    def _accel_name(self, name: str) -> cst.Name:
+        """accel's ``name`` as this module calls it (an alias where it binds ``name``)."""
+        return cst.Name(self.facts.local_name(name))
+
+    def _accelerator_call(self, method: str, args: Sequence[cst.Arg] = ()) -> cst.Call:
+        accelerator = cst.Call(func=self._accel_name("get_accelerator"))
+        return cst.Call(
+            func=cst.Attribute(value=accelerator, attr=cst.Name(method)), args=list(args)
+        )
+
+    def _device_string(self, node: cst.BaseExpression) -> cst.Call | None:
+        """``get_accelerator().device_name(...)`` for 'cuda', 'cuda:N', f'cuda:{i}'; else
+        None."""
+        if isinstance(node, cst.SimpleString):
+            value = node.evaluated_value
+            if value == "cuda":
+                return self._accelerator_call("device_name")
+            if isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit():
+                return self._accelerator_call("device_name", [cst.Arg(cst.Integer(value[5:]))])
+        if isinstance(node, cst.FormattedString) and len(node.parts) == 2:
+            text, expression = node.parts
+            if (
+                isinstance(text, cst.FormattedStringText)
+                and text.value == "cuda:"
+                and isinstance(expression, cst.FormattedStringExpression)
+                and expression.format_spec is None
+                and expression.conversion is None
+            ):
+                return self._accelerator_call("device_name", [cst.Arg(expression.expression)])
+        return None
+
+    def _device_index(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``N`` for 'cuda:N', ``i`` for f'cuda:{i}'; else None (set_device takes the
+        index)."""
+        name = self._device_string(node)
+        if name is None or not name.args:
+            return None
+        return name.args[0].value
+
+    def _current_device_as_name(self, node: cst.BaseExpression) -> cst.Call | None:
+        accelerator = m.Call(func=m.Name(self.facts.local_name("get_accelerator")))
+        if m.matches(
+            node,
+            m.Call(func=m.Attribute(value=accelerator, attr=m.Name("current_device")), args=[]),
+        ):
+            return self._accelerator_call("current_device_name")
+        return None
+
+    def _as_device(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The agnostic form of an expression standing where a device is expected, if any.
+
+        A conditional expression is rewritten branch by branch (``"cuda:0" if ok else
+        "cpu"`` -> ``get_accelerator().device_name(0) if ok else "cpu"``).
+        """
+        if isinstance(node, cst.IfExp):
+            body, orelse = self._as_device(node.body), self._as_device(node.orelse)
+            if body is None and orelse is None:
+                return None
+            return node.with_changes(body=body or node.body, orelse=orelse or node.orelse)
+        return self._device_string(node) or self._current_device_as_name(node)
+
+    def _as_backend(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``get_accelerator().communication_backend_name()`` for the literal ``'nccl'``."""
+        if isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl":
+            return self._accelerator_call("communication_backend_name")
+        return None
 
     # -- names and scopes
     def _is_torch_cuda(self, node: cst.BaseExpression) -> bool:
@@ -234,8 +237,18 @@ class PortTransformer(cst.CSTTransformer):
         where = (tuple(self.scope), target.value)
         code = cst.Module([]).code_for_node
         for variables, rewrite, why, rule in (
-            (self.facts.device_variables, _as_device, "is used as a device", "device-variable"),
-            (self.facts.backend_variables, _as_backend, "names the collectives backend", "backend"),
+            (
+                self.facts.device_variables,
+                self._as_device,
+                "is used as a device",
+                "device-variable",
+            ),
+            (
+                self.facts.backend_variables,
+                self._as_backend,
+                "names the collectives backend",
+                "backend",
+            ),
         ):
             replacement = rewrite(value) if where in variables else None
             if replacement is not None:
@@ -320,7 +333,7 @@ class PortTransformer(cst.CSTTransformer):
             self._note(
                 original, f"torch.cuda.{name}() -> get_accelerator().{name}()", rule="direct"
             )
-            return _accelerator_call(name, updated.args)
+            return self._accelerator_call(name, updated.args)
         owner = func.value
         if isinstance(owner, cst.Attribute) and self._is_torch_cuda(owner.value):
             if owner.attr.value == "nvtx" and name in NVTX:
@@ -328,7 +341,7 @@ class PortTransformer(cst.CSTTransformer):
                     original, f"torch.cuda.nvtx.{name}() -> get_accelerator().{name}() (ProfilerAPI)",
                     rule="nvtx",
                 )  # fmt: skip
-                return _accelerator_call(name, updated.args)
+                return self._accelerator_call(name, updated.args)
             if owner.attr.value == "amp" and name in ("GradScaler", "autocast"):
                 return self._rewrite_amp(original, updated, name)
         return None
@@ -336,31 +349,23 @@ class PortTransformer(cst.CSTTransformer):
     def _rewrite_function(
         self, original: cst.Call, updated: cst.Call, name: str, function: str
     ) -> cst.Call:
-        """``torch.cuda.<name>(...)`` -> ``<function>(...)`` from accel; where the module
-        binds ``<function>`` itself (or could not be analysed), the accelerator's member."""
+        """``torch.cuda.<name>(...)`` -> ``<function>(...)`` from accel (under an alias
+        where the module binds ``<function>`` itself)."""
         args = list(updated.args)
         if name in ("set_device", "device") and args and args[0].keyword is None:
-            index = _device_index(args[0].value)
+            index = self._device_index(args[0].value)
             if index is not None:
                 args[0] = args[0].with_changes(value=index)
-        bound = self.facts.bound_names
-        if bound is None or function in bound:
-            if name == "device":
-                self._manual(original, "torch.cuda.device(i): use accel.device_index(i) (this "
-                             "module binds the name device_index itself)")  # fmt: skip
-                return updated
-            self._note(original, f"torch.cuda.{name}() -> get_accelerator().{name}() (the "
-                       f"module binds {name} itself)", rule="direct")  # fmt: skip
-            return _accelerator_call(name, args)
         self.imports.add(function)
+        local = self._accel_name(function)
         self._note(original, f"torch.cuda.{name}() -> accel's {function}()", rule="function")
-        return cst.Call(func=cst.Name(function), args=args)
+        return cst.Call(func=local, args=args)
 
     def _rewrite_amp(
         self, original: cst.Call, updated: cst.Call, name: str
     ) -> cst.BaseExpression | None:
         torch_name = next(iter(sorted(self.facts.torch_names)), None)
-        device = cst.Arg(_accelerator_call("device_name"))
+        device = cst.Arg(self._accelerator_call("device_name"))
         positional = any(arg.keyword is None and arg.star == "" for arg in updated.args)
         if torch_name is None or (name == "autocast" and positional):
             # torch.cuda.amp.autocast(enabled, dtype, ...) and torch.autocast(device_type,
@@ -405,7 +410,7 @@ class PortTransformer(cst.CSTTransformer):
         ):
             index = [a for a in updated.args if a.keyword is None][:1]
             rest = [a for a in updated.args if a.keyword is not None]
-            device = _accelerator_call(
+            device = self._accelerator_call(
                 "device_name", [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in index]
             )
             self._note(
@@ -420,7 +425,7 @@ class PortTransformer(cst.CSTTransformer):
             self._note(
                 original, ".pin_memory() -> get_accelerator().pin_memory(t)", rule="tensor-method"
             )
-            return _accelerator_call("pin_memory", [cst.Arg(owner)])
+            return self._accelerator_call("pin_memory", [cst.Arg(owner)])
         return None
 
     def _note_own_method(self, node: cst.CSTNode, name: str) -> None:
@@ -448,16 +453,16 @@ class PortTransformer(cst.CSTTransformer):
             keyword = arg.keyword.value if arg.keyword is not None else None
             first = keyword is None and position == 0
             if keyword in DEVICE_KEYWORDS or (first and positional_device):
-                replacement, rule = _as_device(arg.value), "device-position"
+                replacement, rule = self._as_device(arg.value), "device-position"
                 # set_device(i) takes an index as it is; elsewhere an int means cuda:<i>.
                 takes_int = keyword in ("device", "map_location") or (
                     keyword is None and not m.matches(func, m.Attribute(attr=m.Name("set_device")))
                 )
                 if replacement is None and takes_int and self._is_int(arg.value):
-                    replacement = _accelerator_call("device_name", [cst.Arg(arg.value)])
+                    replacement = self._accelerator_call("device_name", [cst.Arg(arg.value)])
                     rule = "int-device"
             elif keyword == "backend" or (first and is_init):
-                replacement, rule = _as_backend(arg.value), "backend"
+                replacement, rule = self._as_backend(arg.value), "backend"
             elif keyword == "device_id" and is_init:
                 replacement, rule = self._process_group_device_id(arg.value), "device-id"
             else:
@@ -472,11 +477,12 @@ class PortTransformer(cst.CSTTransformer):
     def _process_group_device_id(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
         """``device_id=d`` -> ``device_id=process_group_device_id(d)``: torch refuses a CPU
         device there, and the function gives None on the CPU."""
-        if m.matches(value, m.Call(func=m.Name("process_group_device_id")) | m.Name("None")):
+        local = self._accel_name("process_group_device_id")
+        if m.matches(value, m.Call(func=m.Name(local.value)) | m.Name("None")):
             return None  # already device-generic
         self.imports.add("process_group_device_id")
-        inner = _as_device(value) or value
-        return cst.Call(func=cst.Name("process_group_device_id"), args=[cst.Arg(inner)])
+        inner = self._as_device(value) or value
+        return cst.Call(func=local, args=[cst.Arg(inner)])
 
     def _is_int(self, node: cst.BaseExpression) -> bool:
         """Whether ``node`` is provably an ``int`` here (ModuleFacts says when)."""
@@ -516,7 +522,7 @@ class PortTransformer(cst.CSTTransformer):
                 function, inner = "ddp_output_device", value
             else:
                 continue
-            replacement = cst.Call(func=cst.Name(function), args=[cst.Arg(inner)])
+            replacement = cst.Call(func=self._accel_name(function), args=[cst.Arg(inner)])
             self.imports.add(function)
             self._note(original.args[position], f"{keyword}={code(value)} -> "
                        f"{keyword}={code(replacement)} (None on the CPU)", rule="ddp")  # fmt: skip
@@ -608,7 +614,7 @@ class PortTransformer(cst.CSTTransformer):
                 "torch.cuda.default_generators[i] -> get_accelerator().default_generator(i)",
                 rule="default-generators",
             )
-            return _accelerator_call("default_generator", [cst.Arg(index)])
+            return self._accelerator_call("default_generator", [cst.Arg(index)])
         return updated_node
 
     def leave_Attribute(
@@ -624,7 +630,7 @@ class PortTransformer(cst.CSTTransformer):
                 original_node, ".is_cuda -> get_accelerator().on_accelerator(t)",
                 rule="tensor-method",
             )  # fmt: skip
-            return _accelerator_call("on_accelerator", [cst.Arg(updated_node.value)])
+            return self._accelerator_call("on_accelerator", [cst.Arg(updated_node.value)])
         if self._is_torch_cuda(original_node.value):
             name = original_node.attr.value
             if name in GRAPH_NAMES:

@@ -155,13 +155,14 @@ def with_import(
     pieces: list[str], newline: str = "\n", names: Iterable[str] = ("get_accelerator",)
 ) -> list[str]:
     """``pieces`` (runs of whole top-level statements, in order) with ``from accel import
-    <names>`` added once (``IMPORT_LINE`` for the usual ``get_accelerator``).
+    <names>`` added once (``IMPORT_LINE`` for the usual ``get_accelerator``); a name may
+    be ``"<name> as <alias>"``.
 
     It goes after the module's leading docstring and import statements, directly below
     the last of them (before the blank lines that follow it); names the module already
-    imports from accel there are left out, and nothing is added if that is all of them.
-    Only the leading pieces are cut into statements again, as far as the first statement
-    that is neither.
+    imports from accel there (under the same alias, if any) are left out, and nothing is
+    added if that is all of them. Only the leading pieces are cut into statements again,
+    as far as the first statement that is neither.
     """
     head: list[str] = []
     seen_statement = False
@@ -178,8 +179,9 @@ def with_import(
 def _insert_import(chunks: list[str], newline: str, names: set[str]) -> list[str]:
     """``chunks`` (single statements: the leading block and the statement after it) with
     the import of ``names`` below the last docstring or import statement."""
+    # A name imported under another one ("get_accelerator as acc") does not bind it.
     imported = {
-        name.strip("()\r\n\t ").split(" as ")[0].strip()
+        " ".join(name.strip("()\r\n\t ").split())
         for chunk in chunks
         for found in _ACCEL_IMPORT.findall(chunk)
         for name in found.split(",")

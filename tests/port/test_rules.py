@@ -426,7 +426,7 @@ def test_members_added_after_the_first_release_become_accels_functions() -> None
     assert port_source(result.source).findings == []  # ported once: nothing more, no new import
 
 
-def test_a_module_that_binds_the_functions_name_keeps_the_accelerators_member() -> None:
+def test_a_module_that_binds_the_functions_name_imports_accels_under_an_alias() -> None:
     ported = _ported(
         """
         import torch
@@ -437,9 +437,100 @@ def test_a_module_that_binds_the_functions_name_keeps_the_accelerators_member() 
             pass
         """
     )
-    assert "    get_accelerator().set_device(rank)" in ported
-    assert "with torch.cuda.device(1):" in ported  # reported for a person instead
+    assert "    _accel_set_device(rank)" in ported
+    assert "with _accel_device_index(1):" in ported
+    assert "    _accel_device_index as _accel_device_index,\n" not in ported
+    assert "    device_index as _accel_device_index,\n" in ported
+    assert "    set_device as _accel_set_device,\n" in ported
+    assert port_source(ported).source == ported  # the aliases are found again
+
+
+# Ways a module binds a name of its own that accel port would insert (get_accelerator).
+_OWN_GET_ACCELERATOR = {
+    "function": "def get_accelerator():\n    CALLED.append(1)\n    return 'mine'",
+    "class": "class get_accelerator:\n    def __init__(self):\n        CALLED.append(1)",
+    "assignment": "get_accelerator = lambda: CALLED.append(1)",
+    "import-as": "from itertools import count as get_accelerator",
+    "global": "def setup():\n    global get_accelerator\n    get_accelerator = CALLED.append",
+    "parameter": "def helper(get_accelerator=None):\n    return get_accelerator",
+    "star-import": "from itertools import *",
+    "except-as": "try:\n    pass\nexcept Exception as get_accelerator:\n    pass",
+}
+
+
+@pytest.mark.usefixtures("fresh_selection")
+@pytest.mark.parametrize("binding", _OWN_GET_ACCELERATOR.values(), ids=_OWN_GET_ACCELERATOR)
+def test_a_module_with_its_own_get_accelerator_calls_accels_under_an_alias(
+    binding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Calling the module's own get_accelerator() compiled and failed at run time.
+    monkeypatch.setenv("ACCEL_BACKEND", "cpu")
+    source = f"import torch\nCALLED = []\n{binding}\n\n\ndef place(t):\n    return t.cuda()\n"
+    ported = port_source(source).source
+    assert "    return t.to(_accel_get_accelerator().device_name())\n" in ported
+    assert "from accel import get_accelerator as _accel_get_accelerator\n" in ported
+    namespace: dict[str, object] = {}
+    exec(compile(ported, "ported.py", "exec"), namespace)
+    place = namespace["place"]
+    assert callable(place)
+    moved = place(torch.ones(2))
+    assert isinstance(moved, torch.Tensor)
+    assert moved.device.type == "cpu"
+    assert namespace["CALLED"] == []
+    assert port_source(ported).source == ported
+
+
+def test_an_alias_that_is_taken_too_gets_the_next_free_one() -> None:
+    ported = _ported(
+        """
+        import torch
+        from helpers import get_accelerator, _accel_get_accelerator
+        from ddp import ddp_device_ids
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        torch.cuda.synchronize()
+        DDP(model, device_ids=[rank])
+        """
+    )
+    assert "_accel_get_accelerator_2().synchronize()" in ported
+    assert "DDP(model, device_ids=_accel_ddp_device_ids(rank))" in ported
+    assert "    get_accelerator as _accel_get_accelerator_2,\n" in ported
+    assert "    ddp_device_ids as _accel_ddp_device_ids,\n" in ported
+    assert port_source(ported).source == ported
+
+
+def test_a_module_too_large_to_analyse_calls_accel_through_the_aliases() -> None:
+    # Whether it binds get_accelerator or set_device is not known: any name may be taken.
+    from accel.port.facts import ANALYSIS_LIMIT
+
+    filler = "x = 1\n" * (ANALYSIS_LIMIT // 6 + 1)
+    source = f"import torch\n{filler}torch.cuda.set_device(0)\nt.cuda()\n"
+    ported = port_source(source).source
+    assert ported.endswith("_accel_set_device(0)\nt.to(_accel_get_accelerator().device_name())\n")
+    assert ported.startswith(
+        "import torch\nfrom accel import (\n    get_accelerator as _accel_get_accelerator,\n"
+        "    set_device as _accel_set_device,\n)\n"
+    )
+    assert port_source(ported).source == ported
+
+
+@pytest.mark.usefixtures("fresh_selection")
+def test_accel_imported_under_another_name_still_gets_the_name_the_port_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `from accel import get_accelerator as acc` does not bind get_accelerator: it was
+    # taken for the import the rewrite needs, and the ported module raised NameError.
+    monkeypatch.setenv("ACCEL_BACKEND", "cpu")
+    ported = _ported(
+        """
+        import torch
+        from accel import get_accelerator as acc
+        moved = torch.ones(2).cuda()
+        """
+    )
     assert "from accel import get_accelerator\n" in ported
+    namespace: dict[str, object] = {}
+    exec(compile(ported, "ported.py", "exec"), namespace)
+    assert isinstance(namespace["moved"], torch.Tensor)
 
 
 def test_ported_device_calls_run_on_a_first_release_backend() -> None:
