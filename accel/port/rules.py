@@ -9,7 +9,8 @@ following DeepSpeed's porting guide:
   ``device_index(i)``), which work with every backend;
 - ``torch.cuda.current_device()`` -> ``current_device_name()`` where a device is expected
   (``device=``/``map_location=`` arguments, ``.to(...)``, ``torch.device(...)``), else
-  ``current_device()``;
+  ``current_device()``; a string of "cuda:" and it (an f-string or part of one, ``%``,
+  ``str.format``, ``+ str(...)``) -> ``current_device_name()`` wherever it stands;
 - ``torch.cuda.default_generators[i]`` -> ``get_accelerator().default_generator(i)``;
 - ``'cuda'``, ``'cuda:N'``, ``f'cuda:{i}'`` in those device positions only ->
   ``device_name()``, ``device_name(N)``, ``device_name(i)``; other strings are left alone;
@@ -34,6 +35,7 @@ accel's names are written as :meth:`ModuleFacts.local_name` gives them: an alias
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -45,6 +47,11 @@ from libcst.metadata import CodeRange, PositionProvider
 from accel.port.facts import DDP_NAME, ModuleFacts
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
+# Text that ends in a device type "cuda:" (not "xcuda:"), which an index completes.
+_CUDA_PREFIX = re.compile(r"(?<!\w)cuda:$")
+# Strings that make "cuda:<index>" of one argument with % or str.format.
+_PERCENT_FORMATS = frozenset({"cuda:%d", "cuda:%i", "cuda:%s"})
+_BRACE_FORMATS = frozenset({"cuda:{}", "cuda:{0}", "cuda:{!s}", "cuda:{0!s}"})
 
 # torch.cuda functions with the same name and meaning on every accel backend.
 DIRECT = frozenset({
@@ -110,6 +117,9 @@ RULES = {
     "and refuses the CPU's; accel.process_group_device_id(d) is d on accelerators and None "
     "on the CPU",
     "default-generators": "torch.cuda.default_generators[i] is the accelerator's generator i",
+    "device-string": "'cuda:' followed by torch.cuda.current_device() (an f-string, % or "
+    "str.format, or + str()) is the name of the current device; "
+    "get_accelerator().current_device_name() is that on every accelerator",
     "amp": "torch.cuda.amp.X is torch.amp.X / torch.autocast for the device 'cuda'; the "
     "device-generic forms take the accelerator's device type",
     "manual": "no rewrite is provably safe: a person decides (the suggestion says how)",
@@ -318,6 +328,108 @@ class PortTransformer(cst.CSTTransformer):
     def _manual(self, node: cst.CSTNode, message: str) -> None:
         """Report ``node`` for a person: no rewrite of it is provably safe."""
         self._note(node, message, rewritten=False, rule="manual")
+
+    # "cuda:" completed by torch.cuda.current_device(): the current device's name
+    def _is_cuda_current_device(self, node: cst.BaseExpression) -> bool:
+        """``torch.cuda.current_device()``, however the module spells ``torch.cuda``."""
+        return (
+            isinstance(node, cst.Call)
+            and not node.args
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "current_device"
+            and self._is_torch_cuda(node.func.value)
+        )
+
+    def _drop_findings_at(self, node: cst.CSTNode) -> None:
+        where = self._position(node)
+        self.findings = [f for f in self.findings if (f.line, f.column) != where]
+
+    def _current_device_name(
+        self, original: cst.CSTNode, inners: Sequence[cst.CSTNode], result: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        """``result`` for ``original``, a string made of "cuda:" and the ``inners``
+        (torch.cuda.current_device()): one finding for the site, in place of the ones for
+        the ``inners`` alone."""
+        for inner in inners:
+            self._drop_findings_at(inner)
+        code = cst.Module([]).code_for_node
+        self._note(original, f"{code(original)} -> {code(result)} (the current device's "
+                             "name)", rule="device-string")  # fmt: skip
+        return result
+
+    def leave_FormattedString(
+        self, original_node: cst.FormattedString, updated_node: cst.FormattedString
+    ) -> cst.BaseExpression:
+        # f"...cuda:{torch.cuda.current_device()}...": rewriting the call alone would leave
+        # a CUDA device's name on every accelerator.
+        parts = list(updated_node.parts)
+        inners: list[cst.BaseExpression] = []
+        for index, part in enumerate(original_node.parts):
+            before = parts[index - 1] if index else None
+            if not (
+                isinstance(part, cst.FormattedStringExpression)
+                and self._is_cuda_current_device(part.expression)
+                and isinstance(before, cst.FormattedStringText)
+                and _CUDA_PREFIX.search(before.value)
+            ):
+                continue
+            if part.format_spec is not None or part.conversion is not None:
+                self._drop_findings_at(part.expression)
+                parts[index] = part  # as it was: a person decides
+                self._manual(part, "this string names a CUDA device by its index; use "
+                             "get_accelerator().current_device_name()")  # fmt: skip
+                continue
+            inners.append(part.expression)
+            parts[index - 1] = before.with_changes(value=before.value[: -len("cuda:")])
+            parts[index] = cst.FormattedStringExpression(
+                self._accelerator_call("current_device_name")
+            )
+        if not inners:
+            return updated_node.with_changes(parts=parts)
+        parts = [p for p in parts if not (isinstance(p, cst.FormattedStringText) and not p.value)]
+        only = parts[0] if len(parts) == 1 else None
+        result = (  # f"{name}" is the name itself
+            only.expression
+            if isinstance(only, cst.FormattedStringExpression)
+            else updated_node.with_changes(parts=parts)
+        )
+        return self._current_device_name(original_node, inners, result)
+
+    def leave_BinaryOperation(
+        self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
+    ) -> cst.BaseExpression:
+        left, right = original_node.left, original_node.right
+        if isinstance(original_node.operator, cst.Modulo) and _literal(left) in _PERCENT_FORMATS:
+            inner = right  # "cuda:%d" % torch.cuda.current_device()
+        elif (
+            isinstance(original_node.operator, cst.Add)
+            and _literal(left) == "cuda:"
+            and m.matches(right, m.Call(func=m.Name("str"), args=[m.Arg(keyword=None, star="")]))
+        ):
+            assert isinstance(right, cst.Call)
+            inner = right.args[0].value  # "cuda:" + str(torch.cuda.current_device())
+        else:
+            return updated_node
+        if self._is_cuda_current_device(inner):
+            name = self._accelerator_call("current_device_name")
+            return self._current_device_name(original_node, [inner], name)
+        return updated_node
+
+    def _rewrite_format_call(self, original: cst.Call) -> cst.BaseExpression | None:
+        """``"cuda:{}".format(torch.cuda.current_device())`` -> the current device's name."""
+        func, args = original.func, original.args
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "format"
+            and _literal(func.value) in _BRACE_FORMATS
+            and len(args) == 1
+            and args[0].keyword is None
+            and not args[0].star
+            and self._is_cuda_current_device(args[0].value)
+        ):
+            name = self._accelerator_call("current_device_name")
+            return self._current_device_name(original, [args[0].value], name)
+        return None
 
     # torch.cuda.<fn>(...) and torch.cuda.nvtx.<fn>(...)
     def _rewrite_torch_cuda_call(
@@ -589,6 +701,9 @@ class PortTransformer(cst.CSTTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         self._note_dynamic_lookup(original_node)
+        rewritten = self._rewrite_format_call(original_node)
+        if rewritten is not None:
+            return rewritten
         rewritten = self._rewrite_torch_cuda_call(original_node, updated_node)
         if rewritten is not None:
             return rewritten

@@ -670,3 +670,46 @@ def test_a_device_type_keyword_names_the_accelerators_type() -> None:
     )
     assert "torch.amp.autocast(device_type=get_accelerator().device_name(), dtype" in ported
     assert "torch.autocast(device_type=0)" in ported  # not a device: an int is no device type
+
+
+@pytest.mark.usefixtures("fresh_selection")
+def test_a_string_naming_the_current_cuda_device_becomes_the_current_devices_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only the call inside was rewritten: f"cuda:{get_accelerator().current_device()}"
+    # named a CUDA device on every accelerator.
+    monkeypatch.setenv("ACCEL_BACKEND", "cpu")
+    result = port_source(
+        textwrap.dedent(
+            """
+            import torch
+            whole = f"cuda:{torch.cuda.current_device()}"
+            inside = f"running on cuda:{torch.cuda.current_device()}, rank {0}"
+            percent = "cuda:%d" % torch.cuda.current_device()
+            formatted = "cuda:{}".format(torch.cuda.current_device())
+            added = "cuda:" + str(torch.cuda.current_device())
+            placed = torch.ones(1, device=f"cuda:{torch.cuda.current_device()}")
+            padded = lambda: f"cuda:{torch.cuda.current_device():02d}"
+            """
+        )
+    )
+    lines = result.source.splitlines()
+    for expected in (
+        "whole = get_accelerator().current_device_name()",
+        'inside = f"running on {get_accelerator().current_device_name()}, rank {0}"',
+        "percent = get_accelerator().current_device_name()",
+        "formatted = get_accelerator().current_device_name()",
+        "added = get_accelerator().current_device_name()",
+        "placed = torch.ones(1, device=get_accelerator().current_device_name())",
+        'padded = lambda: f"cuda:{torch.cuda.current_device():02d}"',  # a person decides
+    ):
+        assert expected in lines, expected
+    assert [(f.line, f.rule) for f in result.findings] == [
+        (3, "device-string"), (4, "device-string"), (5, "device-string"), (6, "device-string"),
+        (7, "device-string"), (8, "device-string"), (9, "manual"),
+    ]  # fmt: skip
+    namespace: dict[str, object] = {}
+    exec(compile(result.source, "ported.py", "exec"), namespace)
+    assert [namespace[n] for n in ("whole", "percent", "formatted", "added")] == ["cpu"] * 4
+    assert namespace["inside"] == "running on cpu, rank 0"
+    assert port_source(result.source).source == result.source
