@@ -266,6 +266,46 @@ def test_backend_variables_aliases_and_the_device_type_idiom() -> None:
         "get_accelerator().manual_seed(1)" in ported  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "'cuda' if 'cuda' not in device else 'cpu'",  # the opposite of the device type
+        "'cuda' if 'cuda' == device else 'cpu'",  # 'cpu' for 'cuda:0'
+        "'cuda' if 'cuda' != device else 'cpu'",
+        "'cpu' if 'cuda' in device else 'cuda'",
+        "'gpu' if 'cuda' in device else 'cpu'",
+        "'cuda' if 'cuda' in device else 'host'",
+        "'cuda' if 'cuda:0' in device else 'cpu'",
+        "'cuda' if 'cuda' in device.type else 'cpu'",
+        "'cuda' if 'cuda' in device in names else 'cpu'",
+    ],
+    ids=[
+        "not-in",
+        "equal",
+        "not-equal",
+        "swapped",
+        "other-type",
+        "other-fallback",
+        "indexed",
+        "attribute",
+        "chained",
+    ],
+)
+def test_only_the_device_type_idiom_itself_becomes_torch_device_type(expression: str) -> None:
+    # Each of these means something other than "the type of device", which is what
+    # torch.device(device).type says.
+    ported = _ported(
+        f"""
+        import torch
+        device = 'cuda:0'
+        kind = {expression}
+        torch.ones(1).to(device)
+        """
+    )
+    assert f"kind = {expression}\n" in ported
+    assert "device = get_accelerator().device_name(0)\n" in ported  # a known device
+
+
 def test_amp_is_rewritten_with_keywords_and_reported_with_positional_arguments() -> None:
     result = port_source(
         "import torch\n"
