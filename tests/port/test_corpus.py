@@ -1,14 +1,15 @@
 """The port corpus: realistic GPU training scripts, ported, then trained on the CPU.
 
 tests/port/corpus/ holds scripts written for this test in the ways people write device
-code (module-level `device = 'cuda'`, f'cuda:{rank}', conditional devices, the
-'cuda' in device idiom, string set_device, torch.cuda.amp, `backend = 'nccl'`, import
-aliases, integer GPU ids, `DDP(device_ids=[i])`, `map_location=0`, FSDP2 with
+code (module-level `device = 'cuda'`, f'cuda:{rank}', conditional devices, the 'cuda' in
+device idiom, string set_device, torch.cuda.amp, `backend = 'nccl'`, import aliases,
+integer GPU ids, `DDP(device_ids=[i])`, `map_location=0`, FSDP2 with
 `init_process_group(device_id=device)`, `to_empty(device="cuda")`, `autocast(device_type=
-"cuda")` and `get_device_properties(device)`). The unported scripts
-fail on a CPU-only torch; ported, they must train alone, as two DDP ranks under `accel
-run`, on two "nodes" (two launchers meeting at a c10d rendezvous on this host) and from
-their own snapshot, with the same results a person would check.
+"cuda")` and `get_device_properties(device)`). The unported scripts fail on a CPU-only
+torch, at their first CUDA call and with torch's error for it; ported, they must train
+alone, as two DDP ranks under `accel run`, on two "nodes" (two launchers meeting at a c10d
+rendezvous on this host) and from their own snapshot, with the same results a person would
+check.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,11 +83,42 @@ def test_porting_is_idempotent_and_changes_only_the_lines_it_reports(script: Pat
     assert all(comment in first.source for comment in comments)  # comments survive
 
 
+# What torch raises where a script asks for CUDA it does not have: a CPU-only build (the
+# lazy init's assertion, or set_device's missing binding), or a CUDA build on a machine
+# without a GPU or driver.
+_NO_CUDA = re.compile(
+    r"^(AssertionError: Torch not compiled with CUDA enabled"
+    r"|AttributeError: module 'torch\._C' has no attribute '_cuda_setDevice'"
+    r"|RuntimeError: (No CUDA GPUs are available|Found no NVIDIA driver on your system"
+    r"|CUDA error: no CUDA-capable device is detected))",
+    re.MULTILINE,
+)
+
+
+def _assert_fails_for_want_of_cuda(
+    result: subprocess.CompletedProcess[str], script: str, statement: str
+) -> None:
+    """``result`` failed on ``statement``, its deepest line of ``script``, with torch's
+    error for a missing CUDA: any other crash is a failure of the test."""
+    assert result.returncode != 0
+    frames = re.findall(rf'File "[^"]*{re.escape(script)}", line \d+, in \S+\n(.*)', result.stderr)
+    assert frames, result.stderr[-3000:]
+    assert frames[-1].strip() == statement, result.stderr[-3000:]
+    assert _NO_CUDA.search(result.stderr), result.stderr[-3000:]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the unported scripts run on a GPU")
 def test_the_unported_script_fails_on_the_cpu(tmp_path: Path) -> None:
     result = _python(str(CORPUS / "gpt_train.py"), str(tmp_path / "out.json"), cwd=tmp_path)
-    assert result.returncode != 0
-    assert "Torch not compiled with CUDA enabled" in result.stderr
+    _assert_fails_for_want_of_cuda(result, "gpt_train.py", "model = TinyLM(len(chars)).to(device)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the unported scripts run on a GPU")
+def test_the_unported_alias_script_fails_on_the_cpu(tmp_path: Path) -> None:
+    result = _python(str(CORPUS / "aliases_and_amp.py"), str(tmp_path / "a.json"), cwd=tmp_path)
+    _assert_fails_for_want_of_cuda(
+        result, "aliases_and_amp.py", "model = torch.nn.Linear(4, 1).cuda()"
+    )
 
 
 def test_the_ported_gpt_script_trains_on_the_cpu(ported: Path) -> None:
@@ -130,7 +163,7 @@ def _ddp_snapshot_reports(directory: Path, out: str, ranks: int) -> list[dict[st
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the unported scripts run on a GPU")
 def test_the_unported_snapshot_script_fails_on_the_cpu(tmp_path: Path) -> None:
     result = _python(str(CORPUS / "ddp_snapshot.py"), "1", "s.pt", "o.json", cwd=tmp_path)
-    assert result.returncode != 0
+    _assert_fails_for_want_of_cuda(result, "ddp_snapshot.py", "torch.cuda.set_device(local_rank)")
 
 
 def test_the_ported_snapshot_script_trains_alone_and_resumes_from_its_snapshot(
@@ -192,7 +225,7 @@ def test_the_unported_fsdp2_script_fails_on_the_cpu(tmp_path: Path) -> None:
     script = str(CORPUS / "fsdp2_checkpoint.py")
     launch = ("-m", "accel", "run", "--standalone", "--nproc-per-node", "1")
     result = _python(*launch, script, "2", "c.pt", "o.json", cwd=tmp_path)
-    assert result.returncode != 0
+    _assert_fails_for_want_of_cuda(result, "fsdp2_checkpoint.py", "torch.cuda.set_device(device)")
 
 
 def test_the_ported_fsdp2_script_trains_as_two_ranks_and_saves_a_full_checkpoint(
