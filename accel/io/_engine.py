@@ -18,10 +18,10 @@ import os
 import stat
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 
@@ -49,29 +49,92 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# Storages that requests are moving data to or from, by data address. Freeing a storage's
-# memory in place (``untyped_storage().resize_(0)``, as FSDP and ZeRO-3 release
-# parameters) while a transfer uses it would let the kernel write into freed heap memory,
-# which a reference to the tensor cannot prevent. ``resize_`` of such a storage therefore
-# waits for its transfers to end first; any other ``resize_`` costs one dict lookup.
+# Storages that requests are moving data to or from, by data address. A transfer holds its
+# storage (not only the tensor: ``t.data = torch.empty(0)`` and ``t.set_(...)``, as ZeRO-3
+# releases parameters, leave the tensor alive and drop its old storage), so the memory
+# stays allocated whatever the caller does with the tensor. Two calls still free that
+# memory in place: ``untyped_storage().resize_(n)`` (FSDP and ZeRO-3 free parameters with
+# ``resize_(0)``) and a ``Tensor.resize_``/``resize_as_`` that grows the tensor past its
+# storage (the storage moves to a new allocation). Each waits for the storage's transfers
+# to end first; any other call costs one dict lookup.
 _busy: dict[int, int] = {}
 _busy_changed = threading.Condition()
 _torch_resize: Callable[[torch.UntypedStorage, int], torch.UntypedStorage] = getattr(  # noqa: B009
     torch.UntypedStorage, "resize_"
 )
+_torch_tensor_resize: Callable[..., torch.Tensor] = getattr(torch.Tensor, "resize_")  # noqa: B009
+_torch_tensor_resize_as: Callable[..., torch.Tensor] = getattr(torch.Tensor, "resize_as_")  # noqa: B009
+
+
+def _wait_for_transfers(address: int) -> None:
+    with _busy_changed:
+        while _busy.get(address):
+            _busy_changed.wait()
 
 
 def _resize_after_transfers(storage: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
     """``UntypedStorage.resize_``, once no accel.io transfer uses the storage's memory."""
     if _busy:
-        address = storage.data_ptr()
-        with _busy_changed:
-            while _busy.get(address):
-                _busy_changed.wait()
+        _wait_for_transfers(storage.data_ptr())
     return _torch_resize(storage, size)
 
 
+def _requested_numel(sizes: tuple[object, ...]) -> int | None:
+    """The element count ``Tensor.resize_(*sizes)`` asks for; None where the sizes are not
+    plain ints (symbolic or NumPy sizes: the caller then waits, and torch checks them)."""
+    dims = sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes
+    if not isinstance(dims, Iterable):
+        return None
+    numel = 1
+    for dim in cast("Iterable[object]", dims):
+        if not isinstance(dim, int):
+            return None
+        numel *= dim
+    return numel
+
+
+def _wait_if_growing(tensor: torch.Tensor, numel: int | None) -> None:
+    # Growing past the storage moves it to a new allocation and frees the old one.
+    if tensor.device.type != "cpu":
+        return  # accel.io only moves CPU memory
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return  # a tensor without storage (a wrapper subclass, a functional tensor)
+    address = storage.data_ptr()
+    if not _busy.get(address):
+        return
+    if (
+        numel is None
+        or (tensor.storage_offset() + numel) * tensor.element_size() > storage.nbytes()
+    ):
+        _wait_for_transfers(address)
+
+
+def _tensor_resize_after_transfers(
+    tensor: torch.Tensor, *sizes: object, **kwargs: object
+) -> torch.Tensor:
+    """``Tensor.resize_``; one that grows the storage first waits for its accel.io transfers."""
+    if _busy:
+        requested = (kwargs["size"],) if not sizes and "size" in kwargs else sizes
+        _wait_if_growing(tensor, _requested_numel(requested))
+    return _torch_tensor_resize(tensor, *sizes, **kwargs)
+
+
+def _tensor_resize_as_after_transfers(
+    tensor: torch.Tensor, template: object, **kwargs: object
+) -> torch.Tensor:
+    """``Tensor.resize_as_``; one that grows the storage first waits for its accel.io
+    transfers."""
+    if _busy:
+        numel = template.numel() if isinstance(template, torch.Tensor) else None
+        _wait_if_growing(tensor, numel)
+    return _torch_tensor_resize_as(tensor, template, **kwargs)
+
+
 setattr(torch.UntypedStorage, "resize_", _resize_after_transfers)  # noqa: B010  (typed above)
+setattr(torch.Tensor, "resize_", _tensor_resize_after_transfers)  # noqa: B010
+setattr(torch.Tensor, "resize_as_", _tensor_resize_as_after_transfers)  # noqa: B010
 
 
 def _hold(address: int) -> None:
@@ -129,8 +192,8 @@ class _Transfer:
     """What the worker threads share for one request."""
 
     request: IORequest
-    tensor: torch.Tensor  # kept alive until the transfer ends
-    storage: int  # the storage's data address, held in _busy until the transfer ends
+    memory: torch.UntypedStorage  # the tensor's storage when submitted, alive until the end
+    storage: int  # its data address, held in _busy until the transfer ends
     view: memoryview
     direct_fd: int | None
     buffered_fd: int
@@ -382,16 +445,17 @@ class AsyncIO:
                     f"{offset + nbytes} bytes, the file has {size}"
                 )
         request = IORequest(kind, name, offset, nbytes, direct_fd is not None)
-        # A view of the tensor's bytes (no copy); the transfer keeps the tensor alive.
+        # A view of the tensor's bytes (no copy); the transfer keeps their storage alive.
         view = (
             memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
             if nbytes
             else memoryview(b"")
         )
         blocks = self._blocks(nbytes, direct_fd is not None)
-        storage = tensor.untyped_storage().data_ptr()
+        memory = tensor.untyped_storage()
+        storage = memory.data_ptr()
         transfer = _Transfer(
-            request, tensor, storage, view, direct_fd, buffered_fd, owned, remaining=len(blocks)
+            request, memory, storage, view, direct_fd, buffered_fd, owned, remaining=len(blocks)
         )
         if not blocks:  # an empty tensor: nothing to move
             transfer.close()

@@ -472,3 +472,57 @@ def test_an_o_direct_descriptor_takes_unaligned_requests(tmp_path: pathlib.Path)
     finally:
         os.close(fd)
     assert path.read_bytes() == data.numpy().tobytes()
+
+
+RELEASES = {
+    # ZeRO-3 releases a parameter by swapping its .data; set_ and a growing resize_ also
+    # leave the tensor alive and free the memory it pointed to.
+    "data": "tensor.data = torch.empty(0, dtype=torch.uint8)",
+    "set_": "tensor.set_(torch.empty(0, dtype=torch.uint8))",
+    "resize_": "tensor.resize_(2 * n)",
+    "resize_as_": "tensor.resize_as_(torch.empty(2 * n, dtype=torch.uint8))",
+}
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_releasing_a_tensor_mid_transfer_keeps_its_memory_until_the_end(
+    tmp_path: pathlib.Path, kind: str, release: str
+) -> None:
+    # A transfer kept the tensor object alive, not its memory: a read went on into freed
+    # memory that the next allocation reused (its bytes then held the file's) or failed
+    # with EFAULT; a write stored whatever reused that memory. In a child: it may crash.
+    script = tmp_path / "release_mid_transfer.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import torch
+            from accel.io import AsyncIO
+            path = {str(tmp_path / "data.bin")!r}
+            n = 64 << 20
+            for _ in range(3):
+                with AsyncIO() as engine:
+                    engine.write(torch.full((n,), 7, dtype=torch.uint8), path).result()
+                tensor = torch.full((n,), 7 if {kind!r} == "write" else 0, dtype=torch.uint8)
+                # Small blocks, one at a time: the transfer outlasts the release.
+                with AsyncIO(block_size=1 << 12, queue_depth=1) as engine:
+                    request = getattr(engine, {kind!r})(tensor, path)
+                    {RELEASES[release]}
+                    unrelated = torch.zeros(n, dtype=torch.uint8)
+                    assert request.result() == n
+                    assert unrelated.count_nonzero() == 0, "the transfer used freed memory"
+                if {kind!r} == "write":
+                    with open(path, "rb") as file:
+                        assert file.read() == bytes([7]) * n, "the write stored other bytes"
+                elif tensor.numel() == 2 * n:  # grown in place: the read's bytes come first
+                    assert torch.equal(tensor[:n], torch.full((n,), 7, dtype=torch.uint8))
+                del unrelated
+            print("survived", flush=True)
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "survived"
