@@ -17,15 +17,18 @@ from typing import Any, ClassVar
 import torch
 
 from accel._device_module import device_module
+from accel.protocols._unsupported import unsupported
 from accel.protocols.graph import Graph
+
+_WHY = "the device cannot capture and replay graphs"
 
 
 class NoGraphMixin:
-    """The device cannot capture and replay graphs (class-level ``None`` markers)."""
+    """The device cannot capture and replay graphs (class-level markers annotated ``None``)."""
 
-    create_graph: None = None
-    capture_to_graph: None = None
-    replay_graph: None = None
+    create_graph: None = unsupported("GraphAPI", "supports_graphs", _WHY)
+    capture_to_graph: None = unsupported("GraphAPI", "supports_graphs", _WHY)
+    replay_graph: None = unsupported("GraphAPI", "supports_graphs", _WHY)
 
 
 def module_graph_class(device_type: str) -> type | None:

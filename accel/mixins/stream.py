@@ -1,9 +1,12 @@
 """StreamAPI: the No-marker for synchronous devices, and torch device-module streams.
 
-A class-level ``None`` marker makes ``isinstance(acc, StreamAPI)`` False at run time and
-makes assigning the class to ``StreamAPI`` a static error in mypy and pyright. The marker
-must stay at class level, and the No-mixin must come before any mixin that implements the
-capability in the bases, or the implementation would win.
+A class-level marker annotated ``None`` makes ``isinstance(acc, StreamAPI)`` False at run
+time and makes assigning the class to ``StreamAPI`` a static error in mypy and pyright.
+Its value, from :func:`~accel.protocols._unsupported.unsupported`, makes reading the
+member raise an error naming the backend and the capability (calling ``None`` would say
+only "'NoneType' object is not callable"). The marker must stay at class level, and the
+No-mixin must come before any mixin that implements the capability in the bases, or the
+implementation would win.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import torch
 
 from accel._device_module import device_module
 from accel._validate import check_optional_index
+from accel.protocols._unsupported import unsupported
+
+_WHY = "the device runs every op to completion before returning: no streams, no events"
 
 
 class NoStreamMixin:
@@ -23,11 +29,11 @@ class NoStreamMixin:
     ``is_synchronized_device()`` follows from this (see ``RuntimeEnvMixin``).
     """
 
-    Stream: None = None
-    Event: None = None
-    stream: None = None
-    current_stream: None = None
-    default_stream: None = None
+    Stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
+    Event: None = unsupported("StreamAPI", "supports_streams", _WHY)
+    stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
+    current_stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
+    default_stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
 
 
 class TorchStreamMixin:

@@ -11,6 +11,11 @@ puts capability markers at class level), not of one instance. Classes may be cre
 dropped at run time (plugins, tests), so entries are keyed by ``id(cls)`` and removed by a
 weak-reference callback when the class is collected: the memo never keeps a class alive
 and an id is never reused while its entry exists.
+
+One deliberate difference from typing: a member set to the descriptor that
+:func:`accel.protocols._unsupported.unsupported` makes counts as ``None`` does, so
+the No-mixins' markers can raise a clear error when read and still switch the
+capability off (typing only knows ``None``).
 """
 
 # The metaclass below derives from a base chosen at run time, so pyright cannot tell that
@@ -20,8 +25,13 @@ and an id is never reused while its entry exists.
 from __future__ import annotations
 
 import abc
+import inspect
 import weakref
 from typing import Any, TypeVar
+
+from typing_extensions import get_protocol_members
+
+from accel.protocols._unsupported import is_unsupported
 
 _ProtocolT = TypeVar("_ProtocolT", bound=type)
 
@@ -56,10 +66,22 @@ class _Memo:
         self.guards.clear()
 
 
+def _switched_off(protocol: type, obj: object) -> bool:
+    """Whether one of ``protocol``'s members is an ``unsupported()`` marker on ``obj``
+    (found the way typing finds a ``None`` marker)."""
+    if not getattr(protocol, "_is_protocol", False):
+        return False  # a concrete class that inherits a protocol: no members to check
+    return any(
+        is_unsupported(inspect.getattr_static(obj, name, None))
+        for name in get_protocol_members(protocol)
+    )
+
+
 def _make_fast_metaclass(base: type) -> type:
     # Written once per base metaclass; the methods below call the base explicitly because
     # typing_extensions' metaclass must not be reached through super() (see its comments).
     base_instancecheck: Any = base.__instancecheck__
+    base_subclasscheck: Any = base.__subclasscheck__
     base_register: Any = getattr(base, "register", abc.ABCMeta.register)
 
     class FastProtocolMeta(base):  # type: ignore[misc]
@@ -78,9 +100,17 @@ def _make_fast_metaclass(base: type) -> type:
             memo: _Memo = cls._abc_accel_memo
             answer = memo.answers.get(id(checked))
             if answer is None:
-                answer = bool(base_instancecheck(cls, instance))
+                answer = not _switched_off(cls, instance) and bool(
+                    base_instancecheck(cls, instance)
+                )
                 memo.remember(checked, answer)
             return answer
+
+        def __subclasscheck__(cls, other: object) -> bool:
+            # typing's check (through abc's subclass hook) knows only None markers.
+            if isinstance(other, type) and _switched_off(cls, other):
+                return False
+            return bool(base_subclasscheck(cls, other))
 
         def register(cls, subclass: type) -> type:
             # A virtual subclass changes answers of this protocol and of every protocol

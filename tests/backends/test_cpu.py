@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from typing_extensions import get_protocol_members
 
 from accel import _host
 from accel._validate import format_id_list, parse_id_list
 from accel.backends import cpu
 from accel.backends.cpu import CPUAccelerator
 from accel.ops import cpu_optim
-from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
+from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI, missing_members
 
 
 @pytest.fixture
@@ -168,8 +169,29 @@ def test_synchronous_device_has_no_streams_or_graphs(acc: CPUAccelerator) -> Non
     assert not isinstance(acc, StreamAPI)
     assert not isinstance(acc, GraphAPI)
     assert acc.is_synchronized_device() is True
-    assert acc.Stream is None
-    assert acc.create_graph is None
+    assert getattr(acc, "Stream", None) is None
+    assert getattr(acc, "create_graph", None) is None
+
+
+@pytest.mark.parametrize(
+    ("protocol", "check"), [(StreamAPI, "supports_streams"), (GraphAPI, "supports_graphs")]
+)
+def test_a_missing_capability_says_which_backend_lacks_what(
+    acc: CPUAccelerator, protocol: type, check: str
+) -> None:
+    # Calling a None marker said only "'NoneType' object is not callable".
+    name = protocol.__name__
+    for member in sorted(get_protocol_members(protocol)):
+        expected = (
+            rf"^CPUAccelerator has no {member}: it is not a {name} \(.+\); check "
+            rf"isinstance\(acc, {name}\) or accel\.protocols\.{check}\(acc\) first$"
+        )
+        with pytest.raises(AttributeError, match=expected):
+            getattr(acc, member)()
+        assert getattr(acc, member, None) is None
+        assert missing_members(acc, protocol) == sorted(get_protocol_members(protocol))
+    assert not isinstance(acc, protocol)
+    assert not issubclass(CPUAccelerator, protocol)
 
 
 def test_profiler_ranges_appear_in_torch_profiler_traces(acc: CPUAccelerator) -> None:

@@ -10,6 +10,7 @@ from typing_extensions import Protocol, runtime_checkable
 
 from accel.protocols import Accelerator, GraphAccelerator, GraphAPI
 from accel.protocols._fast import fast_protocol
+from accel.protocols._unsupported import unsupported
 
 
 @fast_protocol
@@ -90,3 +91,26 @@ def test_only_runtime_protocols_can_be_made_fast() -> None:
 
     with pytest.raises(TypeError, match="runtime_checkable"):
         fast_protocol(NotRuntime)
+
+
+class Muted:
+    quack: None = unsupported("Quacks", "supports_quacks", "it is a mime")
+
+
+# Built with type(): a checker rightly rejects bases that disagree about quack.
+MutedDuck = type("MutedDuck", (Muted, Duck), {})  # the marker comes first: it wins
+DuckFirst = type("DuckFirst", (Duck, Muted), {})  # the implementation comes first: it wins
+
+
+def test_an_unsupported_marker_rejects_the_class_as_none_does() -> None:
+    for cls in (Muted, MutedDuck):
+        assert not isinstance(cls(), Quacks)
+        assert not issubclass(cls, Quacks)
+        assert getattr(cls(), "quack", None) is None
+    with pytest.raises(AttributeError, match=r"^Muted has no quack: .*\(it is a mime\)"):
+        # A static error as well: checkers see the None annotation.
+        Muted().quack()  # type: ignore[misc]  # pyright: ignore[reportOptionalCall]
+    with pytest.raises(AttributeError, match=r"^MutedDuck has no quack: "):
+        MutedDuck().quack()  # pyright: ignore[reportOptionalCall]
+    assert isinstance(DuckFirst(), Quacks)
+    assert issubclass(DuckFirst, Quacks)
