@@ -19,8 +19,10 @@ On the CPU backend nothing else is needed. Lightning picks three things by accel
   ``torch.cuda.Stream`` on any non-CPU device);
 - ``plugins=[fabric_precision("bf16-mixed")]`` / ``[trainer_precision(...)]`` for mixed
   precision, on every backend (Lightning autocasts on ``"cuda"`` unless the accelerator
-  is named ``"cpu"`` or ``"mps"``). The Trainer's ``setup`` raises on a mixed-precision
-  plugin for another device; Fabric offers the accelerator no such hook.
+  is named ``"cpu"`` or ``"mps"``). A mixed-precision plugin for another device is
+  refused: by the accelerator's ``setup`` in the Trainer, and when a ``Fabric`` is
+  constructed (Fabric calls no hook that sees the plugin, so importing this package
+  wraps ``Fabric.__init__`` to check it).
 
 Importing this package imports Lightning; ``import accel`` never does.
 """
@@ -31,7 +33,7 @@ import lightning.fabric.accelerators as fabric_accelerators
 import lightning.pytorch.accelerators as trainer_accelerators
 
 from accel.integrations.lightning import _strategies
-from accel.integrations.lightning._accelerator import NAME, AccelAccelerator
+from accel.integrations.lightning._accelerator import NAME, AccelAccelerator, check_fabric_precision
 from accel.integrations.lightning._precision import fabric_precision, trainer_precision
 from accel.integrations.lightning._strategies import (
     DDP,
@@ -59,7 +61,8 @@ __all__ = [
 
 def register() -> None:
     """Register ``"accel"``, ``"accel_single_device"`` and ``"accel_ddp"`` with Fabric's
-    and the Trainer's registries (idempotent; done on import)."""
+    and the Trainer's registries, and make ``Fabric`` check its precision plugin
+    (idempotent; done on import)."""
     for registry in (
         fabric_accelerators.ACCELERATOR_REGISTRY,
         trainer_accelerators.AcceleratorRegistry,
@@ -68,6 +71,7 @@ def register() -> None:
         if NAME not in registry or registry[NAME]["accelerator"] is not AccelAccelerator:
             AccelAccelerator.register_accelerators(registry)
     _strategies.register()
+    check_fabric_precision()
 
 
 register()

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import lightning.fabric.fabric as fabric_module
 import lightning.pytorch as pl
 import lightning.pytorch.accelerators as trainer_accelerators
-import lightning.pytorch.plugins.precision as trainer_plugins
 import torch
 from typing_extensions import override
 
 from accel import get_accelerator
 from accel.comm.process_group import set_default_backend
 from accel.integrations.lightning._devices import device_index, parse_devices, process_group_backend
+from accel.integrations.lightning._precision import check_autocast_device
 
 NAME = "accel"
 
@@ -59,15 +61,11 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         """Refuse mixed precision that would autocast on another device type."""
-        plugin = trainer.strategy.precision_plugin
-        expected = get_accelerator().device().type
-        if isinstance(plugin, trainer_plugins.MixedPrecision) and plugin.device != expected:
-            raise ValueError(
-                f"AccelAccelerator.setup: the Trainer's mixed precision autocasts on "
-                f"{plugin.device!r}, but accel's backend runs on {expected!r} (Lightning picks "
-                "the autocast device by accelerator name); pass "
-                f"plugins=[accel.integrations.lightning.trainer_precision({plugin.precision!r})]"
-            )
+        check_autocast_device(
+            trainer.strategy.precision_plugin,
+            "AccelAccelerator.setup: the Trainer's mixed precision",
+            "trainer_precision",
+        )
 
     @override
     def teardown(self) -> None:
@@ -134,3 +132,33 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
         accelerator_registry.register(
             NAME, cls, description="any accel backend (accel.get_accelerator())", override=True
         )
+
+
+def check_fabric_precision() -> None:
+    """Make a ``Fabric`` on :class:`AccelAccelerator` refuse, when it is constructed,
+    mixed precision that autocasts on another device type (idempotent; done on import).
+
+    The Trainer calls its accelerator's ``setup`` with the precision plugin in reach;
+    Fabric calls no accelerator or precision hook that could check it before the first
+    forward, which then fails in a layer on mismatched dtypes. So ``Fabric.__init__`` is
+    wrapped: after Lightning's own, it checks ``fabric.strategy.precision``.
+    """
+    init: Any = fabric_module.Fabric.__init__
+    if getattr(init, _CHECKS_PRECISION, False):
+        return
+
+    @functools.wraps(init)
+    def checked_init(fabric: fabric_module.Fabric, *args: Any, **kwargs: Any) -> None:
+        init(fabric, *args, **kwargs)
+        if isinstance(fabric.accelerator, AccelAccelerator):
+            check_autocast_device(
+                fabric.strategy.precision,
+                "Fabric(accelerator='accel'): its mixed precision",
+                "fabric_precision",
+            )
+
+    setattr(checked_init, _CHECKS_PRECISION, True)
+    setattr(fabric_module.Fabric, "__init__", checked_init)  # noqa: B010  (a method)
+
+
+_CHECKS_PRECISION = "_accel_checks_precision"

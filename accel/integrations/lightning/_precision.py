@@ -52,3 +52,26 @@ def _autocast_device(precision: str) -> str:
             f"{dtype} (DTypeAPI); it supports {acc.supported_dtypes()}"
         )
     return acc.device().type
+
+
+def check_autocast_device(plugin: object, what: str, factory: str) -> None:
+    """Refuse Lightning's mixed precision when it autocasts on another device type than
+    accel's backend: its inputs would be cast to 16 bits while the weights, which no
+    autocast converts there, stay 32-bit, and the first layer would fail on the dtypes.
+
+    ``what`` names the plugin in the message (who holds it), ``factory`` the function
+    that makes the right one.
+
+    Raises:
+        ValueError: ``plugin`` autocasts on another device type.
+    """
+    if not isinstance(plugin, (fabric_plugins.MixedPrecision, trainer_plugins.MixedPrecision)):
+        return
+    expected = get_accelerator().device().type
+    if plugin.device != expected:
+        raise ValueError(
+            f"{what} autocasts on {plugin.device!r}, but accel's backend "
+            f"runs on {expected!r} (Lightning picks the autocast device by accelerator "
+            f"name); pass plugins=[accel.integrations.lightning.{factory}"
+            f"({plugin.precision!r})]"
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import lightning
 import lightning.fabric.accelerators as fabric_accelerators
 import lightning.fabric.strategies as fabric_strategies
 import lightning.pytorch.accelerators as trainer_accelerators
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
+from lightning.fabric.plugins.precision import MixedPrecision
 
 import accel
 import accel.integrations.lightning as accel_lightning
@@ -173,3 +175,37 @@ def test_mixed_precision_follows_the_dtype_api(make: Any, monkeypatch: pytest.Mo
         make("16-mixed")
     with pytest.raises(ValueError, match="'32-true': expected one of"):
         make("32-true")
+
+
+def test_fabric_refuses_mixed_precision_for_another_device_when_constructed() -> None:
+    # Fabric autocast on "cuda" for accelerator="accel" and cast the inputs to bf16: the
+    # first forward failed in F.linear ("mat1 and mat2 must have the same dtype").
+    device_type = accel.get_accelerator().device().type
+    if device_type == "cuda":
+        pytest.skip("Lightning's default autocast device is right on a CUDA backend")
+    expected = (
+        rf"^Fabric\(accelerator='accel'\): its mixed precision autocasts on 'cuda', but "
+        rf"accel's backend runs on '{device_type}' .*"
+        rf"plugins=\[accel\.integrations\.lightning\.fabric_precision\('bf16-mixed'\)\]$"
+    )
+    with pytest.raises(ValueError, match=expected):
+        lightning.Fabric(accelerator="accel", devices=1, precision="bf16-mixed")
+    with pytest.raises(ValueError, match=expected):
+        lightning.Fabric(
+            accelerator=accel_lightning.AccelAccelerator(),
+            devices=1,
+            plugins=[MixedPrecision("bf16-mixed", device="cuda")],
+        )
+    accel_lightning.register()  # idempotent: Fabric.__init__ is wrapped once
+    wrapped: Any = lightning.Fabric.__init__
+    assert not hasattr(wrapped.__wrapped__, "__wrapped__")
+    fabric = lightning.Fabric(
+        accelerator="accel", devices=1, plugins=[accel_lightning.fabric_precision("bf16-mixed")]
+    )
+    model = fabric.setup(torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0)).to(fabric.device)
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        reference = model.module(x).float()
+    assert reference.dtype == model(x).dtype == torch.float32  # Fabric converts outputs back
+    assert torch.equal(model(x), reference)
+    assert not torch.equal(model(x), model.module(x))  # it did autocast
