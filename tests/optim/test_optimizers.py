@@ -15,6 +15,7 @@ final magnitude, within this bound.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 from collections.abc import Callable
 from typing import Any
@@ -471,3 +472,49 @@ def test_a_step_count_that_is_no_count_is_named(step: float) -> None:
         ValueError, match=r"params\[0\]: state 'step' must be a whole number >= 0, got tensor\("
     ):
         optimizer.step()
+
+
+def _column_major(value: torch.Tensor) -> torch.Tensor:
+    return value.t().contiguous().t()
+
+
+def _every_other_column(value: torch.Tensor) -> torch.Tensor:
+    wide = torch.zeros(value.shape[0], 2 * value.shape[1])
+    wide[:, ::2] = value
+    return wide[:, ::2]
+
+
+@pytest.mark.parametrize("layout", [_column_major, _every_other_column])
+@pytest.mark.parametrize("cls", [CPUAdam, CPUAdagrad, CPULion])
+def test_a_non_contiguous_state_steps_as_its_contiguous_copy(
+    cls: type[CPUAdam | CPUAdagrad | CPULion], layout: Callable[[torch.Tensor], torch.Tensor]
+) -> None:
+    # A checkpoint can hold transposed states (load_state_dict copies them with their
+    # strides), and a caller can set strided ones; the kernels need contiguous memory.
+    generator = torch.Generator().manual_seed(0)
+    grads = [torch.randn(16, 12, generator=generator) for _ in range(3)]
+    param = torch.randn(16, 12, generator=generator).requires_grad_()
+    optimizer = cls([param], lr=0.01)
+    for grad in grads[:2]:
+        param.grad = grad.clone()
+        optimizer.step()
+    saved = optimizer.state_dict()
+
+    def resume(strided: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+        p = param.detach().clone().requires_grad_()
+        resumed = cls([p], lr=0.01)
+        resumed.load_state_dict(copy.deepcopy(saved))  # as from a file: nothing shared
+        state = resumed.state[p]
+        if strided:
+            for name in cls.state_names:
+                state[name] = layout(state[name])
+                assert not state[name].is_contiguous()
+        p.grad = grads[2].clone()
+        resumed.step()
+        return p.detach(), state
+
+    ours, our_state = resume(strided=True)
+    reference, reference_state = resume(strided=False)
+    assert torch.equal(ours, reference)
+    for name in cls.state_names:
+        assert torch.equal(our_state[name], reference_state[name]), name
