@@ -38,6 +38,7 @@ from accel.comm._link import TorchGroup
 from accel.comm._release import run_released
 from accel.comm._segment import (
     SLOT_BYTES,
+    ShmGroup,
     reduce,
     shm_group,
     shm_timeout,
@@ -146,6 +147,25 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
 
+def _into_output(
+    output: torch.Tensor,
+    source: torch.Tensor,
+    shm: ShmGroup | None,
+    group: dist.ProcessGroup | None,
+    timeout: float | None,
+    two_level: Callable[..., None],
+    local: Callable[..., None],
+) -> None:
+    """Run a gather or scatter from ``source`` into ``output`` over two levels or on one
+    node, on contiguous tensors (copied back into a non-contiguous ``output``)."""
+    dense = _dense(output)
+    source = source.contiguous()
+    if not _on_two_levels(shm, group, two_level, dense, source, timeout):
+        local(dense, source, shm, TorchGroup(group), timeout)
+    if dense is not output:
+        output.copy_(dense)
+
+
 def _check_world_multiple(
     whole_name: str, whole: torch.Tensor, part_name: str, part: torch.Tensor, world: int
 ) -> None:
@@ -176,12 +196,10 @@ def all_gather_into_tensor_(
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
     shm = shm_group(group, "all_gather_into_tensor_")  # collective setup on every rank
-    dense = _dense(output)
-    source = tensor.contiguous()
-    if not _on_two_levels(shm, group, _two_level.all_gather_into_tensor, dense, source, timeout):
-        _local.all_gather_into_tensor(dense, source, shm, TorchGroup(group), timeout)
-    if dense is not output:
-        output.copy_(dense)
+    _into_output(
+        output, tensor, shm, group, timeout,
+        _two_level.all_gather_into_tensor, _local.all_gather_into_tensor,
+    )  # fmt: skip
     return output
 
 
@@ -206,12 +224,10 @@ def reduce_scatter_tensor_(
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
     shm = shm_group(group, "reduce_scatter_tensor_")  # collective setup on every rank
-    dense = _dense(output)
-    source = input.contiguous()
-    if not _on_two_levels(shm, group, _two_level.reduce_scatter_tensor, dense, source, timeout):
-        _local.reduce_scatter_tensor(dense, source, shm, TorchGroup(group), timeout)
-    if dense is not output:
-        output.copy_(dense)
+    _into_output(
+        output, input, shm, group, timeout,
+        _two_level.reduce_scatter_tensor, _local.reduce_scatter_tensor,
+    )  # fmt: skip
     return output
 
 

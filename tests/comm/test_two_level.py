@@ -59,8 +59,9 @@ def _nodes_by_launcher(tmp_path: Path, per_node: int, backend: str) -> list[dict
     return _results(tmp_path, 2 * per_node)
 
 
-def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[str, Any]]:
-    """One process per rank, ``nodes[i]`` the simulated node of rank i."""
+def _launch(tmp_path: Path, script: Path, nodes: list[str], *args: str) -> None:
+    """One process per rank running ``script OUT *args``, ``nodes[i]`` the simulated node of
+    rank i; every rank must exit 0."""
     port = str(free_port())
     processes = []
     for rank, node in enumerate(nodes):
@@ -68,12 +69,17 @@ def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
                    WORLD_SIZE=str(len(nodes)), LOCAL_RANK=str(rank))  # fmt: skip
         processes.append(subprocess.Popen(
-            [sys.executable, str(CHECK), str(tmp_path), backend], env=env, cwd=tmp_path,
+            [sys.executable, str(script), str(tmp_path), *args], env=env, cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
     for process in processes:
         _, stderr = process.communicate(timeout=400)
         assert process.returncode == 0, stderr[-4000:]
+
+
+def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[str, Any]]:
+    """``two_level_check.py`` on one process per rank, ``nodes[i]`` the node of rank i."""
+    _launch(tmp_path, CHECK, nodes, backend)
     return _results(tmp_path, len(nodes))
 
 
@@ -183,20 +189,7 @@ def test_uneven_nodes_one_and_three(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_the_ring_between_nodes_sums_each_ranks_row(world: int, tmp_path: Path) -> None:
-    port = str(free_port())
-    script = CHECK.with_name("two_level_ring.py")
-    processes = []
-    for rank in range(world):
-        env = _env("unused")
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
-                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank))  # fmt: skip
-        processes.append(subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
-    for process in processes:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-4000:]
+    _launch(tmp_path, CHECK.with_name("two_level_ring.py"), ["unused"] * world)
     for rank in _results(tmp_path, world):
         assert all(excess <= 0.0 for excess in rank["excess"].values()), rank
 
@@ -211,20 +204,7 @@ def test_the_patterns_real_jobs_use_give_exact_results(nodes: list[str], tmp_pat
     # group's other collectives, sub-groups before DDP, overlapping and local-sync
     # sub-groups, two groups with the same ranks at once, non-contiguous tensors, a seeded
     # stress run against gloo, destroy and init again.
-    port = str(free_port())
-    script = CHECK.with_name("patterns_check.py")
-    processes = []
-    for rank, node in enumerate(nodes):
-        env = _env(node)
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
-                   WORLD_SIZE=str(len(nodes)), LOCAL_RANK=str(rank))  # fmt: skip
-        processes.append(subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path)], env=env, cwd=tmp_path,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
-    for process in processes:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-4000:]
+    _launch(tmp_path, CHECK.with_name("patterns_check.py"), nodes)
     for rank in _results(tmp_path, len(nodes)):
         failed = {name: outcome for name, outcome in rank.items() if outcome is not True}
         assert failed == {"rank": rank["rank"]}, failed
