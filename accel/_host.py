@@ -12,10 +12,15 @@ import os
 import platform
 import threading
 from pathlib import Path
-
-import psutil
+from typing import TYPE_CHECKING
 
 from accel._validate import parse_id_list
+
+if TYPE_CHECKING:
+    import psutil
+
+# psutil is imported where it is used: it costs ~10 ms to import, and selecting a backend
+# reads no memory figure.
 
 NODE_ROOT = Path("/sys/devices/system/node")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -123,6 +128,8 @@ def cgroup_memory(
 
 def total_memory() -> int:
     """Physical memory this process can use: the host's, capped by its cgroup limit."""
+    import psutil
+
     total = int(psutil.virtual_memory().total)
     limits = cgroup_memory()
     return min(total, limits[0]) if limits else total
@@ -130,6 +137,8 @@ def total_memory() -> int:
 
 def available_memory() -> int:
     """Memory a new allocation can still obtain, capped by the cgroup's headroom."""
+    import psutil
+
     available = int(psutil.virtual_memory().available)
     limits = cgroup_memory()
     return min(available, max(0, limits[0] - limits[1])) if limits else available
@@ -177,6 +186,8 @@ class ProcessMemory:
         with self._lock:
             pid = os.getpid()
             if self._process is None or pid != self._pid:
+                import psutil
+
                 self._process, self._pid, self._observed_peak = psutil.Process(pid), pid, 0
             current = int(self._process.memory_info().rss)
             self._observed_peak = max(self._observed_peak, current)

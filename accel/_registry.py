@@ -57,7 +57,7 @@ class Registered:
     """One entry of the registry: where it came from, its class or why it has none."""
 
     name: str
-    distribution: str
+    source: EntryPoint  # read for the distribution's name, only when asked
     target: str
     backend: type[Accelerator] | None
     error: str | None
@@ -65,6 +65,12 @@ class Registered:
     # `accel report` both ask.
     _answer: list[Availability] = field(default_factory=list, compare=False, repr=False)
     _probe_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    @property
+    def distribution(self) -> str:
+        """The name of the distribution that registered the backend (its metadata's
+        ``Name``: parsing it costs ~1 ms, so selection never asks)."""
+        return _distribution(self.source)
 
     @property
     def priority(self) -> int:
@@ -119,8 +125,17 @@ def _distribution(entry: EntryPoint) -> str:
     return str(dist.name) if dist is not None else "<unknown distribution>"
 
 
+def _distribution_key(entry: EntryPoint) -> str:
+    """Which distribution registered ``entry``, for telling two apart: the normalised name
+    of its metadata folder where there is one (no metadata file is parsed), else its name."""
+    dist = getattr(entry, "dist", None)
+    if dist is None:
+        return "<unknown distribution>"
+    folder: str | None = getattr(dist, "_normalized_name", None)  # importlib's, 3.10+
+    return folder if folder else str(dist.name)
+
+
 def _load(entry: EntryPoint) -> Registered:
-    distribution = _distribution(entry)
     try:
         loaded: object = entry.load()
     except KeyboardInterrupt:
@@ -128,18 +143,17 @@ def _load(entry: EntryPoint) -> Registered:
     except BaseException as error:  # SystemExit, GeneratorExit too: a plugin never ends the host
         logger.warning(
             "accel backend %r from %s failed to import; skipping it",
-            entry.name, distribution, exc_info=True,
+            entry.name, _distribution(entry), exc_info=True,
         )  # fmt: skip
-        return Registered(entry.name, distribution, entry.value, None, raised(error))
+        return Registered(entry.name, entry, entry.value, None, raised(error))
     problem = _malformed(entry.name, loaded)
     if problem is not None:
         logger.warning(
-            "accel backend %r from %s: %s; skipping it", entry.name, distribution, problem
-        )
-        return Registered(entry.name, distribution, entry.value, None, problem)
-    return Registered(
-        entry.name, distribution, entry.value, cast("type[Accelerator]", loaded), None
-    )
+            "accel backend %r from %s: %s; skipping it",
+            entry.name, _distribution(entry), problem,
+        )  # fmt: skip
+        return Registered(entry.name, entry, entry.value, None, problem)
+    return Registered(entry.name, entry, entry.value, cast("type[Accelerator]", loaded), None)
 
 
 def _malformed(name: str, loaded: object) -> str | None:
@@ -186,10 +200,12 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
     """
     by_name: dict[str, dict[tuple[str, str], EntryPoint]] = {}
     for entry in _entry_points() if entries is None else entries:
-        by_name.setdefault(entry.name, {})[(_distribution(entry), entry.value)] = entry
+        by_name.setdefault(entry.name, {})[(_distribution_key(entry), entry.value)] = entry
     for name, sources in by_name.items():
         if len(sources) > 1:
-            described = " and ".join(f"{dist} ({target})" for dist, target in sorted(sources))
+            described = " and ".join(
+                sorted(f"{_distribution(entry)} ({entry.value})" for entry in sources.values())
+            )
             raise DuplicateBackendError(f"accel backend name {name!r} is registered by {described}")
     loaded = [_load(next(iter(sources.values()))) for sources in by_name.values()]
     loaded.sort(key=lambda r: (-r.priority, r.name))

@@ -141,3 +141,23 @@ def test_import_accel_loads_no_framework() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_selecting_a_backend_imports_no_host_or_metadata_readers_it_does_not_need() -> None:
+    """``get_accelerator()`` after ``import torch`` reads no memory figure (psutil) and
+    parses no distribution's metadata file (only ``accel report`` names distributions)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, importlib.metadata as md;"
+        "parsed = [];"
+        "read = md.PathDistribution.metadata.fget;"
+        "md.PathDistribution.metadata = property(lambda d: parsed.append(1) or read(d));"
+        "import accel; accel.get_accelerator();"
+        "print('psutil' in sys.modules, len(parsed))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.split() == ["False", "0"], result.stdout

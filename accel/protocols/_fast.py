@@ -25,7 +25,6 @@ capability off (typing only knows ``None``).
 from __future__ import annotations
 
 import abc
-import inspect
 import weakref
 from typing import Any, TypeVar
 
@@ -66,15 +65,27 @@ class _Memo:
         self.guards.clear()
 
 
+def static_member(obj: object, name: str) -> object:
+    """``name`` as ``inspect.getattr_static`` finds it on an instance or an ordinary class
+    (the instance's ``__dict__``, then the class's MRO; ``None`` if absent), without
+    running descriptors, at a tenth of its cost: backend discovery and the first
+    ``isinstance`` of each class look up every member of every protocol."""
+    if not isinstance(obj, type):
+        own: dict[str, object] | None = getattr(obj, "__dict__", None)
+        if own is not None and name in own:
+            return own[name]
+    for klass in (obj if isinstance(obj, type) else type(obj)).__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
 def _switched_off(protocol: type, obj: object) -> bool:
     """Whether one of ``protocol``'s members is an ``unsupported()`` marker on ``obj``
     (found the way typing finds a ``None`` marker)."""
     if not getattr(protocol, "_is_protocol", False):
         return False  # a concrete class that inherits a protocol: no members to check
-    return any(
-        is_unsupported(inspect.getattr_static(obj, name, None))
-        for name in get_protocol_members(protocol)
-    )
+    return any(is_unsupported(static_member(obj, name)) for name in get_protocol_members(protocol))
 
 
 def _make_fast_metaclass(base: type) -> type:

@@ -12,11 +12,9 @@ evolution" in docs/architecture.md). :data:`API_VERSION` counts the additions.
 
 from __future__ import annotations
 
-import inspect
-
 from typing_extensions import Protocol, TypeIs, get_protocol_members, runtime_checkable
 
-from accel.protocols._fast import fast_protocol
+from accel.protocols._fast import fast_protocol, static_member
 from accel.protocols.device import DeviceAPI, DevicePropertiesAPI
 from accel.protocols.dtype import DTypeAPI
 from accel.protocols.graph import GraphAPI
@@ -89,9 +87,7 @@ def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
     ``accel report`` and the conformance kit, so all of them reject the same backends
     and name the same members."""
     return sorted(
-        name
-        for name in get_protocol_members(protocol)
-        if not callable(inspect.getattr_static(obj, name, None))
+        name for name in get_protocol_members(protocol) if not callable(static_member(obj, name))
     )
 
 
