@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from accel._validate import check_tensor
 from accel.protocols import Accelerator, GraphAPI, ProfilerAPI, StreamAPI
 
 # DeepSpeed has no type information and pyright would infer its abstract methods as
@@ -390,7 +391,12 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return self.accel.pin_memory(tensor.new_empty(tuple(shape)))
 
     def _torch_is_pinned(self, tensor: torch.Tensor) -> bool:
-        return self.accel.is_pinned(tensor)
+        # DeepSpeed's contract: outside its native backend's buffers, a tensor is pinned
+        # exactly when torch says so. accel's CPU backend counts every host tensor as
+        # staged, which DeepSpeed would take as torch-pinned: its compile passes then
+        # build fake tensors with pin_memory=True, which a CPU build of torch refuses, and
+        # after unpin_memory() a freed native buffer would still read as pinned.
+        return bool(check_tensor(tensor).is_pinned())
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lives on this accelerator's device type."""
