@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from accel._validate import check_tensor
+from accel._validate import check_positive, check_tensor
 from accel.protocols import Accelerator, GraphAPI, ProfilerAPI, StreamAPI
 
 # DeepSpeed has no type information and pyright would infer its abstract methods as
@@ -397,6 +397,30 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         # build fake tensors with pin_memory=True, which a CPU build of torch refuses, and
         # after unpin_memory() a freed native buffer would still read as pinned.
         return bool(check_tensor(tensor).is_pinned())
+
+    def register_host_memory(self, address: int, num_bytes: int) -> bool:
+        """Register ``num_bytes`` of page-locked host memory at ``address`` with the device
+        runtime (DeepSpeed's native pinned memory does this for each buffer), through
+        DeepSpeed's own backend for the device (CUDA: ``cudaHostRegister``). False where it
+        registers nothing: the CPU, and devices DeepSpeed has no backend for."""
+        address = check_positive(address, "address")
+        num_bytes = check_positive(num_bytes, "num_bytes")
+        if self.native_accelerator is None:
+            return False
+        return bool(self.native_accelerator.register_host_memory(address, num_bytes))
+
+    def unregister_host_memory(self, address: int) -> None:
+        """Undo :meth:`register_host_memory` for the range starting at ``address``."""
+        address = check_positive(address, "address")
+        if self.native_accelerator is not None:
+            self.native_accelerator.unregister_host_memory(address)
+
+    def pin_memory_alignment(self) -> int:
+        """The byte alignment the device runtime needs for :meth:`register_host_memory`
+        (4096 on an NPU); 1 where it needs none or registers nothing."""
+        if self.native_accelerator is None:
+            return 1
+        return int(self.native_accelerator.pin_memory_alignment())
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lives on this accelerator's device type."""

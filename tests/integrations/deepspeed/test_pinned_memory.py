@@ -1,10 +1,12 @@
 """DeepSpeed's pinned-memory contract on the adapter: ``pin_memory``, ``is_pinned`` and
 ``unpin_memory`` with its torch backend (``DS_PIN_MEMORY_BACKEND`` unset) and its native one
-(``native``, served by accel.io.locked).
+(``native``, served by accel.io.locked), and host-memory registration with the device runtime.
 In process, without installing into DeepSpeed: the native manager is pointed at accel's
 ``PinMemoryBuilder`` so nothing is compiled."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ import deepspeed.utils.pin_memory as ds_pin_memory  # noqa: E402  # pyright: ign
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from accel.backends.cpu import CPUAccelerator  # noqa: E402
+from accel.backends.cuda import CUDAAccelerator  # noqa: E402
 from accel.integrations.deepspeed import op_builders  # noqa: E402
 from accel.integrations.deepspeed.adapter import AccelDeepSpeedAccelerator  # noqa: E402
 from accel.io import locked  # noqa: E402
@@ -117,3 +120,62 @@ def test_storageless_tensors_are_never_pinned(request: pytest.FixtureRequest, ba
     )
     for tensor in _storageless():
         assert acc.is_pinned(tensor) is False
+
+
+class _Cudart:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def cudaHostRegister(self, address: int, num_bytes: int, flags: int) -> int:
+        self.calls.append(("register", address, num_bytes, flags))
+        return 0
+
+    def cudaHostUnregister(self, address: int) -> int:
+        self.calls.append(("unregister", address))
+        return 0
+
+
+def test_host_memory_registration_goes_to_the_device_runtime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without a GPU: DeepSpeed's CUDA backend calls cudart, which is recorded here.
+    cudart = _Cudart()
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
+    checked: list[int] = []
+    monkeypatch.setattr(torch.cuda, "check_error", checked.append)
+    cuda = AccelDeepSpeedAccelerator(CUDAAccelerator())
+    assert cuda.register_host_memory(8192, 4096) is True
+    cuda.unregister_host_memory(8192)
+    assert cudart.calls == [("register", 8192, 4096, 0), ("unregister", 8192)]
+    assert checked == [0, 0]
+    assert cuda.pin_memory_alignment() == 1
+    cpu = AccelDeepSpeedAccelerator(CPUAccelerator())  # DeepSpeed's CPU backend declines
+    assert cpu.register_host_memory(8192, 4096) is False
+    cpu.unregister_host_memory(8192)  # nothing registered, nothing to undo
+    assert cpu.pin_memory_alignment() == 1
+
+
+def test_alignment_is_the_device_runtimes(cpu: AccelDeepSpeedAccelerator) -> None:
+    from deepspeed.accelerator.npu_accelerator import (  # pyright: ignore[reportMissingTypeStubs]
+        NPU_Accelerator,
+    )
+
+    # NPU_Accelerator() needs torch_npu; its alignment is a constant of the class.
+    cpu.native_accelerator = NPU_Accelerator.__new__(NPU_Accelerator)
+    assert cpu.pin_memory_alignment() == 4096
+
+
+@pytest.mark.parametrize(
+    ("address", "num_bytes", "error", "message"),
+    [
+        ("8192", 4096, TypeError, "address must be a positive int, got str '8192'"),
+        (0, 4096, ValueError, "address must be a positive int, got 0"),
+        (8192, -1, ValueError, "num_bytes must be a positive int, got -1"),
+        (8192, 1.5, TypeError, "num_bytes must be a positive int, got float 1.5"),
+    ],
+)
+def test_registration_names_bad_arguments(
+    cpu: AccelDeepSpeedAccelerator, address: Any, num_bytes: Any, error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message.replace(".", r"\.")):
+        cpu.register_host_memory(address, num_bytes)
