@@ -37,3 +37,17 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "pytest" in command.group(1)
     ci = (README.parent / ".ci" / "run").read_text()
     assert "test-command" in ci  # .ci/run extracts the line from the README itself
+
+
+def test_the_backend_sizes_the_readme_states_are_the_files() -> None:
+    # The README's claim of short backends names its measure: the lines of the files.
+    text = " ".join(README.read_text().split())
+    stated = re.search(r"the CPU backend is (\d+) lines, `wc -l accel/backends/cpu.py`", text)
+    assert stated is not None
+    cpu = README.parent / "accel" / "backends" / "cpu.py"
+    assert int(stated.group(1)) == len(cpu.read_text().splitlines())
+    devices = (README.parent / "accel" / "backends" / "devices.py").read_text()
+    xpu = re.search(r"\nclass XPUAccelerator\(.*?\n\n\n", devices, re.DOTALL)
+    assert xpu is not None
+    assert "such as XPU is eight" in text
+    assert len(xpu.group(0).strip("\n").splitlines()) == 8
