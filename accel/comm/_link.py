@@ -46,10 +46,6 @@ class Members(Protocol):
         """This process's rank among them (0 .. size - 1)."""
         ...
 
-    def global_rank(self, member: int) -> int:
-        """The global rank of member ``member`` (a rank among these)."""
-        ...
-
     def all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
         """Reduce ``tensor`` in place over the members."""
         ...
@@ -68,10 +64,6 @@ class Members(Protocol):
 
     def broadcast(self, tensor: torch.Tensor, root: int) -> None:
         """Member ``root``'s ``tensor`` to every member, in place."""
-        ...
-
-    def barrier(self) -> None:
-        """Return once every member has called it."""
         ...
 
 
@@ -100,10 +92,6 @@ class TorchGroup:
         """This process's rank in the group."""
         return dist.get_rank(self.group)
 
-    def global_rank(self, member: int) -> int:
-        """The global rank of the group's rank ``member``."""
-        return dist.get_global_rank(self.group, member) if self.group is not None else member
-
     def all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
         """``dist.all_reduce`` on the group."""
         run_released(tdist.all_reduce, [tensor], self.group, tensor, op=op)
@@ -122,12 +110,8 @@ class TorchGroup:
 
     def broadcast(self, tensor: torch.Tensor, root: int) -> None:
         """``dist.broadcast`` from the group's rank ``root``."""
-        src = self.global_rank(root)
+        src = dist.get_global_rank(self.group, root) if self.group is not None else root
         run_released(tdist.broadcast, [tensor], self.group, tensor, src=src)
-
-    def barrier(self) -> None:
-        """``dist.barrier`` on the group."""
-        tdist.barrier(group=self.group)
 
 
 class Link:
@@ -138,7 +122,6 @@ class Link:
     def __init__(self, store: Store, name: str, ranks: tuple[int, ...], timeout: float) -> None:
         self.ranks = ranks
         self._rank = ranks.index(dist.get_rank())
-        self.timeout = timeout
         prefixed = tdist.prefix_store(f"accel/link/{name}/", store)
         # Typed as Any: torch's stubs omit most of ProcessGroupGloo's methods; the two-level
         # tests run every call below against flat gloo's results.
@@ -153,10 +136,6 @@ class Link:
     def rank(self) -> int:
         """This process's rank on the link."""
         return self._rank
-
-    def global_rank(self, member: int) -> int:
-        """The global rank of the link's rank ``member``."""
-        return self.ranks[member]
 
     def member(self, global_rank: int) -> int:
         """The link rank of ``global_rank``."""
@@ -193,10 +172,6 @@ class Link:
         options = dist.BroadcastOptions()
         options.rootRank = root
         self._run([tensor], "broadcast", [tensor], options)
-
-    def barrier(self) -> None:
-        """Return once every member has called it."""
-        self.gloo.barrier(dist.BarrierOptions()).wait()
 
     def exchange(self, send: torch.Tensor, to: int, receive: torch.Tensor, source: int) -> None:
         """Send ``send`` to member ``to`` while receiving ``receive`` from ``source``."""
