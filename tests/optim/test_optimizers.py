@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from accel.ops import cpu_optim
@@ -83,6 +83,36 @@ class ReferenceLion(torch.optim.Optimizer):
                 m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
 
 
+class ReferenceAdagrad(torch.optim.Adagrad):
+    """torch's Adagrad, counting per element the steps whose weight-decayed gradient
+    ``g + weight_decay * p`` was within rounding of zero.
+
+    Where the two terms cancel (bfloat16 values make exact cancellation common: 0.15625 and
+    0.1 * -1.5625), the sum is zero with one rounding of the product and ~1e-9 with a fused
+    multiply-add; the step ``lr * g / (sqrt(state_sum) + eps)`` is then anything from 0 to
+    ``lr`` on a first step. Two correct implementations part by up to ``2 * lr`` there."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        ties = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                decay, grad = group["weight_decay"] * p.double(), p.grad.double()
+                cancelled = (grad + decay).abs() <= 8 * torch.finfo(torch.float32).eps * (
+                    grad.abs() + decay.abs()
+                )
+                ties[p] = self.state[p].get("ties", torch.zeros_like(p)) + cancelled
+        super().step()  # makes the state on the first step: the counts go in after it
+        for p, count in ties.items():
+            self.state[p]["ties"] = count
+
+    def sign_slack(self, p: torch.Tensor) -> torch.Tensor:
+        """How far, per element, a correct Adagrad may be from this one: ``2 * lr`` for each
+        step whose weight-decayed gradient cancelled."""
+        ties = self.state[p].get("ties")
+        return torch.zeros_like(p) if ties is None else 2 * self.param_groups[0]["lr"] * ties
+
+
 def _run_against_reference(
     make_ours: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
     make_ref: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
@@ -111,7 +141,7 @@ def _run_against_reference(
         largest = max(largest, float(ref_param.detach().abs().max()) if size else 0.0)
     tolerance = _tolerance(param_dtype, steps, largest)
     got, want = ours_param.detach().float(), ref_param.detach()
-    if isinstance(ref, ReferenceLion):  # where a sign was a tie, a step's worth more
+    if isinstance(ref, ReferenceLion | ReferenceAdagrad):  # a tie: a step's worth more
         slack = ref.sign_slack(ref_param)
         tied = slack > 0
         excess = (got[tied] - want[tied]).abs() - slack[tied] - tolerance["atol"]
@@ -180,6 +210,10 @@ def _without_bias_correction(optimizer: torch.optim.Optimizer) -> Callable[[], N
     lr_decay=st.sampled_from([0.0, 0.01]), eps=hyper["eps"], weight_decay=hyper["weight_decay"],
     initial=st.sampled_from([0.0, 0.1]),
 )  # fmt: skip
+@example(  # exact cancellations of gradient and weight decay (see ReferenceAdagrad)
+    size=65537, param_dtype=torch.bfloat16, grad_dtype=torch.bfloat16, steps=1, seed=0,
+    lr=0.5, lr_decay=0.0, eps=1e-8, weight_decay=0.1, initial=0.0,
+)  # fmt: skip
 def test_adagrad_matches_torch(
     size: int, param_dtype: torch.dtype, grad_dtype: torch.dtype, steps: int, seed: int,
     lr: float, lr_decay: float, eps: float, weight_decay: float, initial: float,
@@ -188,7 +222,7 @@ def test_adagrad_matches_torch(
                "initial_accumulator_value": initial}  # fmt: skip
     _run_against_reference(
         lambda p: CPUAdagrad(p, **options),
-        lambda p: torch.optim.Adagrad(p, foreach=False, **options),
+        lambda p: ReferenceAdagrad(p, foreach=False, **options),
         size, param_dtype, grad_dtype, steps, seed,
     )  # fmt: skip
 
