@@ -179,3 +179,6 @@ class Link:
             sending = self.gloo.send([send], to, 0)
             self.gloo.recv([receive], source, 0).wait()
             sending.wait()
+            # The work holds ``send`` for as long as it lives: kept past here, it would make
+            # ``released`` wait its whole limit (1 s) on every exchange.
+            del sending

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,20 @@ def _run_checks(checks: Checks) -> None:
     drawn()
 
 
+def _ten_reduce_scatters_s(backend: str) -> float:
+    """Seconds for ten small reduce-scatters through the levels (FSDP makes one per layer
+    and step: a fixed wait in each would multiply)."""
+    world = dist.get_world_size()
+    output, input = torch.empty(8), torch.ones(8 * world)
+    start = time.perf_counter()
+    for _ in range(10):
+        if backend == "accel":
+            dist.reduce_scatter_tensor(output, input)
+        else:
+            comm.reduce_scatter_tensor_(output, input)
+    return time.perf_counter() - start
+
+
 def _fsdp_losses(group: dist.ProcessGroup, rank: int) -> list[float]:
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -260,6 +275,7 @@ def main() -> None:
             r for node in spanning.where.nodes for r in node
         ) and spanning.even else None,
         "two_level": dict(TWO_LEVEL),
+        "ten_reduce_scatters_s": _ten_reduce_scatters_s(backend),
     }  # fmt: skip
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
