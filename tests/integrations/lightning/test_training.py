@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,26 @@ def _two_nodes(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
     return _ranks(out)
 
 
+Reference = Callable[..., list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """Lightning's own CPU runs, which several tests compare with: ``reference(ranks,
+    *args)`` runs each set of arguments once per test process (``_run`` for one rank,
+    ``_launch`` for more) and hands every later caller the same ranks' records."""
+    root = tmp_path_factory.mktemp("reference")
+    made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+
+    def run(ranks: int, *args: str) -> list[dict[str, Any]]:
+        key = (ranks, *args)
+        if key not in made:
+            made[key] = _run(root, *args) if ranks == 1 else _launch(root, ranks, *args)
+        return made[key]
+
+    return run
+
+
 def _same_training(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
     assert [r["losses"] for r in ours] == [r["losses"] for r in theirs]
     assert [r["parameter_sum"] for r in ours] == [r["parameter_sum"] for r in theirs]
@@ -97,18 +118,20 @@ def _same_training(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> 
 
 @pytest.mark.parametrize("api", APIS)
 def test_one_process_on_the_cpu_matches_lightnings_cpu_accelerator(
-    api: str, tmp_path: Path
+    api: str, tmp_path: Path, reference: Reference
 ) -> None:
     ours = _run(tmp_path, "--api", api, "--accelerator", "accel")
-    theirs = _run(tmp_path, "--api", api, "--accelerator", "cpu")
+    theirs = reference(1, "--api", api, "--accelerator", "cpu")
     _same_training(ours, theirs)
     assert ours[0]["device"] == "cpu"
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_ddp_on_the_cpu_uses_accels_backend_and_matches_gloo(api: str, tmp_path: Path) -> None:
+def test_ddp_on_the_cpu_uses_accels_backend_and_matches_gloo(
+    api: str, tmp_path: Path, reference: Reference
+) -> None:
     ours = _launch(tmp_path, 2, "--api", api, "--accelerator", "accel")
-    theirs = _launch(tmp_path, 2, "--api", api, "--accelerator", "cpu")
+    theirs = reference(2, "--api", api, "--accelerator", "cpu")
     _same_training(ours, theirs)
     assert [r["backend"] for r in ours] == ["cpu:accel"] * 2
     assert all("gloo" in r["backend"] for r in theirs)
@@ -117,10 +140,11 @@ def test_ddp_on_the_cpu_uses_accels_backend_and_matches_gloo(api: str, tmp_path:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_one_process_on_a_fake_device_trains_there(api: str, tmp_path: Path) -> None:
+def test_one_process_on_a_fake_device_trains_there(
+    api: str, tmp_path: Path, reference: Reference
+) -> None:
     ours = _run(tmp_path, "--api", api, *FAKE, "--strategy", "accel_single_device")
-    reference = _run(tmp_path, "--api", api, "--accelerator", "cpu")
-    _same_training(ours, reference)
+    _same_training(ours, reference(1, "--api", api, "--accelerator", "cpu"))
     assert ours[0]["device"] == "accelfake:0"
 
 
@@ -139,20 +163,23 @@ def test_the_default_single_device_strategy_on_a_device_is_refused(
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_ddp_on_a_fake_device_matches_the_cpu(api: str, tmp_path: Path) -> None:
+def test_ddp_on_a_fake_device_matches_the_cpu(
+    api: str, tmp_path: Path, reference: Reference
+) -> None:
     ours = _two_nodes(tmp_path, "--api", api, *FAKE, "--strategy", "accel_ddp")
-    reference = _launch(tmp_path, 2, "--api", api, "--accelerator", "cpu")
-    _same_training(ours, reference)
+    _same_training(ours, reference(2, "--api", api, "--accelerator", "cpu"))
     assert [r["device"] for r in ours] == ["accelfake:0"] * 2
     # gloo handles the fake device's tensors once named for it; the CPU shares it.
     assert [r["backend"] for r in ours] == ["cpu:gloo,accelfake:gloo"] * 2
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_mixed_precision_plugin_autocasts_like_lightnings_cpu(api: str, tmp_path: Path) -> None:
+def test_mixed_precision_plugin_autocasts_like_lightnings_cpu(
+    api: str, tmp_path: Path, reference: Reference
+) -> None:
     ours = _run(tmp_path, "--api", api, "--accel-precision", "bf16-mixed")
     theirs = _run(tmp_path, "--api", api, "--accelerator", "cpu", "--precision", "bf16-mixed")
-    full = _run(tmp_path, "--api", api, "--accelerator", "cpu")
+    full = reference(1, "--api", api, "--accelerator", "cpu")
     _same_training(ours, theirs)
     assert ours[0]["losses"] != full[0]["losses"]  # bf16 autocast really ran
 
