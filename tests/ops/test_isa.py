@@ -111,6 +111,7 @@ def test_the_report_names_the_level() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize("level", ["x86-64-v3", "baseline"])
 def test_the_native_tests_pass_at_each_lower_level(level: str) -> None:
     if not _below_cpu(level):
