@@ -7,6 +7,8 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from accel import extensions
+
 
 def _report(args: argparse.Namespace) -> int:
     import json
@@ -28,28 +30,6 @@ def _port(args: argparse.Namespace) -> int:
     return run(
         args.paths, diff=args.diff, check=args.check, strict=args.strict, explain=args.explain
     )
-
-
-def _spec(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from accel.integrations.transformers import render_spec
-
-    if args.output is not None:
-        path = Path(args.output)
-        # transformers imports the file by its name from the working directory.
-        if path.suffix != ".py" or not path.stem.isidentifier():
-            raise ValueError(
-                f"accel spec: --output {args.output!r}: expected a file name like "
-                "accel_spec.py (transformers imports it as a module: a Python identifier "
-                "ending in .py)"
-            )
-    text = render_spec()
-    if args.output is None:
-        print(text, end="")
-    else:
-        Path(args.output).write_text(text)
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,16 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain", action="store_true", help="print each finding with its rule and why it is safe"
     )
     port.set_defaults(handler=_port)
-    spec = commands.add_parser(
-        "spec", help="write a framework's device spec for the selected backend"
-    )
-    spec.add_argument(
-        "framework",
-        choices=["transformers"],
-        help="transformers: a TRANSFORMERS_TEST_DEVICE_SPEC file for its device-agnostic tests",
-    )
-    spec.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of stdout")
-    spec.set_defaults(handler=_spec)
+    extensions.add_subcommands(commands)  # what integrations add (accel.extensions)
     run = commands.add_parser(
         "run",
         help="torchrun with NUMA-aware core binding (accel run --help for every option)",
@@ -111,14 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from accel.launch.cli import main as run_main
 
         return run_main(arguments[1:])
-    args = build_parser().parse_args(arguments)
     # torch warns on import when numpy is absent; accel never needs numpy, and the warning
     # would be the first thing a user reads in the report.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
+        args = build_parser().parse_args(arguments)  # a broken integration raises here
         return int(args.handler(args))
     except (ValueError, TypeError, RuntimeError, OSError) as error:
-        # Configuration mistakes (a bad ACCEL_BACKEND, say) deserve one line, not a traceback.
+        # Configuration mistakes (a bad ACCEL_BACKEND, an integration that fails to import)
+        # deserve one line, not a traceback.
         print(f"accel: error: {error}", file=sys.stderr)
         return 2
 

@@ -1,23 +1,18 @@
 """What ``accel report`` shows: versions, the selection and why, every registered backend
-with its availability and capabilities, and the op builders of the selected backend."""
+with its availability and capabilities, the op builders of the selected backend, and each
+integration's section (:func:`accel.extensions.report_sections`)."""
 
 from __future__ import annotations
 
 import io
 import platform
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, fields
 
-from accel import _registry
+from accel import _registry, extensions
 from accel._selection import current_selection
 from accel._version import __version__
 from accel.backends.torch_device import DiscoveredTorchDevice
-from accel.integrations.deepspeed.status import DeepSpeedStatus
-from accel.integrations.deepspeed.status import collect as deepspeed_status
 from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, OpBuilderAPI
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 CAPABILITIES: tuple[type, ...] = (*CORE_PROTOCOLS, *OPTIONAL_PROTOCOLS)
 
@@ -56,11 +51,14 @@ class Report:
     device_count: int
     backends: list[BackendRow]
     op_builders: list[OpBuilderRow]
-    deepspeed: DeepSpeedStatus
+    integrations: dict[str, extensions.ReportSection]
+    """Each integration's section (:func:`accel.extensions.report_sections`), by name."""
 
     def as_dict(self) -> dict[str, object]:
-        """The report as JSON-ready data."""
-        return asdict(self)
+        """The report as JSON-ready data; each integration's section under its name."""
+        data: dict[str, object] = asdict(self)
+        del data["integrations"]
+        return data | {name: dict(section.data) for name, section in self.integrations.items()}
 
 
 def _versions() -> dict[str, str]:
@@ -154,8 +152,12 @@ def collect() -> Report:
         device_count=accelerator.device_count(),
         backends=_backend_rows(),
         op_builders=_op_builder_rows(accelerator),
-        deepspeed=deepspeed_status(accelerator.device_name()),
+        integrations=extensions.report_sections(accelerator, _CORE_KEYS),
     )
+
+
+# The report's own keys in ``as_dict()``, which no integration's section may replace.
+_CORE_KEYS = frozenset(f.name for f in fields(Report)) - {"integrations"}
 
 
 def _mark(value: bool | None) -> str:
@@ -206,20 +208,7 @@ def render(report: Report, width: int | None = None) -> str:
         console.print(builders)
     else:
         console.print("op builders: none (the selected backend ships no native ops)")
-    _render_deepspeed(console, report.deepspeed)
+    for section in report.integrations.values():
+        for line in section.lines:
+            console.print(line, markup=False)
     return console.export_text()
-
-
-def _render_deepspeed(console: Console, status: DeepSpeedStatus) -> None:
-    version = status.version or "not installed"
-    console.print(f"deepspeed: {version} ({status.reason})")
-    if not status.supported:
-        return
-    env = "unset" if status.env is None else repr(status.env)
-    state = "active in this process" if status.active else "not active in this process"
-    console.print(f"accel integration: {state}; ACCEL_DEEPSPEED {env}")
-    console.print(
-        "DeepSpeed builders served by accel (prebuilt): "
-        + ", ".join(status.accel_builders)
-        + "; every other builder is DeepSpeed's own (JIT-compiled on first use)"
-    )

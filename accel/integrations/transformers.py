@@ -12,15 +12,25 @@ transformers reads the hooks it knows and ignores the rest: 5.23 reads
 ``MANUAL_SEED_FN``, ``EMPTY_CACHE_FN`` and ``DEVICE_COUNT_FN``; the memory and
 synchronize hooks are written too, for the versions that read them
 (docs/frameworks.md has the details).
+
+:class:`TransformersIntegration` adds ``accel spec transformers`` to the command line.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from accel import get_accelerator
-from accel.protocols import Accelerator
+from typing_extensions import override
+
+import accel
+from accel.extensions import Integration, Subcommands
+
+if TYPE_CHECKING:
+    import argparse
+
+    from accel.protocols import Accelerator
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ def render_spec(accelerator: Accelerator | None = None) -> str:
     when transformers imports it (so the process that runs the tests needs the same
     backend: the same ``ACCEL_BACKEND``, or the same auto-detected device).
     """
-    acc = get_accelerator() if accelerator is None else accelerator
+    acc = accel.get_accelerator() if accelerator is None else accelerator
     lines: list[str] = []
     for hook in HOOKS:
         if callable(getattr(acc, hook.member, None)):
@@ -88,7 +98,7 @@ def spec_accelerator(device_type: str) -> Accelerator:
     Raises:
         ValueError: the selected backend runs on another device type.
     """
-    acc = get_accelerator()
+    acc = accel.get_accelerator()
     actual = acc.device().type
     if actual != device_type:
         raise ValueError(
@@ -97,3 +107,41 @@ def spec_accelerator(device_type: str) -> Accelerator:
             "or regenerate the spec with `accel spec transformers`"
         )
     return acc
+
+
+def _write_spec(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.output is not None:
+        path = Path(args.output)
+        # transformers imports the file by its name from the working directory.
+        if path.suffix != ".py" or not path.stem.isidentifier():
+            raise ValueError(
+                f"accel spec: --output {args.output!r}: expected a file name like "
+                "accel_spec.py (transformers imports it as a module: a Python identifier "
+                "ending in .py)"
+            )
+    text = render_spec()
+    if args.output is None:
+        print(text, end="")
+    else:
+        Path(args.output).write_text(text)
+    return 0
+
+
+class TransformersIntegration(Integration):
+    """``accel spec transformers [-o FILE]``: write :func:`render_spec`'s file."""
+
+    @override
+    def add_subcommands(self, commands: Subcommands) -> None:
+        """Add ``accel spec``."""
+        spec = commands.add_parser(
+            "spec", help="write a framework's device spec for the selected backend"
+        )
+        spec.add_argument(
+            "framework",
+            choices=["transformers"],
+            help="transformers: a TRANSFORMERS_TEST_DEVICE_SPEC file for its device-agnostic tests",
+        )
+        spec.add_argument("-o", "--output", metavar="FILE", help="write FILE instead of stdout")
+        spec.set_defaults(handler=_write_spec)

@@ -19,7 +19,7 @@ from typing import Any
 
 from typing_extensions import Protocol, runtime_checkable
 
-from accel import _host
+from accel import _host, extensions
 from accel.launch.cores import parse_core_list, split_cores
 from accel.launch.worker import PLAN_ENV, Plan, RankPlan
 from accel.protocols import Accelerator
@@ -99,23 +99,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="use only these cores, e.g. 0-51,56-107 (implies --bind-cores-to-rank)",
     )
-    group.add_argument(
-        "--deepspeed",
-        action="store_true",
-        help="run DeepSpeed on accel in every rank (sets ACCEL_DEEPSPEED=1; docs/deepspeed.md)",
-    )
+    try:
+        extensions.add_launch_arguments(group)  # what integrations add (accel.extensions)
+    except extensions.IntegrationError as error:
+        print(f"accel run: error: {error}", file=sys.stderr)
+        return 2
     if "PET_NPROC_PER_NODE" not in os.environ:  # torchrun's own variable keeps its meaning
         parser.set_defaults(nproc_per_node=_FROM_BACKEND)
     args = parser.parse_args(arguments)
-    if args.deepspeed:
-        from accel.integrations.deepspeed._install import check_supported
-
-        try:
-            check_supported()
-        except (ImportError, RuntimeError) as error:
-            parser.error(f"--deepspeed: {error}")
-        # The ranks inherit it; their startup hook installs the integration on import.
-        os.environ["ACCEL_DEEPSPEED"] = "1"
+    try:
+        extensions.apply_launch(args, os.environ)  # the ranks inherit what they set
+    except ValueError as error:
+        parser.error(str(error))
     accelerator = accel.get_accelerator()
     if args.nproc_per_node == _FROM_BACKEND:
         args.nproc_per_node = str(accelerator.device_count())

@@ -46,3 +46,20 @@ def collect(device_type: str) -> DeepSpeedStatus:
         active=_install.is_active(),
         accel_builders=names,
     )
+
+
+def describe(status: DeepSpeedStatus) -> tuple[str, ...]:
+    """``status`` as the lines of ``accel report``."""
+    version = status.version or "not installed"
+    lines = [f"deepspeed: {version} ({status.reason})"]
+    if not status.supported:
+        return tuple(lines)
+    env = "unset" if status.env is None else repr(status.env)
+    state = "active in this process" if status.active else "not active in this process"
+    lines.append(f"accel integration: {state}; {ENV} {env}")
+    lines.append(
+        "DeepSpeed builders served by accel (prebuilt): "
+        + ", ".join(status.accel_builders)
+        + "; every other builder is DeepSpeed's own (JIT-compiled on first use)"
+    )
+    return tuple(lines)
