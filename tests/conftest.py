@@ -86,15 +86,20 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     """
     added: list[str] = []
 
-    def _install(distribution: str, backends: dict[str, str], modules: dict[str, str]) -> None:
+    def _install(
+        distribution: str,
+        entries: dict[str, str],
+        modules: dict[str, str],
+        group: str = "accel.backends",
+    ) -> None:
         root = tmp_path / distribution
         info = root / f"{distribution}-1.0.dist-info"
         info.mkdir(parents=True)
         (info / "METADATA").write_text(
             f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n"
         )
-        lines = "\n".join(f"{name} = {target}" for name, target in backends.items())
-        (info / "entry_points.txt").write_text(f"[accel.backends]\n{lines}\n")
+        lines = "\n".join(f"{name} = {target}" for name, target in entries.items())
+        (info / "entry_points.txt").write_text(f"[{group}]\n{lines}\n")
         for module, source in modules.items():
             (root / f"{module}.py").write_text(source)
             added.append(module)
