@@ -13,22 +13,28 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
-# The startup hook behind ACCEL_DEEPSPEED=1 (docs/deepspeed.md): a .pth file at the top of
-# site-packages, which Python runs in every process. It only imports accel when the
-# variable is set.
-STARTUP_PTH = "accel/integrations/deepspeed/accel-deepspeed.pth"
+# Start-up hooks: .pth files at the top of site-packages, which Python runs in every
+# process. The DeepSpeed one (ACCEL_DEEPSPEED=1, docs/deepspeed.md) only imports accel when
+# the variable is set; the Lightning one (accelerator="accel" with no import,
+# docs/frameworks.md) only when the process imports lightning.
+STARTUP_PTHS = (
+    "accel/integrations/deepspeed/accel-deepspeed.pth",
+    "accel/integrations/lightning/accel-lightning.pth",
+)
 
 
 class BuildPyWithStartupHook(build_py):
-    """Puts the startup .pth at the root of the wheel (site-packages), not in the package."""
+    """Puts the startup .pth files at the root of the wheel (site-packages), not in the
+    package."""
 
     def run(self):
         super().run()
-        self.copy_file(STARTUP_PTH, os.path.join(self.build_lib, os.path.basename(STARTUP_PTH)))
+        for pth in STARTUP_PTHS:
+            self.copy_file(pth, os.path.join(self.build_lib, os.path.basename(pth)))
 
 
 class EditableWheelWithStartupHook(editable_wheel):
-    """Editable installs (pip install -e) get the .pth too, so tests see what users see.
+    """Editable installs (pip install -e) get the .pth files too, so tests see what users see.
 
     setuptools writes everything in the unpacked directory into the editable wheel; its
     hook for namespace packages is the one place that directory is handed out.
@@ -36,7 +42,8 @@ class EditableWheelWithStartupHook(editable_wheel):
 
     def _install_namespaces(self, installation_dir, pth_prefix):
         super()._install_namespaces(installation_dir, pth_prefix)
-        self.copy_file(STARTUP_PTH, os.path.join(installation_dir, os.path.basename(STARTUP_PTH)))
+        for pth in STARTUP_PTHS:
+            self.copy_file(pth, os.path.join(installation_dir, os.path.basename(pth)))
 
 
 # -fno-math-errno lets gcc vectorise sqrtf (an Adam kernel runs ~4x slower without it), and

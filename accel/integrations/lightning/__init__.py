@@ -1,6 +1,5 @@
 """Lightning on any accel backend: ``Fabric(accelerator="accel")``, ``Trainer(...)`` too.
 
-    import accel.integrations.lightning  # registers the names below with Lightning
     fabric = lightning.Fabric(accelerator="accel", devices=2)
     trainer = lightning.Trainer(accelerator="accel", devices=2)
 
@@ -24,7 +23,10 @@ On the CPU backend nothing else is needed. Lightning picks three things by accel
   constructed (Fabric calls no hook that sees the plugin, so importing this package
   wraps ``Fabric.__init__`` to check it).
 
-Importing this package imports Lightning; ``import accel`` never does.
+Importing this package registers those names with Lightning; accel's start-up hook
+(``accel-lightning.pth``, :mod:`accel.integrations._lightning_startup`) imports it when a
+process imports ``lightning``, so user code need not. Importing this package imports
+Lightning; ``import accel`` never does.
 """
 
 from __future__ import annotations
