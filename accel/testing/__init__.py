@@ -17,9 +17,8 @@ from typing import cast
 from accel.backends.base import BackendClass
 from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, missing_members
 
-# Importing the checks registers them in CHECKS; core_checks and optional_checks are the
-# names accel 0.1 exported them under.
-from accel.testing import checks, core_checks, optional_checks
+# Importing the checks registers them in CHECKS.
+from accel.testing import checks
 from accel.testing._framework import CHECKS, Check, KitConfig, Report, Violation
 from accel.testing.checks.generic import members_are_real, no_partial_capabilities
 
@@ -35,8 +34,6 @@ __all__ = [
     "Violation",
     "check_backend",
     "checks",
-    "core_checks",
-    "optional_checks",
     "run_check",
 ]
 

@@ -16,7 +16,7 @@ from accel.protocols import (
     supports_streams,
 )
 from accel.testing import CHECKS, CORE, OPTIONAL, Check, run_check
-from accel.testing.optional_checks import members_are_real, no_partial_capabilities
+from accel.testing.checks.generic import members_are_real, no_partial_capabilities
 from tests.conftest import require
 
 
