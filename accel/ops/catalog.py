@@ -1,63 +1,138 @@
-"""What accel serves where: one row per op accel ships prebuilt, as plain data.
+"""Every op accel ships prebuilt, one row each: the only place facts about an op live.
 
-Read by accel's own op builders (:mod:`accel.ops.prebuilt`, what
-``acc.create_op_builder(name)`` returns), by the DeepSpeed integration's builders
-(:mod:`accel.integrations.deepspeed.op_builders`) and by ``accel report``. Importing it
-costs nothing: no torch, no extension, no deepspeed.
+accel's own op builders (:mod:`accel.ops.prebuilt`, what ``acc.create_op_builder(name)``
+returns) and the DeepSpeed integration's (:mod:`accel.integrations.deepspeed.op_builders`)
+are made from these rows, and ``accel report`` reads them. Adding an op is one row here
+plus its kernels. Importing this module costs nothing: no torch, no extension, no
+deepspeed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accel.ops.requirements import POSIX, Imports, Installed, OSFunctions, Requirement
+
+
+@dataclass(frozen=True)
+class DeepSpeedOp:
+    """How the DeepSpeed integration stands in for one of DeepSpeed's builders."""
+
+    name: str
+    """The ``NAME`` of DeepSpeed's builder (``"cpu_adam"``)."""
+    build_var: str
+    """Its ``BUILD_VAR``, the variable that asks ``pip install deepspeed`` to compile it."""
+    kernels: str
+    """``"module:Class"`` of the object ``load()`` returns (one per process, as a compiled
+    module is): DeepSpeed's module API over accel's kernels. Its class takes DeepSpeed's
+    own build as a fallback (:class:`accel.integrations.deepspeed.kernels.DeepSpeedModule`)."""
+
 
 @dataclass(frozen=True)
 class PrebuiltOp:
-    """One prebuilt op: its names, where its code lives and which devices it serves."""
+    """One prebuilt op: its names, where its code lives, what it needs and who serves it."""
 
     builder: str
     """The builder's class name, spelt as DeepSpeed spells it (``"CPUAdamBuilder"``)."""
     op_name: str
     """accel's name for the op (``builder.name()``)."""
+    summary: str
+    """What the op does, one sentence: the builder classes' docstring."""
     native_module: str
     """The module that must import for the op to be usable here."""
-    module: str
-    """The module accel's ``load()`` returns: the validating front door, never raw kernels."""
+    module: str | None
+    """The module accel's ``load()`` returns: the validating front door, never raw
+    kernels. None: accel has no kernels of its own, and ``load()`` returns what DeepSpeed's
+    builder of the same class name builds."""
     host: bool
     """True: the kernels run on the host, so every device backend offers the op (ZeRO-Offload
     steps optimizers on the host whatever the accelerator); False: only the CPU backend."""
-    deepspeed_name: str | None
-    """The ``NAME`` of the DeepSpeed builder accel's integration replaces with this op;
-    None where DeepSpeed keeps its own builder."""
+    deepspeed: DeepSpeedOp | None
+    """The DeepSpeed builder accel's integration replaces with this op; None where
+    DeepSpeed keeps its own."""
+    requires: tuple[Requirement, ...] = ()
+    """What must hold besides ``native_module`` importing, checked first, in order."""
 
 
 _CPU_OPTIM = "accel.ops._cpu_optim"
+_CPU_OPTIM_API = "accel.ops.cpu_optim"
+_DS = "accel.integrations.deepspeed"
+_POSIX_FILE_IO = OSFunctions(("pwrite", "preadv"), needed_by="accel.io")
 
 PREBUILT_OPS: tuple[PrebuiltOp, ...] = (
-    PrebuiltOp("AsyncIOBuilder", "async_io", "accel.io", "accel.io", True, "async_io"),
-    PrebuiltOp("CPUAdamBuilder", "cpu_adam", _CPU_OPTIM, "accel.ops.cpu_optim", True, "cpu_adam"),
     PrebuiltOp(
-        "CPUAdagradBuilder", "cpu_adagrad", _CPU_OPTIM, "accel.ops.cpu_optim", True, "cpu_adagrad"
-    ),
-    PrebuiltOp("CPULionBuilder", "cpu_lion", _CPU_OPTIM, "accel.ops.cpu_optim", True, "cpu_lion"),
-    PrebuiltOp(
-        "FusedAdamBuilder", "fused_adam", _CPU_OPTIM, "accel.ops.cpu_optim", False, "fused_adam"
-    ),
-    PrebuiltOp(
-        "FusedLionBuilder", "fused_lion", _CPU_OPTIM, "accel.ops.cpu_optim", False, "fused_lion"
+        "AsyncIOBuilder", "async_io",
+        "Asynchronous tensor file I/O (accel.io, ZeRO-Infinity's NVMe swapping): threads in "
+        "pread/pwrite, which release the GIL; no libaio, nothing compiled.",
+        native_module="accel.io", module="accel.io", host=True,
+        deepspeed=DeepSpeedOp("async_io", "DS_BUILD_AIO", f"{_DS}.aio:AsyncIOKernels"),
+        requires=(_POSIX_FILE_IO,),
     ),
     PrebuiltOp(
-        "PinMemoryBuilder", "pin_memory", "accel.io", "accel.io.locked", True, "pin_memory"
+        "CPUAdamBuilder", "cpu_adam", "Adam and AdamW steps on the CPU (ZeRO-Offload).",
+        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=True,
+        deepspeed=DeepSpeedOp("cpu_adam", "DS_BUILD_CPU_ADAM", f"{_DS}.kernels:CPUAdamKernels"),
     ),
     PrebuiltOp(
-        "ShareMemCommBuilder", "shm_comm", "accel.ops._shm_comm", "accel.comm", False,
-        "deepspeed_shm_comm",
+        "CPUAdagradBuilder", "cpu_adagrad", "Adagrad steps on the CPU.",
+        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=True,
+        deepspeed=DeepSpeedOp(
+            "cpu_adagrad", "DS_BUILD_CPU_ADAGRAD", f"{_DS}.kernels:CPUAdagradKernels"
+        ),
     ),
-    # accel has no oneCCL kernels: with oneCCL's bindings installed, load() hands over to
-    # DeepSpeed's own builder; DeepSpeed keeps its builder either way.
     PrebuiltOp(
-        "CCLCommBuilder", "ccl_comm", "oneccl_bindings_for_pytorch",
-        "oneccl_bindings_for_pytorch", False, None,
+        "CPULionBuilder", "cpu_lion", "Lion steps on the CPU.",
+        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=True,
+        deepspeed=DeepSpeedOp("cpu_lion", "DS_BUILD_CPU_LION", f"{_DS}.kernels:CPULionKernels"),
+    ),
+    PrebuiltOp(
+        "FusedAdamBuilder", "fused_adam",
+        "DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel.",
+        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=False,
+        deepspeed=DeepSpeedOp(
+            "fused_adam", "DS_BUILD_FUSED_ADAM", f"{_DS}.kernels:FusedAdamKernels"
+        ),
+    ),
+    PrebuiltOp(
+        "FusedLionBuilder", "fused_lion",
+        "Multi-tensor Lion on the CPU (lion_step takes every tensor in one call), the CPU "
+        "kernel DeepSpeed's FusedLion lacks.",
+        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=False,
+        deepspeed=DeepSpeedOp(
+            "fused_lion", "DS_BUILD_FUSED_LION", f"{_DS}.kernels:FusedLionKernels"
+        ),
+    ),
+    PrebuiltOp(
+        "PinMemoryBuilder", "pin_memory",
+        "Page-locked host buffers, one registry per process (accel.io.locked, mlock through "
+        "ctypes; the manager accel's aio_handle shares, as DeepSpeed's does).",
+        native_module="accel.io", module="accel.io.locked", host=True,
+        deepspeed=DeepSpeedOp(
+            "pin_memory", "DS_BUILD_PIN_MEMORY", f"{_DS}.pin_memory:PinMemoryKernels"
+        ),
+        requires=(POSIX("page-locking needs POSIX mlock(2)"),),
+    ),
+    PrebuiltOp(
+        "ShareMemCommBuilder", "shm_comm",
+        "Shared-memory all-reduce for the ranks of one node (accel.comm.all_reduce_; for "
+        "DeepSpeed, torch.ops.deepspeed.inference_all_reduce(_)).",
+        native_module="accel.ops._shm_comm", module="accel.comm", host=False,
+        deepspeed=DeepSpeedOp(
+            "deepspeed_shm_comm", "DS_BUILD_SHM_COMM", f"{_DS}.comm_ops:ShmCommKernels"
+        ),
+    ),
+    PrebuiltOp(
+        "CCLCommBuilder", "ccl_comm",
+        "DeepSpeed's oneCCL comm module: with oneCCL's torch bindings installed, load() "
+        "returns what DeepSpeed's builder compiles, as without accel.",
+        native_module="oneccl_bindings_for_pytorch", module=None, host=False,
+        deepspeed=None,  # accel has no oneCCL kernels to stand in with
+        requires=(
+            Imports("oneccl_bindings_for_pytorch", described_as="oneCCL's torch bindings"),
+            Installed(
+                "deepspeed", why="the oneCCL comm module is DeepSpeed's CCLCommBuilder"
+            ),
+        ),
     ),
 )  # fmt: skip
 
@@ -65,8 +140,24 @@ _BY_BUILDER = {op.builder: op for op in PREBUILT_OPS}
 
 
 def prebuilt_op(builder: str) -> PrebuiltOp:
-    """The row of the builder class named ``builder`` (``KeyError`` when accel has none)."""
-    return _BY_BUILDER[builder]
+    """The row of the builder class named ``builder``.
+
+    Args:
+        builder: a builder class name, as DeepSpeed spells it (``"CPUAdamBuilder"``).
+
+    Returns:
+        The op's row.
+
+    Raises:
+        KeyError: accel ships no op of that builder name.
+    """
+    try:
+        return _BY_BUILDER[builder]
+    except KeyError:
+        raise KeyError(
+            f"builder must name one of accel's prebuilt ops ({', '.join(sorted(_BY_BUILDER))}), "
+            f"got {builder!r}"
+        ) from None
 
 
 def served_on(device_type: str) -> tuple[PrebuiltOp, ...]:
@@ -76,4 +167,4 @@ def served_on(device_type: str) -> tuple[PrebuiltOp, ...]:
 
 def deepspeed_builders(device_type: str) -> tuple[str, ...]:
     """The DeepSpeed builder classes accel's integration replaces on ``device_type``."""
-    return tuple(op.builder for op in served_on(device_type) if op.deepspeed_name is not None)
+    return tuple(op.builder for op in served_on(device_type) if op.deepspeed is not None)

@@ -1,4 +1,4 @@
-"""Op builders for the native modules compiled at install time.
+"""Op builders for the native modules compiled at install time, one per catalog row.
 
 DeepSpeed's builders compile C++ on first use (48-141 s cold on a 2-core machine); these
 only import the module ``pip install`` already built, so ``load()`` takes milliseconds.
@@ -7,49 +7,48 @@ An incompatible builder says why (``incompatibility_reason()``) instead of faili
 ``load()`` returns the validating Python front door of a native module (tensors in,
 every argument checked), never the extension itself: the extensions take raw addresses,
 and a wrong address cannot be detected in C++, only crash the interpreter.
+
+Each row of :data:`accel.ops.catalog.PREBUILT_OPS` becomes a subclass of
+:class:`PrebuiltOpBuilder` named as DeepSpeed names the builder, importable from here
+(``from accel.ops.prebuilt import CPUAdamBuilder``) and listed by :data:`CPU_OP_BUILDERS`.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
-import os
 from types import ModuleType
 from typing import ClassVar
 
-from accel.ops.catalog import PrebuiltOp, prebuilt_op, served_on
+from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, served_on
 
 logger = logging.getLogger(__name__)
 
 
 class PrebuiltOpBuilder:
     """A builder whose module was compiled by ``pip install``; each subclass is one row
-    (``spec``) of :data:`accel.ops.catalog.PREBUILT_OPS`."""
+    (``spec``) of :data:`accel.ops.catalog.PREBUILT_OPS`, made by :func:`builder_class`."""
 
     spec: ClassVar[PrebuiltOp]
-
-    def __init_subclass__(cls) -> None:
-        super().__init_subclass__()
-        spec = cls.__dict__.get("spec")
-        if spec is not None:  # the names older code reads, from the one table
-            cls.op_name, cls.native_module, cls.module_name = (
-                spec.op_name, spec.native_module, spec.module,
-            )  # fmt: skip
-
+    """The op's row."""
     op_name: ClassVar[str]
     """The op's name (``spec.op_name``)."""
     native_module: ClassVar[str]
     """The module that must import (``spec.native_module``)."""
-    module_name: ClassVar[str]
-    """The module ``load()`` returns (``spec.module``)."""
+    module_name: ClassVar[str | None]
+    """The module ``load()`` returns (``spec.module``; None: DeepSpeed's builder's)."""
 
     def name(self) -> str:
         """The op's name, e.g. ``"cpu_adam"``."""
         return self.op_name
 
     def incompatibility_reason(self) -> str | None:
-        """Why the module cannot load here, or ``None`` when it can."""
+        """Why the op cannot load here, or ``None`` when it can: the row's requirements in
+        order, then whether the native module imports."""
+        for requirement in self.spec.requires:
+            reason = requirement.missing()
+            if reason is not None:
+                return reason
         try:
             importlib.import_module(self.native_module)
         except ImportError as error:
@@ -67,127 +66,76 @@ class PrebuiltOpBuilder:
         return reason is None
 
     def load(self, verbose: bool = False) -> ModuleType:
-        """The op's validating module; ``RuntimeError`` with the reason when incompatible."""
+        """The op's validating module.
+
+        Args:
+            verbose: log where the module was loaded from.
+
+        Returns:
+            ``module_name``, imported; where accel has no kernels of its own (``module_name``
+            is None), the module DeepSpeed's builder of the same class name builds.
+
+        Raises:
+            RuntimeError: the op is incompatible here; the message says why.
+        """
         reason = self.incompatibility_reason()
         if reason is not None:
             raise RuntimeError(f"cannot load {self.op_name}: {reason}")
+        if self.module_name is None:
+            deepspeed_builders = importlib.import_module("deepspeed.ops.op_builder.cpu")
+            built: ModuleType = getattr(deepspeed_builders, self.spec.builder)().load(verbose)
+            return built
         module = importlib.import_module(self.module_name)
         if verbose:
             logger.info("loaded %s from %s", self.op_name, module.__file__)
         return module
 
 
-class CPUOptimBuilder(PrebuiltOpBuilder):
-    """The CPU optimizer kernels: one extension, front door ``accel.ops.cpu_optim``."""
+def builder_class(op: PrebuiltOp) -> type[PrebuiltOpBuilder]:
+    """The builder class of one catalog row, named ``op.builder``, in this module.
 
+    Args:
+        op: the op's row.
 
-class CPUAdamBuilder(CPUOptimBuilder):
-    """Adam and AdamW steps on the CPU (ZeRO-Offload)."""
-
-    spec = prebuilt_op("CPUAdamBuilder")
-
-
-class FusedAdamBuilder(CPUAdamBuilder):
-    """DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel."""
-
-    spec = prebuilt_op("FusedAdamBuilder")
-
-
-class CPUAdagradBuilder(CPUOptimBuilder):
-    """Adagrad steps on the CPU."""
-
-    spec = prebuilt_op("CPUAdagradBuilder")
-
-
-class CPULionBuilder(CPUOptimBuilder):
-    """Lion steps on the CPU."""
-
-    spec = prebuilt_op("CPULionBuilder")
-
-
-class FusedLionBuilder(CPUOptimBuilder):
-    """Multi-tensor Lion on the CPU (``lion_step`` takes every tensor in one call), the
-    CPU kernel DeepSpeed's FusedLion lacks."""
-
-    spec = prebuilt_op("FusedLionBuilder")
-
-
-class AsyncIOBuilder(PrebuiltOpBuilder):
-    """Asynchronous tensor file I/O (``accel.io``): host-side, so every backend has it.
-
-    Nothing is compiled: the engine is a pool of threads in ``pread``/``pwrite``, which
-    release the GIL (docs/io.md has the measurements behind that choice).
+    Returns:
+        A new subclass of :class:`PrebuiltOpBuilder` whose ``spec`` is ``op``.
     """
 
-    spec = prebuilt_op("AsyncIOBuilder")
+    class Builder(PrebuiltOpBuilder):
+        spec = op
+        op_name = op.op_name
+        native_module = op.native_module
+        module_name = op.module
 
-    def incompatibility_reason(self) -> str | None:
-        """``None`` on POSIX systems (``os.pread``/``os.pwrite`` exist), else why not."""
-        if not hasattr(os, "pwrite") or not hasattr(os, "preadv"):
-            return "this platform has no os.pwrite/os.preadv (accel.io needs POSIX)"
-        return super().incompatibility_reason()
-
-
-class PinMemoryBuilder(PrebuiltOpBuilder):
-    """Page-locked host buffers, one registry per process (``accel.io.locked``):
-    host-side, so every backend has it. Nothing is compiled (``mlock`` through ctypes)."""
-
-    spec = prebuilt_op("PinMemoryBuilder")
-
-    def incompatibility_reason(self) -> str | None:
-        """``None`` on POSIX systems (``mlock`` exists), else why not."""
-        if os.name != "posix":
-            return "page-locking needs POSIX mlock(2)"
-        return super().incompatibility_reason()
-
-
-class CCLCommBuilder(PrebuiltOpBuilder):
-    """DeepSpeed's oneCCL comm module. accel has no oneCCL kernels of its own: with
-    oneCCL's torch bindings installed, ``load()`` returns DeepSpeed's builder's module (which
-    DeepSpeed compiles, as without accel); without them it is incompatible, saying why."""
-
-    spec = prebuilt_op("CCLCommBuilder")
-
-    def incompatibility_reason(self) -> str | None:
-        """Why oneCCL cannot be used here, or ``None``."""
-        try:
-            importlib.import_module("oneccl_bindings_for_pytorch")
-        except ImportError as error:
-            return f"oneCCL's torch bindings (oneccl_bindings_for_pytorch) do not import: {error}"
-        if importlib.util.find_spec("deepspeed") is None:
-            return (
-                "the oneCCL comm module is DeepSpeed's CCLCommBuilder; deepspeed is not installed"
-            )
-        return None
-
-    def load(self, verbose: bool = False) -> ModuleType:
-        """DeepSpeed's compiled ``deepspeed_ccl_comm`` (``RuntimeError`` when incompatible)."""
-        reason = self.incompatibility_reason()
-        if reason is not None:
-            raise RuntimeError(f"cannot load {self.op_name}: {reason}")
-        cpu_builders = importlib.import_module("deepspeed.ops.op_builder.cpu")
-        module: ModuleType = cpu_builders.CCLCommBuilder().load(verbose)
-        return module
-
-
-class ShareMemCommBuilder(PrebuiltOpBuilder):
-    """Shared-memory all-reduce for the ranks of one node (use accel.comm.all_reduce_)."""
-
-    spec = prebuilt_op("ShareMemCommBuilder")
+    Builder.__name__ = Builder.__qualname__ = op.builder
+    Builder.__doc__ = op.summary
+    return Builder
 
 
 _BUILDERS: dict[str, type[PrebuiltOpBuilder]] = {
-    builder.__name__: builder
-    for builder in (
-        AsyncIOBuilder, CCLCommBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder,
-        FusedAdamBuilder, FusedLionBuilder, PinMemoryBuilder, ShareMemCommBuilder,
-    )
-}  # fmt: skip
+    op.builder: builder_class(op) for op in PREBUILT_OPS
+}
 
 
 def prebuilt_builder(name: str) -> type[PrebuiltOpBuilder]:
-    """accel's builder class named ``name`` (``KeyError`` when there is none)."""
-    return _BUILDERS[name]
+    """accel's builder class named ``name``.
+
+    Args:
+        name: a builder class name, as DeepSpeed spells it (``"CPUAdamBuilder"``).
+
+    Returns:
+        The class (one per name per process).
+
+    Raises:
+        KeyError: accel ships no op of that builder name.
+    """
+    try:
+        return _BUILDERS[name]
+    except KeyError:
+        raise KeyError(
+            f"name must be one of accel's prebuilt builders ({', '.join(sorted(_BUILDERS))}), "
+            f"got {name!r}"
+        ) from None
 
 
 def op_builders_for(device_type: str) -> dict[str, type[PrebuiltOpBuilder]]:
@@ -199,3 +147,15 @@ CPU_OP_BUILDERS = op_builders_for("cpu")
 """What the CPU backend offers: every prebuilt op."""
 HOST_OP_BUILDERS = op_builders_for("host")
 """What every other device backend offers: the ops whose kernels run on the host."""
+
+
+def __getattr__(name: str) -> type[PrebuiltOpBuilder]:
+    # The builders are made from the catalog, so they are found here, not as module globals.
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return builder
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_BUILDERS])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -106,7 +107,19 @@ def owner() -> str | None:
 
 
 class ShmCommKernels(DeepSpeedModule):
-    """DeepSpeed's ``deepspeed_shm_comm`` module: ``initialize``, ``vector_kernel_level``."""
+    """DeepSpeed's ``deepspeed_shm_comm`` module: ``initialize``, ``vector_kernel_level``.
+
+    Making one defines ``torch.ops.deepspeed.inference_all_reduce(_)`` (:func:`register_ops`):
+    DeepSpeed's comm layer calls those ops once its builder has loaded the module.
+    """
+
+    def __init__(
+        self,
+        fallback: Callable[[], Any] | None = None,
+        native_names: Callable[[], frozenset[str]] | None = None,
+    ) -> None:
+        super().__init__(fallback, native_names)
+        register_ops()
 
     def initialize(self, size: int, rank: int) -> None:
         """Check the job's shape. The segment itself is set up by the first all-reduce

@@ -1,10 +1,14 @@
 """DeepSpeed op builders that load accel's prebuilt kernels instead of compiling.
 
-Each class is a DeepSpeed ``OpBuilder`` (same ``NAME``, ``BUILD_VAR``, ``load()``,
+Each is a DeepSpeed ``OpBuilder`` (same ``NAME``, ``BUILD_VAR``, ``load()``,
 ``is_compatible()``), so DeepSpeed's optimizers and comm layer use it unmodified; ``load()``
 returns an object with the function names and signatures of DeepSpeed's compiled module
 (:mod:`accel.integrations.deepspeed.kernels`). Nothing is ever compiled: ``builder()``
 and ``jit_load()`` never reach a compiler.
+
+Each row of :data:`accel.ops.catalog.PREBUILT_OPS` with a ``deepspeed`` column becomes a
+subclass of :class:`AccelOpBuilder` named as DeepSpeed names the builder
+(``op_builders.CPUAdamBuilder``); :func:`accel_builders` lists them per device.
 """
 
 from __future__ import annotations
@@ -13,28 +17,35 @@ import contextlib
 import importlib
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from accel.integrations.deepspeed import comm_ops, kernels
-from accel.ops.catalog import deepspeed_builders, prebuilt_op
+from accel.ops.catalog import PREBUILT_OPS, DeepSpeedOp, PrebuiltOp, deepspeed_builders
 from accel.ops.prebuilt import prebuilt_builder
+
+if TYPE_CHECKING:
+    from accel.integrations.deepspeed.kernels import DeepSpeedModule
 
 # Untyped in DeepSpeed; taken as Any so that the annotations below are what is checked.
 OpBuilder: Any = importlib.import_module("deepspeed.ops.op_builder.builder").OpBuilder
 
 
 class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
-    """A DeepSpeed op builder over one of accel's prebuilt extensions."""
+    """A DeepSpeed op builder over one of accel's prebuilt extensions; each subclass is one
+    row (``spec``) of :data:`accel.ops.catalog.PREBUILT_OPS`, made by :func:`builder_class`."""
 
+    spec: ClassVar[PrebuiltOp]
+    """The op's row."""
     NAME: ClassVar[str]
+    """DeepSpeed's name for the op (``spec.deepspeed.name``)."""
     BUILD_VAR: ClassVar[str]
+    """The variable that would ask DeepSpeed to compile it (``spec.deepspeed.build_var``)."""
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name=self.NAME if name is None else name)  # pyright: ignore[reportUnknownMemberType]
 
     def absolute_name(self) -> str:
         """Where the kernels live (accel's module, not a DeepSpeed build product)."""
-        return f"{prebuilt_op(type(self).__name__).native_module} (accel, prebuilt)"
+        return f"{self.spec.native_module} (accel, prebuilt)"
 
     def sources(self) -> list[str]:
         """None: the kernels were compiled when accel was installed."""
@@ -42,7 +53,7 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
 
     def incompatibility_reason(self) -> str | None:
         """Why the kernels cannot load here, or ``None`` (accel's own builder decides)."""
-        return prebuilt_builder(type(self).__name__)().incompatibility_reason()
+        return prebuilt_builder(self.spec.builder)().incompatibility_reason()
 
     def is_compatible(self, verbose: bool = False) -> bool:
         """Whether :meth:`load` will succeed (prints the reason when ``verbose``, as
@@ -53,12 +64,22 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
         return reason is None
 
     def load(self, verbose: bool = True) -> Any:
-        """The kernels, with DeepSpeed's module API (one object per process, as a
-        compiled module is)."""
+        """The kernels, with DeepSpeed's module API.
+
+        Args:
+            verbose: unused; DeepSpeed passes it to every builder.
+
+        Returns:
+            One object per builder per process, as a compiled module is one object: an
+            instance of the row's ``deepspeed.kernels`` class.
+
+        Raises:
+            RuntimeError: the kernels cannot load here; the message says why.
+        """
         reason = self.incompatibility_reason()
         if reason is not None:
             raise RuntimeError(f"cannot load {self.NAME}: {reason}")
-        return self._kernels()
+        return _single(self.spec)
 
     def jit_load(self, verbose: bool = True) -> Any:
         """Same as :meth:`load`: there is nothing to compile."""
@@ -71,19 +92,18 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
             "(DS_BUILD_OPS pre-compilation does not apply to it)"
         )
 
-    def _kernels(self) -> Any:
-        raise NotImplementedError
+
+def _deepspeed_op(op: PrebuiltOp) -> DeepSpeedOp:
+    """The row's ``deepspeed`` column (``LookupError`` where DeepSpeed keeps its builder)."""
+    if op.deepspeed is None:
+        raise LookupError(
+            f"the catalog says accel does not replace DeepSpeed's {op.builder} "
+            "(its deepspeed column is None)"
+        )
+    return op.deepspeed
 
 
-def _deepspeed_name(builder: str) -> str:
-    """The ``NAME`` of DeepSpeed's builder ``builder`` replaces (from the catalog)."""
-    name = prebuilt_op(builder).deepspeed_name
-    if name is None:
-        raise LookupError(f"the catalog says accel does not replace DeepSpeed's {builder}")
-    return name
-
-
-_singles: dict[type[Any], Any] = {}
+_singles: dict[str, DeepSpeedModule] = {}
 
 
 def _native_builder(class_name: str) -> Any:
@@ -121,109 +141,58 @@ def _native_names(class_name: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _single(kernels_class: type[Any], class_name: str) -> Any:
-    # One kernels object per class per process, as a compiled module is one object.
-    if kernels_class not in _singles:
-        _singles[kernels_class] = kernels_class(
-            lambda: _native_module(class_name), lambda: _native_names(class_name)
+def _kernels_class(reference: str) -> type[DeepSpeedModule]:
+    """The class a row's ``deepspeed.kernels`` names (``"module:Class"``), imported now:
+    the kernels import torch and the extensions, which listing the builders must not."""
+    from accel.integrations.deepspeed.kernels import DeepSpeedModule
+
+    module_name, _, class_name = reference.partition(":")
+    found: object = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(found, type) and issubclass(found, DeepSpeedModule)):
+        raise TypeError(
+            f"deepspeed.kernels must be 'module:Class' naming a DeepSpeedModule subclass, "
+            f"got {reference!r} ({found!r})"
         )
-    return _singles[kernels_class]
+    return found
 
 
-class _CPUOptimBuilder(AccelOpBuilder):
-    """The optimizer builders: one extension, one kernels object per class per process."""
-
-    kernels_class: ClassVar[type[Any]]
-
-    def _kernels(self) -> Any:
-        return _single(self.kernels_class, type(self).__name__)
-
-
-class CPUAdamBuilder(_CPUOptimBuilder):
-    """DeepSpeed's ``CPUAdamBuilder`` (ZeRO-Offload's Adam) on accel's kernels."""
-
-    NAME = _deepspeed_name("CPUAdamBuilder")
-    BUILD_VAR = "DS_BUILD_CPU_ADAM"
-    kernels_class = kernels.CPUAdamKernels
+def _single(op: PrebuiltOp) -> DeepSpeedModule:
+    # One kernels object per op per process, as a compiled module is one object.
+    if op.builder not in _singles:
+        kernels_class = _kernels_class(_deepspeed_op(op).kernels)
+        _singles[op.builder] = kernels_class(
+            lambda: _native_module(op.builder), lambda: _native_names(op.builder)
+        )
+    return _singles[op.builder]
 
 
-class CPUAdagradBuilder(_CPUOptimBuilder):
-    """DeepSpeed's ``CPUAdagradBuilder`` on accel's kernels."""
+def builder_class(op: PrebuiltOp) -> type[AccelOpBuilder]:
+    """The DeepSpeed builder class of one catalog row, named ``op.builder``, in this module.
 
-    NAME = _deepspeed_name("CPUAdagradBuilder")
-    BUILD_VAR = "DS_BUILD_CPU_ADAGRAD"
-    kernels_class = kernels.CPUAdagradKernels
+    Args:
+        op: the op's row.
 
+    Returns:
+        A new subclass of :class:`AccelOpBuilder` whose ``spec`` is ``op``.
 
-class CPULionBuilder(_CPUOptimBuilder):
-    """DeepSpeed's ``CPULionBuilder`` on accel's kernels."""
+    Raises:
+        LookupError: the row has no ``deepspeed`` column (DeepSpeed keeps its builder).
+    """
+    deepspeed = _deepspeed_op(op)
 
-    NAME = _deepspeed_name("CPULionBuilder")
-    BUILD_VAR = "DS_BUILD_CPU_LION"
-    kernels_class = kernels.CPULionKernels
+    class Builder(AccelOpBuilder):
+        spec = op
+        NAME = deepspeed.name
+        BUILD_VAR = deepspeed.build_var
 
-
-class FusedAdamBuilder(_CPUOptimBuilder):
-    """DeepSpeed's ``FusedAdamBuilder`` on the CPU (``multi_tensor_adam``)."""
-
-    NAME = _deepspeed_name("FusedAdamBuilder")
-    BUILD_VAR = "DS_BUILD_FUSED_ADAM"
-    kernels_class = kernels.FusedAdamKernels
-
-
-class FusedLionBuilder(_CPUOptimBuilder):
-    """``multi_tensor_lion`` on the CPU, which DeepSpeed's CPU backend does not have."""
-
-    NAME = _deepspeed_name("FusedLionBuilder")
-    BUILD_VAR = "DS_BUILD_FUSED_LION"
-    kernels_class = kernels.FusedLionKernels
-
-
-class ShareMemCommBuilder(AccelOpBuilder):
-    """DeepSpeed's ``ShareMemCommBuilder``: ``initialize`` plus the
-    ``torch.ops.deepspeed.inference_all_reduce(_)`` ops, on accel's shared memory."""
-
-    NAME = _deepspeed_name("ShareMemCommBuilder")
-    BUILD_VAR = "DS_BUILD_SHM_COMM"
-
-    def _kernels(self) -> Any:
-        comm_ops.register_ops()
-        return _single(comm_ops.ShmCommKernels, type(self).__name__)
-
-
-class AsyncIOBuilder(AccelOpBuilder):
-    """DeepSpeed's ``AsyncIOBuilder`` (ZeRO-Infinity's NVMe swapping) on :mod:`accel.io`:
-    no libaio, no compiler."""
-
-    NAME = _deepspeed_name("AsyncIOBuilder")
-    BUILD_VAR = "DS_BUILD_AIO"
-
-    def _kernels(self) -> Any:
-        from accel.integrations.deepspeed.aio import AsyncIOKernels
-
-        return _single(AsyncIOKernels, type(self).__name__)
-
-
-class PinMemoryBuilder(AccelOpBuilder):
-    """DeepSpeed's ``PinMemoryBuilder`` (its native pinned-memory backend) on
-    :mod:`accel.io.locked`: the manager accel's ``aio_handle`` shares, as DeepSpeed's does."""
-
-    NAME = _deepspeed_name("PinMemoryBuilder")
-    BUILD_VAR = "DS_BUILD_PIN_MEMORY"
-
-    def _kernels(self) -> Any:
-        from accel.integrations.deepspeed.pin_memory import PinMemoryKernels
-
-        return _single(PinMemoryKernels, type(self).__name__)
+    Builder.__name__ = Builder.__qualname__ = op.builder
+    Builder.__doc__ = f"DeepSpeed's ``{op.builder}`` on accel's prebuilt kernels. {op.summary}"
+    return Builder
 
 
 _ALL: dict[str, type[AccelOpBuilder]] = {
-    builder.__name__: builder
-    for builder in (
-        AsyncIOBuilder, CPUAdamBuilder, CPUAdagradBuilder, CPULionBuilder, FusedAdamBuilder,
-        FusedLionBuilder, PinMemoryBuilder, ShareMemCommBuilder,
-    )
-}  # fmt: skip
+    op.builder: builder_class(op) for op in PREBUILT_OPS if op.deepspeed is not None
+}
 
 
 def accel_builders(device_type: str) -> dict[str, type[AccelOpBuilder]]:
@@ -235,3 +204,15 @@ def accel_builders(device_type: str) -> dict[str, type[AccelOpBuilder]]:
 def accel_builder(device_type: str, class_name: str) -> type[AccelOpBuilder] | None:
     """accel's builder named ``class_name`` for ``device_type``, or ``None``."""
     return accel_builders(device_type).get(class_name)
+
+
+def __getattr__(name: str) -> type[AccelOpBuilder]:
+    # The builders are made from the catalog, so they are found here, not as module globals.
+    builder = _ALL.get(name)
+    if builder is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return builder
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_ALL])

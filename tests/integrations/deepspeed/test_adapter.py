@@ -4,6 +4,7 @@ process; installing into DeepSpeed is in test_install.py (subprocesses: it is pe
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import pathlib
 import re
@@ -21,6 +22,7 @@ from accel.backends.cpu import CPUAccelerator  # noqa: E402
 from accel.backends.cuda import CUDAAccelerator  # noqa: E402
 from accel.integrations.deepspeed import op_builders  # noqa: E402
 from accel.integrations.deepspeed.adapter import AccelDeepSpeedAccelerator  # noqa: E402
+from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, prebuilt_op  # noqa: E402
 
 
 @pytest.fixture
@@ -146,6 +148,33 @@ def test_builders_on_the_cpu_are_accels_and_others_fall_back(
     assert fallback is CPU_Accelerator().get_op_builder("CCLCommBuilder")
     with pytest.raises(RuntimeError, match="prebuilt"):
         op_builders.CPUAdamBuilder().builder()
+
+
+@pytest.mark.parametrize(
+    "op", [op for op in PREBUILT_OPS if op.deepspeed is not None], ids=lambda op: op.builder
+)
+def test_every_row_with_a_deepspeed_column_is_a_deepspeed_builder(op: PrebuiltOp) -> None:
+    assert op.deepspeed is not None
+    builder = getattr(op_builders, op.builder)
+    assert builder is op_builders.accel_builder("cpu", op.builder)
+    assert builder.__name__ == op.builder
+    assert builder.__module__ == "accel.integrations.deepspeed.op_builders"
+    assert op.deepspeed.name == builder.NAME
+    assert op.deepspeed.build_var == builder.BUILD_VAR
+    module_name, _, class_name = op.deepspeed.kernels.partition(":")
+    loaded = builder().load()
+    assert type(loaded) is getattr(importlib.import_module(module_name), class_name)
+    assert builder().load() is loaded  # one per process, as a compiled module is
+    assert builder().absolute_name() == f"{op.native_module} (accel, prebuilt)"
+
+
+def test_rows_deepspeed_keeps_and_bad_kernel_references_are_errors() -> None:
+    with pytest.raises(LookupError, match="CCLCommBuilder"):
+        op_builders.builder_class(prebuilt_op("CCLCommBuilder"))
+    with pytest.raises(AttributeError, match="'CCLCommBuilder'"):
+        op_builders.CCLCommBuilder  # noqa: B018
+    with pytest.raises(TypeError, match=r"DeepSpeedModule subclass, got '[\w.]+:NoSuch'"):
+        op_builders._kernels_class("accel.integrations.deepspeed.kernels:NoSuch")
 
 
 def test_cuda_adapter_uses_cuda_semantics_without_a_gpu() -> None:
