@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store  # pyright: ignore[reportMissingModuleSource]
 from torch.distributed.distributed_c10d import GroupName
+from typing_extensions import override
 
 from accel import comm
 from accel.comm import _torch_dist as tdist
@@ -112,10 +113,12 @@ class AccelProcessGroup(dist.ProcessGroup):
     # torch keeps a group's name on its C++ backends, which a Python process group has
     # none of: the name torch sets is kept here, so that DeviceMesh (FSDP2, DTensor) can
     # name and find this group.
+    @override
     def _set_group_name(self, name: str) -> None:
         self._name = GroupName(name)
 
     @property
+    @override
     def group_name(self) -> GroupName:
         """The name torch gave this group (``init_process_group``/``new_group``)."""
         name: GroupName | None = getattr(self, "_name", None)
@@ -123,6 +126,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             raise RuntimeError("ProcessGroup name not set")
         return name
 
+    @override
     def shutdown(self) -> None:
         """Finish the queued reductions and stop the worker and gloo (``destroy_process_group``
         calls this; so does interpreter exit, while Python can still run it)."""
@@ -184,6 +188,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             and spanning_of(self) is not None
         )
 
+    @override
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
         group is node-local, over both levels when it spans nodes evenly; gloo's otherwise."""
@@ -196,6 +201,7 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     _allgather_base = all_gather_single  # the name torch releases before 2.10 call
 
+    @override
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         """One tensor from ``opts.rootRank`` through shared memory when node-local, over
         both levels when the group spans nodes; gloo's otherwise (and for several
@@ -207,6 +213,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         source = dist.get_global_rank(self, opts.rootRank)
         return self._here(lambda: comm.broadcast_(tensors[0], source, group=self), tensors)
 
+    @override
     def _reduce_scatter_base(
         self, outputTensor: torch.Tensor, inputTensor: torch.Tensor, opts: Any = None
     ) -> Any:
@@ -235,12 +242,14 @@ class AccelProcessGroup(dist.ProcessGroup):
     # state dicts) call the coalesced forms; without them torch looks for a C++ backend
     # registered for the device and finds none ("No backend type associated with device
     # type cpu").
+    @override
     def allgather_into_tensor_coalesced(  # pyright: ignore[reportIncompatibleMethodOverride]
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
         """``all_gather_into_tensor`` of each (output, input) pair, in order."""
         return self._each(self.all_gather_single, outputs, inputs, opts)
 
+    @override
     def reduce_scatter_tensor_coalesced(  # pyright: ignore[reportIncompatibleMethodOverride]
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> Any:
@@ -262,6 +271,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         future.set_result(outputs)
         return _QueuedWork(future)
 
+    @override
     def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Through shared memory when node-local; gloo's otherwise."""
         if not self._direct():
@@ -285,6 +295,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         if last is not None and not self.in_own_collective():
             last.result()
 
+    @override
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         """Sum (or average, for floating-point tensors) one CPU tensor through shared
         memory, asynchronously; anything else through gloo."""

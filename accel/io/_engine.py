@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
+from typing_extensions import override
 
 ALIGNMENT = 4096
 """Bytes O_DIRECT needs buffers, offsets and lengths aligned to (covers 512 and 4 KiB
@@ -167,18 +168,21 @@ class IORequest(Future[int]):
         self.delivered = False
         """Whether the caller took the outcome (``result()``/``exception()``)."""
 
+    @override
     def result(self, timeout: float | None = None) -> int:
         """The bytes moved, once done (raises the request's error); :meth:`AsyncIO.wait`
         then neither counts nor raises this request again."""
         self.delivered = True
         return super().result(timeout)
 
+    @override
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The request's error, once done (``None`` if it succeeded); as :meth:`result`,
         this request is then the caller's, not :meth:`AsyncIO.wait`'s."""
         self.delivered = True
         return super().exception(timeout)
 
+    @override
     def __repr__(self) -> str:
         mode = "O_DIRECT" if self.direct else "buffered"
         return (

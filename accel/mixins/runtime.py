@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import ClassVar
 
+from typing_extensions import override
+
 from accel._device_module import device_module
 from accel._torch_typed import compile_backends
 from accel._validate import check_index_list, check_str
@@ -23,6 +25,7 @@ class RuntimeEnvMixin:
     exported_env_prefixes: ClassVar[tuple[str, ...]]
     _synchronized: ClassVar[bool] = True
 
+    @override
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         # Frameworks ask every step; the answer is a property of the class, so it is

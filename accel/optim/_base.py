@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch.optim.optimizer import ParamsT
+from typing_extensions import override
 
 Closure = Callable[[], float] | None
 
@@ -83,6 +84,7 @@ class CPUOptimizer(torch.optim.Optimizer):
         raise NotImplementedError(f"{type(self).__name__} must define _apply")
 
     @torch.no_grad()
+    @override
     def step(self, closure: Closure = None) -> float | None:  # type: ignore[override]
         """Take one optimization step; ``closure`` re-evaluates the loss first, as in torch."""
         loss = None
@@ -101,6 +103,7 @@ class CPUOptimizer(torch.optim.Optimizer):
                 self.state[param]["step"] += 1
         return loss
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's ``load_state_dict``, keeping the saved states in fp32.
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from torch.optim.optimizer import ParamsT
+from typing_extensions import override
 
 from accel.ops import cpu_optim
 from accel.optim._base import CPUOptimizer, GroupTensors
@@ -41,11 +42,13 @@ class CPUAdagrad(CPUOptimizer):
         }
         super().__init__(params, defaults)
 
+    @override
     def initial_state(self, group: dict[str, Any], param: torch.Tensor) -> dict[str, torch.Tensor]:
         """``sum`` starts at ``initial_accumulator_value``."""
         start = float(group.get("initial_accumulator_value", 0.0))
         return {"sum": torch.full(param.shape, start, dtype=torch.float32)}
 
+    @override
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
         cpu_optim.adagrad_step(
             tensors.params,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch.optim.optimizer import ParamsT
+from typing_extensions import override
 
 from accel.ops import cpu_optim
 from accel.optim._base import CPUOptimizer, GroupTensors, hyper
@@ -49,6 +50,7 @@ class CPUAdam(CPUOptimizer):
         }
         super().__init__(params, defaults)
 
+    @override
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
         cpu_optim.adam_step(
             tensors.params,

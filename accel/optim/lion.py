@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch.optim.optimizer import ParamsT
+from typing_extensions import override
 
 from accel.ops import cpu_optim
 from accel.optim._base import CPUOptimizer, GroupTensors
@@ -34,6 +35,7 @@ class CPULion(CPUOptimizer):
         }
         super().__init__(params, defaults)
 
+    @override
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
         cpu_optim.lion_step(
             tensors.params,

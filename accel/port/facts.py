@@ -26,6 +26,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from typing_extensions import override
+
 ANALYSIS_LIMIT = 1_000_000  # characters: ~150 MB of ast at the limit
 Scope = tuple[str, ...]  # () is the module; ("main",) a function; ("Trainer", "step") a method
 DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type"})
@@ -114,6 +116,7 @@ class _Collector(ast.NodeVisitor):
         self.int_candidates: list[tuple[Scope, ast.expr, int]] = []
 
     # -- imports
+    @override
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             if alias.name == "torch" or (alias.name.startswith("torch.") and alias.asname is None):
@@ -122,6 +125,7 @@ class _Collector(ast.NodeVisitor):
                 self.facts.cuda_names.add(alias.asname)
         self._bind(*(a.asname or a.name.split(".")[0] for a in node.names))
 
+    @override
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.module == "torch":
             for alias in node.names:
@@ -161,6 +165,7 @@ class _Collector(ast.NodeVisitor):
         self.scope.pop()
         self.kinds.pop()
 
+    @override
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         if self.kinds and self.kinds[-1] == "class":
             self.facts.own_methods.add(node.name)
@@ -171,36 +176,44 @@ class _Collector(ast.NodeVisitor):
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
+    @override
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._bind(node.name)
         self._enter(node.name, "class", node, None)
 
+    @override
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         if node.name is not None:
             self._bind(node.name)
         self.generic_visit(node)
 
+    @override
     def visit_MatchAs(self, node: ast.MatchAs) -> None:
         if node.name is not None:
             self._bind(node.name)
         self.generic_visit(node)
 
+    @override
     def visit_MatchStar(self, node: ast.MatchStar) -> None:
         if node.name is not None:
             self._bind(node.name)
 
+    @override
     def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
         if node.rest is not None:
             self._bind(node.rest)
         self.generic_visit(node)
 
+    @override
     def visit_Global(self, node: ast.Global) -> None:
         self.globals.setdefault(self._current(), set()).update(node.names)
 
+    @override
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Store | ast.Del):
             self._bind(node.id, kind="int" if id(node) in self.int_stores else "other")
 
+    @override
     def visit_Assign(self, node: ast.Assign) -> None:
         if _is_int_literal_or_call(node.value):
             self.int_stores.update(id(t) for t in node.targets if isinstance(t, ast.Name))
@@ -213,12 +226,14 @@ class _Collector(ast.NodeVisitor):
                 self.attribute_stores.append((self._current(), target.attr, node.value))
         self.generic_visit(node)
 
+    @override
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         value, target = node.value, node.target
         if value is not None and _is_int_literal_or_call(value) and isinstance(target, ast.Name):
             self.int_stores.add(id(target))
         self.generic_visit(node)
 
+    @override
     def visit_For(self, node: ast.For) -> None:
         iterator = node.iter
         if (
@@ -231,6 +246,7 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
     # -- uses
+    @override
     def visit_Call(self, node: ast.Call) -> None:
         self._note_int_positions(node)
         for keyword in node.keywords:
@@ -283,6 +299,7 @@ class _Collector(ast.NodeVisitor):
                 return scope[:depth]
         return ()
 
+    @override
     def visit_Module(self, node: ast.Module) -> None:
         self.generic_visit(node)
         for scope, name, kind in self.uses:

@@ -43,6 +43,7 @@ from typing import TypeVar
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import CodeRange, PositionProvider
+from typing_extensions import override
 
 from accel.port.facts import DDP_NAME, ModuleFacts
 
@@ -224,12 +225,14 @@ class PortTransformer(cst.CSTTransformer):
             and node.value.value in self.facts.torch_names
         )
 
+    @override
     def on_visit(self, node: cst.CSTNode) -> bool:
         # Functions and classes open a scope (names as ModuleFacts records them).
         if isinstance(node, cst.FunctionDef | cst.ClassDef):
             self.scope.append(node.name.value)
         return super().on_visit(node)
 
+    @override
     def on_leave(
         self, original_node: _Node, updated_node: _Node
     ) -> _Node | cst.RemovalSentinel | cst.FlattenSentinel[_Node]:
@@ -267,6 +270,7 @@ class PortTransformer(cst.CSTTransformer):
                 return replacement
         return None
 
+    @override
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         if len(updated_node.targets) != 1:
             return updated_node
@@ -275,6 +279,7 @@ class PortTransformer(cst.CSTTransformer):
         )
         return updated_node if replacement is None else updated_node.with_changes(value=replacement)
 
+    @override
     def leave_AnnAssign(
         self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign
     ) -> cst.AnnAssign:
@@ -285,6 +290,7 @@ class PortTransformer(cst.CSTTransformer):
         )
         return updated_node if replacement is None else updated_node.with_changes(value=replacement)
 
+    @override
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
         # `'cuda' if 'cuda' in device else 'cpu'`, the device type of a known device: on any
         # other accelerator it would say "cpu". torch.device(device).type is right on all.
@@ -357,6 +363,7 @@ class PortTransformer(cst.CSTTransformer):
                              "name)", rule="device-string")  # fmt: skip
         return result
 
+    @override
     def leave_FormattedString(
         self, original_node: cst.FormattedString, updated_node: cst.FormattedString
     ) -> cst.BaseExpression:
@@ -395,6 +402,7 @@ class PortTransformer(cst.CSTTransformer):
         )
         return self._current_device_name(original_node, inners, result)
 
+    @override
     def leave_BinaryOperation(
         self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
     ) -> cst.BaseExpression:
@@ -668,6 +676,7 @@ class PortTransformer(cst.CSTTransformer):
         message = f"{code(before)} -> {code(after)} ({expected} is expected here)"
         self.findings.append(Finding(line, column, message, True, rule))
 
+    @override
     def leave_ImportFrom(
         self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
     ) -> cst.ImportFrom:
@@ -699,6 +708,7 @@ class PortTransformer(cst.CSTTransformer):
                 "accelerator's (getattr(get_accelerator(), ...)) where the name is one accel has",
             )
 
+    @override
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         self._note_dynamic_lookup(original_node)
         rewritten = self._rewrite_format_call(original_node)
@@ -712,6 +722,7 @@ class PortTransformer(cst.CSTTransformer):
             return rewritten
         return self._rewrite_device_positions(original_node, updated_node)
 
+    @override
     def leave_Subscript(
         self, original_node: cst.Subscript, updated_node: cst.Subscript
     ) -> cst.BaseExpression:
@@ -732,6 +743,7 @@ class PortTransformer(cst.CSTTransformer):
             return self._accelerator_call("default_generator", [cst.Arg(index)])
         return updated_node
 
+    @override
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
     ) -> cst.BaseExpression:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from typing_extensions import override
+
 
 class CapabilityError(AttributeError):
     """A backend was asked for a member of a capability it does not have."""
@@ -45,6 +47,7 @@ class Unsupported:
             obj=instance,
         )
 
+    @override
     def __repr__(self) -> str:
         return f"<unsupported {self.protocol}.{self.member}>"
 

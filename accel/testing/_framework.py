@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
+from typing_extensions import override
 
 from accel.protocols import Accelerator
 
@@ -22,6 +23,7 @@ class Violation:
     message: str
     counterexample: str | None = None
 
+    @override
     def __str__(self) -> str:
         where = f"{self.protocol}.{self.method}"
         text = f"{where}: {self.message} [{self.check}]"
@@ -58,6 +60,7 @@ class Report:
         """True when no check found a violation."""
         return not self.violations
 
+    @override
     def __str__(self) -> str:
         head = (
             f"{self.backend}: {self.checks_run} checks over {', '.join(self.protocols)}: "
