@@ -82,30 +82,66 @@ backends of every version. What :class:`Accelerator` requires has not changed si
 
 
 def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
-    """Members of ``protocol`` that ``obj`` (an instance or a class) lacks or has as
-    non-callables, sorted: the one rule behind ``set_accelerator()``, backend discovery,
-    ``accel report`` and the conformance kit, so all of them reject the same backends
-    and name the same members."""
+    """The members of ``protocol`` that ``obj`` lacks or has as non-callables.
+
+    The one rule behind ``set_accelerator()``, backend discovery, ``accel report`` and the
+    conformance kit, so all of them reject the same backends and name the same members.
+
+    Args:
+        obj: An instance or a class.
+        protocol: The protocol whose members are looked up.
+
+    Returns:
+        The missing member names, sorted; empty when ``obj`` has them all.
+    """
     return sorted(
         name for name in get_protocol_members(protocol) if not callable(static_member(obj, name))
     )
 
 
 def supports_streams(acc: Accelerator) -> TypeIs[StreamAccelerator]:
-    """Whether ``acc`` has streams and events; narrows ``acc`` to :class:`StreamAccelerator`."""
+    """Whether ``acc`` has streams and events; narrows ``acc`` to :class:`StreamAccelerator`.
+
+    Args:
+        acc: Any accelerator.
+
+    Returns:
+        ``isinstance(acc, StreamAPI)``.
+    """
     return isinstance(acc, StreamAPI)
 
 
 def supports_graphs(acc: Accelerator) -> TypeIs[GraphAccelerator]:
-    """Whether ``acc`` captures graphs; narrows ``acc`` to :class:`GraphAccelerator`."""
+    """Whether ``acc`` captures graphs; narrows ``acc`` to :class:`GraphAccelerator`.
+
+    Args:
+        acc: Any accelerator.
+
+    Returns:
+        ``isinstance(acc, GraphAPI)``.
+    """
     return isinstance(acc, GraphAPI)
 
 
 def supports_profiler(acc: Accelerator) -> TypeIs[ProfilerAccelerator]:
-    """Whether ``acc`` has profiler ranges; narrows ``acc`` to :class:`ProfilerAccelerator`."""
+    """Whether ``acc`` has profiler ranges; narrows ``acc`` to :class:`ProfilerAccelerator`.
+
+    Args:
+        acc: Any accelerator.
+
+    Returns:
+        ``isinstance(acc, ProfilerAPI)``.
+    """
     return isinstance(acc, ProfilerAPI)
 
 
 def supports_op_builders(acc: Accelerator) -> TypeIs[OpBuilderAccelerator]:
-    """Whether ``acc`` ships op builders; narrows ``acc`` to :class:`OpBuilderAccelerator`."""
+    """Whether ``acc`` ships op builders; narrows ``acc`` to :class:`OpBuilderAccelerator`.
+
+    Args:
+        acc: Any accelerator.
+
+    Returns:
+        ``isinstance(acc, OpBuilderAPI)``.
+    """
     return isinstance(acc, OpBuilderAPI)

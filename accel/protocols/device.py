@@ -40,11 +40,33 @@ class DeviceAPI(Protocol):
     """
 
     def device_name(self, device_index: int | None = None) -> str:
-        """The torch device string, e.g. ``"cuda"`` or ``"cuda:1"`` (``"cpu"`` for any index)."""
+        """The torch device string of a device.
+
+        Args:
+            device_index: The device; ``None`` for the type alone.
+
+        Returns:
+            E.g. ``"cuda"`` or ``"cuda:1"`` (``"cpu"`` for any index).
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def device(self, device_index: int | None = None) -> torch.device:
-        """``torch.device(self.device_name(device_index))``."""
+        """The ``torch.device`` of a device.
+
+        Args:
+            device_index: The device; ``None`` for the type alone.
+
+        Returns:
+            ``torch.device(self.device_name(device_index))``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def set_device(self, device_index: int) -> None:
@@ -53,27 +75,59 @@ class DeviceAPI(Protocol):
         The parameter is an ``int`` because backends were written against that: a backend
         may accept more (the built-in ones take ``"<type>:<index>"`` and ``torch.device``
         too), and ``accel.set_device()`` takes those forms for every backend.
+
+        Args:
+            device_index: Index of the device, below :meth:`device_count`.
+
+        Raises:
+            TypeError: ``device_index`` is not an index (a backend may raise ``ValueError``).
+            ValueError: ``device_index`` is negative or, on a backend that counts its devices,
+                at or beyond :meth:`device_count`.
         """
         ...
 
     def current_device(self) -> int:
-        """Index of the current device."""
+        """The index of the current device.
+
+        Returns:
+            An index in ``[0, device_count())``.
+        """
         ...
 
     def current_device_name(self) -> str:
-        """``device_name(current_device())``: what to pass as ``device=`` for the current device."""
+        """``device_name(current_device())``: what to pass as ``device=`` for the current device.
+
+        Returns:
+            A torch device string.
+        """
         ...
 
     def device_count(self) -> int:
-        """Number of devices this process may use (0 when none)."""
+        """The number of devices this process may use.
+
+        Returns:
+            The count; 0 when there are none.
+        """
         ...
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Block until all work queued on the device (default: current) has finished."""
+        """Block until all work queued on a device has finished.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def is_available(self) -> bool:
-        """Whether this accelerator can run work in this process now."""
+        """Whether this accelerator can run work in this process now.
+
+        Returns:
+            ``True`` when it can.
+        """
         ...
 
 
@@ -88,5 +142,16 @@ class DevicePropertiesAPI(Protocol):
     """
 
     def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
-        """Name, memory, processor count and compute capability of a device (default: current)."""
+        """Name, memory, processor count and compute capability of a device.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The device's :class:`DeviceProperties`.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...

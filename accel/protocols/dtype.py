@@ -23,17 +23,33 @@ class DTypeAPI(Protocol):
     """
 
     def is_bf16_supported(self) -> bool:
-        """Whether bfloat16 compute is supported natively."""
+        """Whether bfloat16 compute is supported natively.
+
+        Returns:
+            ``True`` or ``False``, never ``None``.
+        """
         ...
 
     def is_fp16_supported(self) -> bool:
-        """Whether float16 compute is supported natively."""
+        """Whether float16 compute is supported natively.
+
+        Returns:
+            ``True`` or ``False``, never ``None``.
+        """
         ...
 
     def supported_dtypes(self) -> list[torch.dtype]:
-        """Floating-point types to train or infer in on this device."""
+        """The floating-point types to train or infer in on this device.
+
+        Returns:
+            ``torch.float32``, then ``torch.bfloat16`` and ``torch.float16`` where supported.
+        """
         ...
 
     def is_triton_supported(self) -> bool:
-        """Whether Triton kernels can run on this device."""
+        """Whether Triton kernels can run on this device.
+
+        Returns:
+            ``True`` or ``False``, never ``None``.
+        """
         ...

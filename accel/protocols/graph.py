@@ -31,7 +31,11 @@ class GraphAPI(Protocol):
     """Graph capture and replay."""
 
     def create_graph(self) -> Graph:
-        """A new, empty graph."""
+        """A new, empty graph.
+
+        Returns:
+            A graph to pass to :meth:`capture_to_graph`.
+        """
         ...
 
     def capture_to_graph(
@@ -40,12 +44,28 @@ class GraphAPI(Protocol):
         pool: tuple[int, int] | None = None,
         stream: torch.Stream | None = None,
     ) -> AbstractContextManager[None]:
-        """Context manager that records the device work issued inside it into ``graph``.
+        """Record the device work issued inside the ``with`` block into ``graph``.
 
-        ``pool`` shares a memory pool with another graph; ``stream`` captures on that stream.
+        Args:
+            graph: A graph from :meth:`create_graph` of this accelerator.
+            pool: A memory pool to share with another graph (``graph.pool()``).
+            stream: The stream to capture on; ``None`` leaves the choice to the backend.
+
+        Returns:
+            The capture context manager.
+
+        Raises:
+            TypeError: ``graph`` is not a graph of this accelerator's kind.
         """
         ...
 
     def replay_graph(self, graph: Graph) -> None:
-        """Replay a captured graph."""
+        """Replay a captured graph.
+
+        Args:
+            graph: A graph captured with :meth:`capture_to_graph`.
+
+        Raises:
+            TypeError: ``graph`` is not a graph of this accelerator's kind.
+        """
         ...

@@ -21,35 +21,120 @@ class MemoryAPI(Protocol):
         ...
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes currently occupied by tensors."""
+        """Bytes currently occupied by tensors.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated`."""
+        """Peak of :meth:`memory_allocated`.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes, never below :meth:`memory_allocated`.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Bytes currently held by the allocator, used or cached."""
+        """Bytes currently held by the allocator, used or cached.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_reserved`."""
+        """Peak of :meth:`memory_reserved`.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes, never below :meth:`memory_reserved`.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
-        """Allocator statistics under torch's key names (e.g. ``"allocated_bytes.all.peak"``)."""
+        """Allocator statistics under torch's key names.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            Integer statistics by key, e.g. ``"allocated_bytes.all.peak"``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        """Start the ``max_*`` peaks again from the current values."""
+        """Start the ``max_*`` peaks again from the current values.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """Total memory of the device."""
+        """Total memory of a device.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """Memory that a new allocation could still obtain."""
+        """Memory that a new allocation could still obtain.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
 
@@ -63,5 +148,13 @@ class AccumulatedStatsAPI(Protocol):
     """
 
     def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
-        """Zero the counters that only grow (allocation and free totals) in ``memory_stats``."""
+        """Zero the counters in ``memory_stats`` that only grow (allocation and free totals).
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...

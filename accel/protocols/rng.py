@@ -25,27 +25,81 @@ class RNGAPI(Protocol):
     """
 
     def manual_seed(self, seed: int) -> None:
-        """Seed the current device's default generator."""
+        """Seed the current device's default generator.
+
+        Args:
+            seed: An ``int`` in ``[-2**63, 2**64)``.
+
+        Raises:
+            TypeError: ``seed`` is not an ``int``.
+            ValueError: ``seed`` is out of range.
+        """
         ...
 
     def manual_seed_all(self, seed: int) -> None:
-        """Seed the default generator of every device."""
+        """Seed the default generator of every device.
+
+        Args:
+            seed: An ``int`` in ``[-2**63, 2**64)``.
+
+        Raises:
+            TypeError: ``seed`` is not an ``int``.
+            ValueError: ``seed`` is out of range.
+        """
         ...
 
     def initial_seed(self) -> int:
-        """The seed of the current device's default generator, in ``[0, 2**64)``."""
+        """The seed of the current device's default generator.
+
+        Returns:
+            The seed, in ``[0, 2**64)``.
+        """
         ...
 
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
-        """A ``uint8`` CPU tensor holding the generator state (default: current device)."""
+        """Save a device's generator state.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The state as a 1-D ``uint8`` CPU tensor.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
-        """Restore a state returned by :meth:`get_rng_state`."""
+        """Restore a state returned by :meth:`get_rng_state`.
+
+        Args:
+            new_state: The saved state.
+            device_index: The device; ``None`` for the current one.
+
+        Raises:
+            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor, or ``device_index`` is
+                not an ``int``.
+            ValueError: ``new_state`` is not a state of this device type's generator, or
+                ``device_index`` is negative.
+        """
         ...
 
     def default_generator(self, device_index: int) -> torch.Generator:
-        """The ``torch.Generator`` that random ops on that device use by default."""
+        """The ``torch.Generator`` that random ops on a device use by default.
+
+        Args:
+            device_index: The device.
+
+        Returns:
+            The device's default generator.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or, where each device has its own
+                generator, at or beyond the number of devices.
+        """
         ...
 
 
@@ -61,6 +115,17 @@ class ForkRNGAPI(Protocol):
     def fork_rng(
         self, devices: Iterable[int] | None = None, enabled: bool = True
     ) -> AbstractContextManager[None]:
-        """Inside the ``with`` block, random numbers may be drawn freely: on exit the host's
-        and the ``devices``' (default: all) generators are back where they were."""
+        """Draw random numbers freely inside the ``with`` block; the generators come back after.
+
+        Args:
+            devices: The device indices whose generators are saved; ``None`` for all.
+            enabled: ``False`` makes the context manager do nothing.
+
+        Returns:
+            A context manager that restores the host's and ``devices``' generators on exit.
+
+        Raises:
+            TypeError: An index in ``devices`` is not an ``int``.
+            ValueError: An index in ``devices`` is negative.
+        """
         ...

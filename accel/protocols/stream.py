@@ -23,23 +23,76 @@ class StreamAPI(Protocol):
     """
 
     def Stream(self, device_index: int | None = None, priority: int = 0) -> torch.Stream:
-        """A new stream on the device (default: current); lower priority numbers run first."""
+        """A new stream on a device.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+            priority: Lower numbers run first.
+
+        Returns:
+            The stream.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def Event(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
     ) -> torch.Event:
-        """A new event; with ``enable_timing`` it can measure elapsed time between two records."""
+        """A new event.
+
+        Args:
+            enable_timing: Let the event measure elapsed time between two records.
+            blocking: Make waiting on the event block the calling thread.
+            interprocess: Let other processes share the event.
+
+        Returns:
+            The event.
+        """
         ...
 
     def stream(self, stream: torch.Stream | None) -> AbstractContextManager[None]:
-        """Context manager that makes ``stream`` current inside it (``None`` changes nothing)."""
+        """Make ``stream`` current inside the ``with`` block.
+
+        Args:
+            stream: The stream; ``None`` changes nothing.
+
+        Returns:
+            The context manager.
+
+        Raises:
+            TypeError: ``stream`` is neither a ``torch.Stream`` nor ``None``.
+        """
         ...
 
     def current_stream(self, device_index: int | None = None) -> torch.Stream:
-        """The stream that new work on the device goes to."""
+        """The stream that new work on a device goes to.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The stream.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
 
     def default_stream(self, device_index: int | None = None) -> torch.Stream:
-        """The device's default stream."""
+        """A device's default stream.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The stream.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         ...
