@@ -41,7 +41,18 @@ _current: Accelerator | None = None
 
 
 def get_accelerator() -> Accelerator:
-    """The accelerator of this process, chosen on the first call (see module docstring)."""
+    """The accelerator of this process, chosen on the first call (see the module docstring).
+
+    Returns:
+        The same instance on every call, until :func:`set_accelerator` or
+        :func:`reset_accelerator`.
+
+    Raises:
+        ValueError: ``ACCEL_BACKEND`` names no registered backend.
+        RuntimeError: The backend ``ACCEL_BACKEND`` names failed to load, is not available
+            or failed to start; or no backend is available; or two distributions register
+            one backend name.
+    """
     accelerator = _current
     if accelerator is not None:
         return accelerator
@@ -49,7 +60,15 @@ def get_accelerator() -> Accelerator:
 
 
 def set_accelerator(accelerator: Accelerator) -> None:
-    """Use ``accelerator`` from now on; it must satisfy :class:`accel.Accelerator`."""
+    """Use ``accelerator`` from now on.
+
+    Args:
+        accelerator: An instance that satisfies :class:`accel.Accelerator`.
+
+    Raises:
+        TypeError: ``accelerator`` is a class, or lacks members of
+            :class:`accel.Accelerator` (the message names them).
+    """
     if isinstance(accelerator, type):
         raise TypeError(
             f"set_accelerator() expects an accelerator instance, got the class "
@@ -72,7 +91,16 @@ def reset_accelerator() -> None:
 
 
 def current_selection() -> Selection:
-    """The selection ``get_accelerator()`` returns, making it first if needed."""
+    """The selection ``get_accelerator()`` returns, making it first if needed.
+
+    Returns:
+        The accelerator, how it was chosen (``"explicit"``, ``"env"`` or ``"auto"``) and
+        why.
+
+    Raises:
+        ValueError: As :func:`get_accelerator`.
+        RuntimeError: As :func:`get_accelerator`.
+    """
     return _selection or _select()
 
 

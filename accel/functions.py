@@ -55,12 +55,23 @@ def _resolve(accelerator: Accelerator | None) -> Accelerator:
 
 
 def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> None:
-    """Make ``device`` current: an index, ``"<type>:<index>"`` or a ``torch.device``.
+    """Make ``device`` current.
 
-    A device of another type is a ``ValueError`` naming it. On devices whose names carry
-    no index (the CPU), a name without one names every device slot and leaves the current
-    one as it is; elsewhere it is a ``ValueError``. The backend's ``set_device`` receives
-    the index as an ``int``, which every backend takes.
+    On devices whose names carry no index (the CPU), a name without one names every device
+    slot and leaves the current one as it is; elsewhere it is a ``ValueError``. The
+    backend's ``set_device`` receives the index as an ``int``, which every backend takes.
+
+    Args:
+        device: An index, ``"<type>:<index>"`` or a ``torch.device``.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Raises:
+        TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
+        ValueError: ``device`` is negative, an unparsable string, a device of another type,
+            or a name without an index where names carry one; or the backend's
+            ``set_device`` refuses the index (the built-in ones: past ``device_count()``).
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
     """
     select_device(_resolve(accelerator), device)
 
@@ -68,20 +79,47 @@ def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> No
 def device_index(
     device: DeviceLike, accelerator: Accelerator | None = None
 ) -> AbstractContextManager[None]:
-    """Make ``device`` current inside a ``with`` block; the previous device comes back after."""
+    """Make ``device`` current inside a ``with`` block; the previous device comes back after.
+
+    Args:
+        device: An index, ``"<type>:<index>"`` or a ``torch.device``.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        The context manager. ``device`` is checked when the block is entered, and raises
+        there what :func:`set_device` raises.
+
+    Raises:
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
     return device_scope(_resolve(accelerator), device)
 
 
 def get_device_properties(
     device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
 ) -> DeviceProperties:
-    """Name, memory, processor count and compute capability of a device (default: current).
+    """Name, memory, processor count and compute capability of a device.
 
-    ``device_index`` is an index, ``"<type>:<index>"`` or a ``torch.device``, as torch's
-    ``get_device_properties`` takes. From the backend's own ``get_device_properties`` where
-    it has one (:class:`~accel.protocols.DevicePropertiesAPI`); otherwise ``name`` is the
-    device's name, ``total_memory`` the backend's ``total_memory()``, and the processor
-    count and compute capability are ``None`` (unknown), never guessed.
+    From the backend's own ``get_device_properties`` where it has one
+    (:class:`~accel.protocols.DevicePropertiesAPI`); otherwise ``name`` is the device's name,
+    ``total_memory`` the backend's ``total_memory()``, and the processor count and compute
+    capability are ``None`` (unknown), never guessed.
+
+    Args:
+        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``, as torch's
+            ``get_device_properties`` takes; ``None`` for the current device.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        The device's :class:`~accel.protocols.DeviceProperties`.
+
+    Raises:
+        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+            ``torch.device``.
+        ValueError: ``device_index`` is negative, an unparsable string, or a device of another type.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     index = _index_of(acc, device_index)
@@ -112,11 +150,24 @@ def fork_rng(
     enabled: bool = True,
     accelerator: Accelerator | None = None,
 ) -> AbstractContextManager[None]:
-    """Inside the ``with`` block, draw random numbers freely: on exit the host's and the
-    ``devices``' (default: all) generators are back where they were.
+    """Draw random numbers freely inside the ``with`` block; the generators come back after.
 
     The backend's own ``fork_rng`` where it has one (:class:`~accel.protocols.ForkRNGAPI`),
     else one built from its ``get_rng_state``/``set_rng_state``.
+
+    Args:
+        devices: The device indices whose generators are restored with the host's; ``None``
+            for every device.
+        enabled: ``False`` makes the context manager do nothing.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        The context manager. On entering it, an index in ``devices`` that is not an
+        ``int`` raises ``TypeError`` and a negative one ``ValueError``.
+
+    Raises:
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     if isinstance(acc, ForkRNGAPI):
@@ -129,9 +180,20 @@ def reset_accumulated_memory_stats(
 ) -> None:
     """Zero the allocator's counters that only grow (allocation and free totals).
 
-    ``NotImplementedError`` naming the backend for one without the member
-    (:class:`~accel.protocols.AccumulatedStatsAPI`): accel cannot know what its
-    ``memory_stats()`` counts, so it does not pretend to have reset it.
+    Args:
+        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``; ``None`` for the
+            current device.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Raises:
+        NotImplementedError: The backend has no ``reset_accumulated_memory_stats``
+            (:class:`~accel.protocols.AccumulatedStatsAPI`): accel cannot know what its
+            ``memory_stats()`` counts, so it does not pretend to have reset it.
+        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+            ``torch.device``.
+        ValueError: ``device_index`` is negative, an unparsable string, or a device of another type.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, AccumulatedStatsAPI):
@@ -152,15 +214,41 @@ def _takes_device_ids(acc: Accelerator) -> bool:
 
 
 def ddp_device_ids(device: int, accelerator: Accelerator | None = None) -> list[int] | None:
-    """``DistributedDataParallel(device_ids=...)`` for a module on device ``device``:
-    ``[device]`` on accelerators, ``None`` on the CPU (where DDP refuses device ids)."""
+    """``DistributedDataParallel(device_ids=...)`` for a module on device ``device``.
+
+    Args:
+        device: The module's device index.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        ``[device]`` on accelerators; ``None`` on the CPU, where DDP refuses device ids.
+
+    Raises:
+        TypeError: ``device`` is not an ``int``.
+        ValueError: ``device`` is negative.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
     index = check_index(device, "device")
     return [index] if _takes_device_ids(_resolve(accelerator)) else None
 
 
 def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> int | None:
-    """``DistributedDataParallel(output_device=...)``: ``device`` on accelerators, ``None``
-    on the CPU."""
+    """``DistributedDataParallel(output_device=...)`` for a module on device ``device``.
+
+    Args:
+        device: The module's device index.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        ``device`` on accelerators; ``None`` on the CPU.
+
+    Raises:
+        TypeError: ``device`` is not an ``int``.
+        ValueError: ``device`` is negative.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
     index = check_index(device, "device")
     return index if _takes_device_ids(_resolve(accelerator)) else None
 
@@ -168,10 +256,23 @@ def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> in
 def process_group_device_id(
     device: DeviceLike, accelerator: Accelerator | None = None
 ) -> torch.device | None:
-    """``init_process_group(device_id=...)`` for this process's device ``device`` (an index,
-    ``"<type>:<index>"`` or a ``torch.device``): that device, with its index, on
-    accelerators; ``None`` on the CPU, which torch refuses there ("device_id parameter must
-    be an accelerator with an index")."""
+    """``init_process_group(device_id=...)`` for this process's device ``device``.
+
+    Args:
+        device: An index, ``"<type>:<index>"`` or a ``torch.device``; a name without an
+            index means the current device.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        That device, with its index, on accelerators; ``None`` on the CPU, which torch
+        refuses there ("device_id parameter must be an accelerator with an index").
+
+    Raises:
+        TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
+        ValueError: ``device`` is negative, an unparsable string, or a device of another type.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
     acc = _resolve(accelerator)
     index = _index_of(acc, device, "device")
     if not _takes_device_ids(acc):
