@@ -65,6 +65,15 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
     """Whether ``all_reduce_`` on ``group`` goes through shared memory (sets it up if needed).
 
     Collective: every rank of the group must call it the first time.
+
+    Args:
+        group: The process group; ``None`` for the default (world) group.
+
+    Returns:
+        ``True`` when every rank of the group is on this node and the segment is set up.
+
+    Raises:
+        RuntimeError: No process group is initialised.
     """
     return shm_group(group, "uses_shared_memory") is not None
 
@@ -94,11 +103,23 @@ def all_reduce_(
     float32, bfloat16 or float16 CPU tensor; over two levels (shared memory inside each
     node, gloo between nodes; every rank ends with the same bits) when the group spans
     nodes; ``torch.distributed.all_reduce`` on every rank otherwise (ranks may pass
-    tensors that differ in this: they agree on the path through the segment). A peer
-    that exits raises at once, and one that stays silent for ``timeout`` seconds
-    (default: the group's own timeout) raises ``RuntimeError`` naming it; the group's
-    shared-memory path is then unusable. As with torch.distributed, every
-    rank calls collectives on a group in the same order, one thread at a time.
+    tensors that differ in this: they agree on the path through the segment). As with
+    torch.distributed, every rank calls collectives on a group in the same order, one
+    thread at a time.
+
+    Args:
+        tensor: This rank's summand; it receives the sum.
+        group: The process group; ``None`` for the default (world) group.
+        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
+
+    Returns:
+        ``tensor``.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``.
+        ValueError: ``timeout`` is not a number of seconds > 0.
+        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
+            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     # The common call (a tensor, the group's timeout) is screened with one test; anything
     # else gets the full checks, which name what is wrong (an int timeout passes them).
@@ -184,14 +205,31 @@ def all_gather_into_tensor_(
     *,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
-    """Gather every rank's ``tensor`` into ``output`` (rank order, concatenated on the
-    first dimension), as ``dist.all_gather_into_tensor``; returns ``output``.
+    """Gather every rank's ``tensor`` into ``output``, as ``dist.all_gather_into_tensor``.
 
     Through shared memory when the group is on this node and every rank's tensors are
     contiguous CPU tensors (any dtype: bytes are copied, bit for bit); over two levels
     (gloo between nodes, shared memory inside each) when the group spans nodes with the
     same number of ranks on each; through torch.distributed on every rank otherwise.
     Ranks that pass different sizes or dtypes all get an error.
+
+    Args:
+        output: Receives the ranks' tensors in rank order, concatenated on the first
+            dimension: world size x ``tensor``'s elements, of its dtype.
+        tensor: This rank's part.
+        group: The process group; ``None`` for the default (world) group.
+        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
+
+    Returns:
+        ``output``.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``.
+        ValueError: ``timeout`` is not a number of seconds > 0.
+            Also ``output``'s size or dtype does not match ``tensor``'s, or (in shared
+            memory) the ranks' do not agree.
+        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
+            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
@@ -210,16 +248,32 @@ def reduce_scatter_tensor_(
     *,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
-    """Sum ``input`` (world size x ``output``'s elements, rank order) across ``group`` and
-    keep this rank's block in ``output``, as ``dist.reduce_scatter_tensor`` with ``SUM``;
-    returns ``output``.
+    """Sum ``input`` across ``group`` and keep this rank's block in ``output``.
 
-    Through shared memory, summed in rank order in fp32 (identical to :func:`all_reduce_`'s
-    bits), when the group is on this node and every rank's tensors are contiguous float32,
-    bfloat16 or float16 CPU tensors (``output`` may be this rank's block of ``input``);
-    over two levels (shared memory inside each node, a ring between nodes) when the group
-    spans nodes with the same number of ranks on each; torch.distributed on every rank
-    otherwise. Ranks that pass different sizes or dtypes all get an error.
+    As ``dist.reduce_scatter_tensor`` with ``SUM``. Through shared memory, summed in rank
+    order in fp32 (identical to :func:`all_reduce_`'s bits), when the group is on this node
+    and every rank's tensors are contiguous float32, bfloat16 or float16 CPU tensors
+    (``output`` may be this rank's block of ``input``); over two levels (shared memory
+    inside each node, a ring between nodes) when the group spans nodes with the same number
+    of ranks on each; torch.distributed on every rank otherwise. Ranks that pass different
+    sizes or dtypes all get an error.
+
+    Args:
+        output: Receives this rank's block of the sum.
+        input: World size x ``output``'s elements, of its dtype, in rank order.
+        group: The process group; ``None`` for the default (world) group.
+        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
+
+    Returns:
+        ``output``.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``.
+        ValueError: ``timeout`` is not a number of seconds > 0.
+            Also ``input``'s size or dtype does not match ``output``'s, or (in shared
+            memory) the ranks' do not agree.
+        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
+            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
@@ -238,10 +292,29 @@ def broadcast_(
     *,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> torch.Tensor:
-    """Copy ``tensor`` from global rank ``src`` to every rank of ``group``, in place, as
-    ``dist.broadcast``; returns ``tensor``. Shared memory and two levels under the same
-    conditions as :func:`all_gather_into_tensor_` (two levels with uneven placement too,
-    through one rank per node)."""
+    """Copy ``tensor`` from global rank ``src`` to every rank of ``group``, in place.
+
+    As ``dist.broadcast``. Shared memory and two levels under the same conditions as
+    :func:`all_gather_into_tensor_` (two levels with uneven placement too, through one
+    rank per node).
+
+    Args:
+        tensor: The source's data on ``src``; receives it everywhere else.
+        src: The global rank to copy from.
+        group: The process group; ``None`` for the default (world) group.
+        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
+
+    Returns:
+        ``tensor``.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``.
+        ValueError: ``timeout`` is not a number of seconds > 0.
+            Also ``src`` is not a rank of the group.
+        TypeError: ``src`` is not an ``int``.
+        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
+            for ``timeout`` seconds (the group's shared-memory path is then unusable).
+    """
     _check_call("broadcast_", timeout, tensor=tensor)
     if not isinstance(src, int) or isinstance(src, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"src must be a global rank (int), got {src!r}")
@@ -265,8 +338,19 @@ def broadcast_(
 def barrier(
     group: dist.ProcessGroup | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
 ) -> None:
-    """Return once every rank of ``group`` has called it (shared memory when the group is
-    on this node, ``dist.barrier`` otherwise)."""
+    """Return once every rank of ``group`` has called it.
+
+    Shared memory when the group is on this node, ``dist.barrier`` otherwise.
+
+    Args:
+        group: The process group; ``None`` for the default (world) group.
+        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
+
+    Raises:
+        ValueError: ``timeout`` is not a number of seconds > 0.
+        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
+            for ``timeout`` seconds (the group's shared-memory path is then unusable).
+    """
     _check_call("barrier", timeout)
     shm = shm_group(group, "barrier")
     if shm is None:

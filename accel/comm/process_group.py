@@ -107,7 +107,11 @@ class AccelProcessGroup(dist.ProcessGroup):
         _live.add(self)
 
     def getBackendName(self) -> str:
-        """``"accel"``."""
+        """The backend's name.
+
+        Returns:
+            ``"accel"``.
+        """
         return BACKEND_NAME
 
     # torch keeps a group's name on its C++ backends, which a Python process group has
@@ -120,7 +124,14 @@ class AccelProcessGroup(dist.ProcessGroup):
     @property
     @override
     def group_name(self) -> GroupName:
-        """The name torch gave this group (``init_process_group``/``new_group``)."""
+        """The name torch gave this group (``init_process_group``/``new_group``).
+
+        Returns:
+            The group's name.
+
+        Raises:
+            RuntimeError: torch has not named the group yet.
+        """
         name: GroupName | None = getattr(self, "_name", None)
         if name is None:
             raise RuntimeError("ProcessGroup name not set")
@@ -141,14 +152,24 @@ class AccelProcessGroup(dist.ProcessGroup):
             self.gloo.shutdown()
 
     def collective_timeout(self) -> float:
-        """The timeout this group was made with, in seconds: its shared-memory collectives
-        wait that long for a silent peer, as gloo does."""
+        """The timeout this group was made with.
+
+        Its shared-memory collectives wait that long for a silent peer, as gloo does.
+
+        Returns:
+            The timeout in seconds.
+        """
         return self._timeout
 
     def uses_shared_memory(self) -> bool:
-        """Whether this group's collectives go through shared memory. The first call
-        decides, collectively (every rank makes it, as torch's first collective on the
-        group does), after the reductions queued before it."""
+        """Whether this group's collectives go through shared memory.
+
+        The first call decides, collectively (every rank makes it, as torch's first
+        collective on the group does), after the reductions queued before it.
+
+        Returns:
+            ``True`` when every rank of the group is on this node.
+        """
         if self._shared is None:  # the setup is collective: in this thread, in order
             self.wait_queued()
             self._inside.active = True
@@ -172,8 +193,13 @@ class AccelProcessGroup(dist.ProcessGroup):
         return _QueuedWork(future)
 
     def in_own_collective(self) -> bool:
-        """Whether this thread is inside one of this group's own accel.comm calls, whose
-        torch.distributed calls (setup, fallbacks) must go straight to gloo."""
+        """Whether this thread is inside one of this group's own accel.comm calls.
+
+        Their torch.distributed calls (setup, fallbacks) must go straight to gloo.
+
+        Returns:
+            ``True`` inside such a call.
+        """
         return bool(getattr(self._inside, "active", False))
 
     def _direct(self) -> bool:
@@ -418,14 +444,20 @@ def set_default_backend(device_type: str, backend: str | None) -> str | None:
     (``torch.distributed.Backend.default_device_backend_map``); ``init_process_group()``
     reads it when no backend is named (for ``device_id=`` and for the machine's own
     accelerator), and so do frameworks that choose a backend per device, such as
-    Lightning's DDP. ``backend`` is a backend name, or a per-device string as
-    ``init_process_group`` takes it (``"cpu:accel,npu:hccl"``, which the ``device_id=``
-    path and Lightning accept; torch's argument-free default needs a plain name).
-    ``None`` removes the entry. Returns the entry it replaced (``None`` if there was
-    none), so a caller can put it back.
+    Lightning's DDP.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cpu"``.
+        backend: A backend name, or a per-device string as ``init_process_group`` takes
+            it (``"cpu:accel,npu:hccl"``, which the ``device_id=`` path and Lightning
+            accept; torch's argument-free default needs a plain name). ``None`` removes
+            the entry.
+
+    Returns:
+        The entry it replaced (``None`` if there was none), so a caller can put it back.
 
     Raises:
-        ValueError: a backend named is not registered with torch.distributed, or a plain
+        ValueError: A backend named is not registered with torch.distributed, or a plain
             name does not handle ``device_type`` (for backends that declare their devices).
     """
     table = dist.Backend.default_device_backend_map
@@ -462,8 +494,10 @@ def make_default() -> str | None:
     accelerator is the CPU, ``init_process_group(device_id=torch.device("cpu"))`` and
     frameworks that read torch's device-to-backend map (Lightning's DDP on the CPU) use
     accel's shared-memory backend for CPU tensors; other device types keep theirs.
-    Returns the previous CPU default (``"gloo"`` in a fresh process), for
-    ``set_default_backend("cpu", previous)``.
+
+    Returns:
+        The previous CPU default (``"gloo"`` in a fresh process), for
+        ``set_default_backend("cpu", previous)``.
     """
     register()
     return set_default_backend("cpu", BACKEND_NAME)
