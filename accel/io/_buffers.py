@@ -18,9 +18,21 @@ def aligned_empty(
 ) -> torch.Tensor:
     """An uninitialised CPU tensor whose data starts on an ``alignment``-byte boundary.
 
-    With ``pin_memory=True`` the buffer is page-locked through the selected accelerator
-    (``get_accelerator().pin_memory``), so copies to and from the device are fast; on
-    devices without pinned memory (the CPU) it is ordinary memory.
+    Args:
+        shape: The tensor's size, as an ``int`` or a sequence of them.
+        dtype: The element type.
+        alignment: A power of two, a multiple of ``dtype``'s size.
+        pin_memory: Page-lock the buffer through the selected accelerator
+            (``get_accelerator().pin_memory``), so copies to and from the device are fast;
+            on devices without pinned memory (the CPU) it is ordinary memory.
+
+    Returns:
+        The tensor.
+
+    Raises:
+        TypeError: ``dtype`` is not a ``torch.dtype``.
+        ValueError: ``alignment`` is not a power of two or not a multiple of ``dtype``'s
+            size, or ``shape`` holds something other than non-negative ints.
     """
     if not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"alignment must be a power of two, got {alignment!r}")

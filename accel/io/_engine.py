@@ -170,15 +170,36 @@ class IORequest(Future[int]):
 
     @override
     def result(self, timeout: float | None = None) -> int:
-        """The bytes moved, once done (raises the request's error); :meth:`AsyncIO.wait`
-        then neither counts nor raises this request again."""
+        """The bytes moved, once done; :meth:`AsyncIO.wait` then neither counts nor raises this
+        request again.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as it takes.
+
+        Returns:
+            The number of bytes read or written.
+
+        Raises:
+            OSError: The transfer failed.
+            TimeoutError: ``timeout`` passed first.
+        """
         self.delivered = True
         return super().result(timeout)
 
     @override
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The request's error, once done (``None`` if it succeeded); as :meth:`result`,
-        this request is then the caller's, not :meth:`AsyncIO.wait`'s."""
+        """The request's error, once done; as with :meth:`result`, this request is then the
+        caller's, not :meth:`AsyncIO.wait`'s.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as it takes.
+
+        Returns:
+            The error, or ``None`` if the request succeeded.
+
+        Raises:
+            TimeoutError: ``timeout`` passed first.
+        """
         self.delivered = True
         return super().exception(timeout)
 
@@ -266,20 +287,28 @@ def _check_offset(offset: object) -> int:
 class AsyncIO:
     """Asynchronous reads and writes of CPU tensors at file offsets.
 
-    ``block_size`` bytes per system call (any size: rounded up to a multiple of
-    :data:`ALIGNMENT`, which O_DIRECT needs and which keeps tiny sizes from costing a
-    system call per few bytes), ``queue_depth`` calls in flight. ``direct``:
-    ``None`` (default) uses O_DIRECT where the file system supports it and the buffer and
+    ``direct=None`` uses O_DIRECT where the file system supports it and the buffer and
     offset are aligned to :data:`ALIGNMENT`, buffered I/O otherwise (each request reports
-    which in ``request.direct``); ``True`` requires O_DIRECT (misalignment or an
-    unsupporting file system is an error); ``False`` never uses it. Lengths need no
-    alignment: an unaligned tail goes through the page cache. A descriptor the caller
-    opened with O_DIRECT is used as it is for the aligned part; the rest goes through a
-    second descriptor of the same file without O_DIRECT.
+    which in ``request.direct``). Lengths need no alignment: an unaligned tail goes through
+    the page cache. A descriptor the caller opened with O_DIRECT is used as it is for the
+    aligned part; the rest goes through a second descriptor of the same file without
+    O_DIRECT.
 
     Writes never truncate: bytes of the file outside the written range stay as they were.
     A request that fails raises from ``result()`` and from :meth:`wait`; a failed write is
     never reported as done.
+
+    Args:
+        block_size: Bytes per system call; any size, rounded up to a multiple of
+            :data:`ALIGNMENT` (which O_DIRECT needs, and which keeps tiny sizes from costing
+            a system call per few bytes).
+        queue_depth: System calls in flight, in ``[1, 256]``.
+        direct: ``None`` for O_DIRECT where possible; ``True`` requires it (misalignment or
+            an unsupporting file system is an error); ``False`` never uses it.
+
+    Raises:
+        ValueError: ``block_size`` is not a positive ``int``, ``queue_depth`` is out of
+            range, or ``direct`` is not ``None``, ``True`` or ``False``.
     """
 
     def __init__(
@@ -310,21 +339,65 @@ class AsyncIO:
 
     # -- public API ----------------------------------------------------------------------
     def write(self, tensor: torch.Tensor, path: PathLike | int, offset: int = 0) -> IORequest:
-        """Start writing ``tensor``'s bytes to ``path`` (or an open descriptor) at ``offset``."""
+        """Start writing ``tensor``'s bytes to ``path`` at ``offset``.
+
+        Args:
+            tensor: A dense, contiguous CPU tensor; keep it unchanged until the request ends.
+            path: A file path, or a descriptor open for writing (not with O_APPEND).
+            offset: The byte offset in the file.
+
+        Returns:
+            The request, a ``concurrent.futures.Future`` of the bytes written.
+
+        Raises:
+            TypeError: ``tensor`` is not a ``torch.Tensor``.
+            ValueError: ``tensor`` is not a dense, contiguous CPU tensor (or is a lazy
+                conjugate or negative view), ``offset`` is not an integer >= 0, ``path`` is a
+                FIFO or socket, a descriptor is open with O_APPEND, or ``direct=True`` and
+                the buffer or offset is not aligned to :data:`ALIGNMENT`.
+            OSError: The file cannot be opened (with O_DIRECT, when required), or a descriptor
+                is not open.
+            RuntimeError: The engine is closed, or was created in another process (before a
+                ``fork``).
+        """
         return self._submit("write", tensor, path, offset)
 
     def read(self, tensor: torch.Tensor, path: PathLike | int, offset: int = 0) -> IORequest:
-        """Start filling ``tensor`` from ``path`` (or an open descriptor) at ``offset``.
+        """Start filling ``tensor`` from ``path`` at ``offset``.
 
-        Reading past the end of the file is an ``EOFError`` naming the file and sizes.
+        Args:
+            tensor: A dense, contiguous CPU tensor to fill.
+            path: A file path, or a descriptor open for reading.
+            offset: The byte offset in the file.
+
+        Returns:
+            The request, a ``concurrent.futures.Future`` of the bytes read.
+
+        Raises:
+            EOFError: The file ends before ``offset`` + the tensor's size.
+            TypeError: ``tensor`` is not a ``torch.Tensor``.
+            ValueError: ``tensor`` is not a dense, contiguous CPU tensor (or is a lazy
+                conjugate or negative view), ``offset`` is not an integer >= 0, ``path`` is a
+                FIFO or socket, or ``direct=True`` and the buffer or offset is not aligned
+                to :data:`ALIGNMENT`.
+            OSError: The file cannot be opened (with O_DIRECT, when required), or a descriptor
+                is not open.
+            RuntimeError: The engine is closed, or was created in another process (before a
+                ``fork``).
         """
         return self._submit("read", tensor, path, offset)
 
     def wait(self) -> int:
-        """Wait for every request submitted so far; return how many finished since the
-        last ``wait()``, leaving out those whose outcome the caller already took with
-        ``result()`` or ``exception()``. Raises the first failure among the rest (after
-        all have ended)."""
+        """Wait for every request submitted so far.
+
+        Returns:
+            How many finished since the last ``wait()``, leaving out those whose outcome the
+            caller already took with ``result()`` or ``exception()``.
+
+        Raises:
+            OSError: The first failure among those requests, after all have ended.
+            RuntimeError: The engine is closed, or was created in another process.
+        """
         self._check_usable()
         with self._idle:
             while self._in_flight:
@@ -338,7 +411,11 @@ class AsyncIO:
         return len(unclaimed)
 
     def pending(self) -> int:
-        """Requests still in flight."""
+        """The requests still in flight.
+
+        Returns:
+            Their number.
+        """
         with self._lock:
             return len(self._in_flight)
 
