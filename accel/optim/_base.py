@@ -86,7 +86,19 @@ class CPUOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     @override
     def step(self, closure: Closure = None) -> float | None:  # type: ignore[override]
-        """Take one optimization step; ``closure`` re-evaluates the loss first, as in torch."""
+        """Take one optimization step.
+
+        Args:
+            closure: Re-evaluates the model and returns the loss, as in ``torch.optim``.
+
+        Returns:
+            The closure's loss, or ``None`` without a closure.
+
+        Raises:
+            ValueError: A group sets a flag this optimizer does not implement, a parameter's
+                state is missing or misshapen, or a hyperparameter is out of range.
+            TypeError: A parameter or gradient has a dtype the native step does not take.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():

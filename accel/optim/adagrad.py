@@ -13,7 +13,19 @@ from accel.optim._base import CPUOptimizer, GroupTensors
 
 
 class CPUAdagrad(CPUOptimizer):
-    """Adagrad matching ``torch.optim.Adagrad`` to fp32 rounding; state key ``sum``."""
+    """Adagrad matching ``torch.optim.Adagrad`` to fp32 rounding; state key ``sum``.
+
+    Args:
+        params: The parameters, or param groups, as ``torch.optim`` takes them.
+        lr: The learning rate, >= 0.
+        lr_decay: >= 0.
+        weight_decay: L2 weight decay, >= 0.
+        initial_accumulator_value: The ``sum`` state's start, >= 0.
+        eps: Added to the denominator, > 0.
+
+    Raises:
+        ValueError: A hyperparameter is out of range (the message names it).
+    """
 
     state_names = ("sum",)
     unsupported_flags = ("maximize", "differentiable")

@@ -18,6 +18,18 @@ class CPUAdam(CPUOptimizer):
     be float32, bfloat16 or float16; ``exp_avg`` and ``exp_avg_sq`` are always float32.
     Param groups carry torch's keys (``decoupled_weight_decay``, ``amsgrad`` ...), so a
     ``state_dict()`` loads into ``torch.optim.AdamW`` and back.
+
+    Args:
+        params: The parameters, or param groups, as ``torch.optim`` takes them.
+        lr: The learning rate, >= 0.
+        betas: The moments' decay rates, each in ``[0, 1)``.
+        eps: Added to the denominator, > 0.
+        weight_decay: >= 0; decoupled with ``adamw_mode``, L2 otherwise.
+        adamw_mode: AdamW rather than Adam.
+        bias_correction: Correct the moments' bias towards zero.
+
+    Raises:
+        ValueError: A hyperparameter is out of range (the message names it).
     """
 
     state_names = ("exp_avg", "exp_avg_sq")

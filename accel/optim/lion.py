@@ -16,6 +16,15 @@ class CPULion(CPUOptimizer):
 
     Weight decay is decoupled (``p *= 1 - lr*wd`` first), as in the paper. State key
     ``exp_avg`` (fp32).
+
+    Args:
+        params: The parameters, or param groups, as ``torch.optim`` takes them.
+        lr: The learning rate, >= 0.
+        betas: ``beta1`` and ``beta2``, each in ``[0, 1)``.
+        weight_decay: Decoupled weight decay, >= 0.
+
+    Raises:
+        ValueError: A hyperparameter is out of range (the message names it).
     """
 
     state_names = ("exp_avg",)

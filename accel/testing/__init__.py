@@ -62,7 +62,15 @@ def _violation(protocol: type, method: str, name: str, error: BaseException) -> 
 
 
 def run_check(accelerator: Accelerator, check: Check) -> Violation | None:
-    """Run one check; its violation, or ``None`` when the property holds."""
+    """Run one check.
+
+    Args:
+        accelerator: The backend instance to check.
+        check: A registered check.
+
+    Returns:
+        The violation, or ``None`` when the property holds.
+    """
     try:
         check.function(accelerator)
     except Exception as error:  # a check reports any failure of the backend as a violation
@@ -82,10 +90,17 @@ def _instance(backend: type | Accelerator) -> object:
 
 
 def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Report:
-    """Check ``backend`` (a class or an instance) against every protocol it claims.
+    """Check ``backend`` against every protocol it claims.
 
-    A class is probed first (``ValueError`` with the reason when it is not available
-    here) and instantiated. ``max_examples`` is the hypothesis budget of each property.
+    Args:
+        backend: A backend class (probed, then instantiated) or instance.
+        max_examples: The hypothesis budget of each property.
+
+    Returns:
+        The report; ``report.ok`` when no check found a violation.
+
+    Raises:
+        ValueError: ``backend`` is a class whose probe says it is not available here.
     """
     accelerator = _instance(backend)
     report = Report(type(accelerator).__qualname__)

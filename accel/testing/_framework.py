@@ -73,7 +73,15 @@ CHECKS: list[Check] = []
 
 
 def check(protocol: type, method: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Register a check of ``protocol.method``; it runs on every backend claiming ``protocol``."""
+    """Register a check of ``protocol.method``; it runs on every backend claiming ``protocol``.
+
+    Args:
+        protocol: The capability protocol the check is about.
+        method: The members it exercises, as shown in reports.
+
+    Returns:
+        A decorator that registers the check function and returns it unchanged.
+    """
 
     def register(function: CheckFunction) -> CheckFunction:
         CHECKS.append(Check(protocol, method, function))
@@ -83,7 +91,14 @@ def check(protocol: type, method: str) -> Callable[[CheckFunction], CheckFunctio
 
 
 def property_settings(max_examples: int) -> settings:
-    """Hypothesis settings for the kit: no deadline (shared machines are noisy), no database."""
+    """Hypothesis settings for the kit: no deadline (shared machines are noisy), no database.
+
+    Args:
+        max_examples: The number of examples each property tries.
+
+    Returns:
+        The settings.
+    """
     return settings(
         max_examples=max_examples,
         deadline=None,
