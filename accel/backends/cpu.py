@@ -132,7 +132,15 @@ class CPUAccelerator(
         return True
 
     def numa_nodes(self) -> list[int]:
-        """NUMA node ids backing the devices, in device-index order."""
+        """The NUMA node ids backing the devices, in device-index order.
+
+        Returns:
+            The nodes with usable CPUs, or those ``ACCEL_VISIBLE_NUMA_NODES`` lists.
+
+        Raises:
+            ValueError: ``ACCEL_VISIBLE_NUMA_NODES`` is malformed, empty, or lists a node
+                without usable CPUs.
+        """
         nodes = _host.numa_nodes_with_cpus()
         raw = os.environ.get(VISIBLE_NODES_ENV)
         if raw is None:
@@ -149,7 +157,15 @@ class CPUAccelerator(
         return visible
 
     def device_count(self) -> int:
-        """``LOCAL_SIZE`` if set, else the number of (visible) NUMA nodes with CPUs."""
+        """``LOCAL_SIZE`` if set, else the number of (visible) NUMA nodes with CPUs.
+
+        Returns:
+            The number of device slots.
+
+        Raises:
+            ValueError: ``LOCAL_SIZE`` is not a positive decimal integer, or
+                ``ACCEL_VISIBLE_NUMA_NODES`` is invalid (see :meth:`numa_nodes`).
+        """
         local_size = env_index("LOCAL_SIZE")
         if local_size == 0:
             raise ValueError("environment variable LOCAL_SIZE must be a positive integer, got '0'")
@@ -176,10 +192,18 @@ class CPUAccelerator(
         return 0 if raw is None else parse_env_index("LOCAL_RANK", raw)
 
     def set_device(self, device_index: DeviceLike) -> None:
-        """Record a device slot as current: an index, ``"cpu:<i>"`` or ``torch.device``.
+        """Record a device slot as current.
 
         ``"cpu"`` without an index names every slot (it is what ``device_name(i)`` returns
         for any ``i``), so it leaves the current slot as it is.
+
+        Args:
+            device_index: An index, ``"cpu:<i>"`` or a ``torch.device``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+                ``torch.device``.
+            ValueError: ``device_index`` is negative, an unparsable string or not a CPU device.
         """
         index = check_device(device_index, "cpu")
         if index is not None:

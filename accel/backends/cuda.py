@@ -55,7 +55,14 @@ def _nvml() -> ModuleType | None:
 
 
 def allow_deprecated_fp16() -> bool:
-    """Whether ``ACCEL_ALLOW_DEPRECATED_FP16`` asks to treat compute capability 6.x as fp16."""
+    """Whether ``ACCEL_ALLOW_DEPRECATED_FP16`` asks to treat compute capability 6.x as fp16.
+
+    Returns:
+        ``True`` for ``"1"``; ``False`` for ``"0"`` or when unset.
+
+    Raises:
+        ValueError: The variable is set to anything else.
+    """
     raw = os.environ.get(ALLOW_DEPRECATED_FP16_ENV)
     if raw is None or raw == "0":
         return False

@@ -39,11 +39,20 @@ def _names_no_index(device: DeviceLike, device_type: str) -> ValueError:
 
 
 def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
-    """Make ``device`` (an index, ``"<type>[:<index>]"`` or ``torch.device``) current.
+    """Make ``device`` current through the backend's ``int``-taking ``set_device``.
 
-    Converts to the ``int`` every backend's ``set_device`` takes. A name without an index
-    leaves the current device as it is on devices whose names carry none (the CPU: it
-    names every slot) and is a ``ValueError`` elsewhere (it would not say which device).
+    Args:
+        devices: The backend.
+        device: An index, ``"<type>[:<index>]"`` or a ``torch.device``. A name without an
+            index leaves the current device as it is on devices whose names carry none (the
+            CPU: it names every slot).
+
+    Raises:
+        TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or
+            ``torch.device``.
+        ValueError: ``device`` is negative, an unparsable string, a device of another type,
+            or a name without an index on a device whose names carry one; or what the
+            backend's ``set_device`` raises.
     """
     device_type = torch.device(devices.device_name()).type
     index = check_device(device, device_type)
@@ -117,10 +126,17 @@ class TorchDeviceMixin:
         return int(device_module(self.device_type).current_device())
 
     def set_device(self, device_index: DeviceLike) -> None:
-        """Make a device current (index, ``"<type>:<i>"`` or ``torch.device``, as torch takes).
+        """Make a device current, named as torch names it.
 
-        ``ValueError`` beyond ``device_count()``, for another device type, or for a name
-        without an index (torch refuses that too: it would not say which device).
+        Args:
+            device_index: An index, ``"<type>:<i>"`` or a ``torch.device``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+                ``torch.device``.
+            ValueError: ``device_index`` is negative, at or beyond ``device_count()``, an
+                unparsable string, a device of another type, or a name without an index (torch
+                refuses that too: it would not say which device).
         """
         index = check_device(device_index, self.device_type)
         if index is None:

@@ -90,7 +90,14 @@ class TorchGraphMixin:
         return graph
 
     def create_graph(self) -> Graph:
-        """A new, empty device graph."""
+        """A new, empty device graph.
+
+        Returns:
+            An instance of the device module's graph class, else ``torch.accelerator.Graph``.
+
+        Raises:
+            RuntimeError: The device has neither.
+        """
         cls = graph_class(self.device_type)
         if cls is None:
             raise RuntimeError(f"torch.{self.device_type} has no graph class")

@@ -33,7 +33,11 @@ class RecordFunctionProfilerMixin:
         _ranges.open.append(scope)
 
     def range_pop(self) -> None:
-        """Close this thread's innermost open range; ``RuntimeError`` if none is open."""
+        """Close this thread's innermost open range.
+
+        Raises:
+            RuntimeError: No range is open on this thread.
+        """
         if not _ranges.open:
             raise RuntimeError("range_pop() called with no open range on this thread")
         _ranges.open.pop().__exit__(None, None, None)
@@ -60,7 +64,11 @@ class NVTXProfilerMixin:
         _depth.open += 1
 
     def range_pop(self) -> None:
-        """Close the innermost NVTX range; ``RuntimeError`` when none is open."""
+        """Close this thread's innermost NVTX range.
+
+        Raises:
+            RuntimeError: No range is open on this thread.
+        """
         if _depth.open == 0:
             raise RuntimeError("range_pop() called with no open range on this thread")
         nvtx_range_pop()

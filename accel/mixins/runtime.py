@@ -102,7 +102,15 @@ class CompileBackendMixin:
         return self._compile_backend or self.default_compile_backend
 
     def set_compile_backend(self, backend: str) -> None:
-        """Choose a registered ``torch.compile`` backend by name."""
+        """Choose a registered ``torch.compile`` backend by name.
+
+        Args:
+            backend: The backend's name.
+
+        Raises:
+            TypeError: ``backend`` is not a ``str``.
+            ValueError: ``torch.compile`` has no backend of that name.
+        """
         name = check_str(backend, "backend")
         known = registered_compile_backends()
         if name not in known:
