@@ -1,10 +1,11 @@
 """The engine behind :mod:`accel.io`: a pool of threads doing ``pread``/``pwrite``.
 
 Why threads and not io_uring or libaio: measured on this project's machine kind (ext4 on a
-virtio disk), a pool of ``queue_depth`` threads each moving ``block_size`` blocks reaches
-fio's best libaio figures (docs/benchmarks.md), works wherever ``pread`` does (io_uring is
-often blocked by container seccomp profiles; libaio needs its headers or raw syscalls),
-and needs nothing compiled: ``os.pwrite``/``os.preadv`` release the GIL for the system
+virtio disk), a pool of ``queue_depth`` threads each moving ``block_size`` blocks moves a
+tensor as fast as Linux AIO (fio's libaio engine) on the same memory (docs/benchmarks.md,
+"Async tensor I/O against fio"), works wherever ``pread`` does (io_uring is often blocked
+by container seccomp profiles; libaio needs its headers or raw syscalls), and needs
+nothing compiled: ``os.pwrite``/``os.preadv`` release the GIL for the system
 call, and at megabyte blocks the Python around them costs well under 1%.
 """
 
