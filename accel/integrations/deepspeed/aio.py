@@ -16,7 +16,10 @@ import threading
 import torch
 
 from accel.integrations.deepspeed.kernels import DeepSpeedModule
-from accel.io import ALIGNMENT, AsyncIO, locked
+from accel.io import AsyncIO, locked
+
+DEEPSPEED_ALIGNMENT = 512
+"""Bytes per parallel slice in DeepSpeed's ``aio_handle.get_alignment()``."""
 
 
 class aio_handle:
@@ -73,8 +76,12 @@ class aio_handle:
         return self._intra_op_parallelism
 
     def get_alignment(self) -> int:
-        """Byte alignment DeepSpeed pads swap buffers to (4096 per parallel slice)."""
-        return self._intra_op_parallelism * ALIGNMENT
+        """The byte multiple DeepSpeed sizes its I/O buffers to: 512 per parallel slice, as
+        DeepSpeed's handle answers (its ``O_DIRECT_ALIGNMENT``). ``deepspeed.io``'s
+        ``FastFileWriter`` asserts its pinned buffer and file offsets are multiples of it.
+        accel.io needs no alignment: a part not aligned to 4096 bytes goes through the page
+        cache."""
+        return self._intra_op_parallelism * DEEPSPEED_ALIGNMENT
 
     # -- I/O -----------------------------------------------------------------------------
     def read(

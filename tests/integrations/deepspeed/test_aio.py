@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
+from typing import Any
 
 import pytest
 import torch
@@ -21,7 +23,7 @@ def test_aio_handle_has_deepspeeds_methods_and_counts(tmp_path: pathlib.Path) ->
     assert isinstance(handle, aio_handle)
     assert (handle.get_block_size(), handle.get_queue_depth(), handle.get_single_submit(),
             handle.get_overlap_events(), handle.get_intra_op_parallelism(),
-            handle.get_alignment()) == (1 << 16, 4, False, True, 2, 8192)  # fmt: skip
+            handle.get_alignment()) == (1 << 16, 4, False, True, 2, 1024)  # fmt: skip
     buffers = [
         handle.new_cpu_locked_tensor(50_000 + i, torch.empty(0, dtype=torch.bfloat16))
         for i in range(3)
@@ -121,3 +123,33 @@ def test_only_locked_buffers_count_as_pinned() -> None:
     assert not handle.free_cpu_locked_tensor(locked)
     assert not handle.is_pinned(locked)
     assert not pins.is_pinned(locked)
+
+
+def test_alignment_is_deepspeeds_so_its_io_buffers_take_its_sizes(tmp_path: pathlib.Path) -> None:
+    # deepspeed.io's buffers (FastFileWriter's) assert sizes against get_alignment(): 512 bytes
+    # per parallel slice, as DeepSpeed's handle answers. A 4096-byte buffer split in two for
+    # double buffering is DeepSpeed's own test's size; at 4096 per slice it was refused.
+    double_io_buffer: Any = importlib.import_module("deepspeed.io.double_io_buffer")
+    handle = op_builders.AsyncIOBuilder().load().aio_handle(1024, 2, False, False, 1)
+    assert handle.get_alignment() == 512
+    two = op_builders.AsyncIOBuilder().load().aio_handle(1024, 2, False, False, 2)
+    assert two.get_alignment() == 1024
+    pinned = handle.new_cpu_locked_tensor(4096, torch.empty(0, dtype=torch.uint8))
+    buffers: Any = double_io_buffer.Double_IO_Buffer(pinned, handle)
+    data = torch.randint(0, 256, (5 * 1024,), dtype=torch.uint8)
+    path = tmp_path / "out.bin"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY)
+    try:
+        written = filled = 0
+        while filled < data.numel():
+            filled += int(buffers.fill(data, filled))
+            if buffers.is_full() or filled == data.numel():
+                count = int(buffers.get_aligned_num_bytes())
+                buffers.drain(count, fd, written)
+                written += count
+        buffers.complete_ongoing_drain()
+    finally:
+        os.close(fd)
+    handle.free_cpu_locked_tensor(pinned)
+    assert written == data.numel()
+    assert path.read_bytes() == data.numpy().tobytes()
