@@ -23,6 +23,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from accel._validate import check_positive, check_tensor
 from accel.protocols import Accelerator, GraphAPI, ProfilerAPI, StreamAPI
@@ -111,6 +112,7 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
         return getattr(native, name)
 
+    @override
     def __repr__(self) -> str:
         return f"AccelDeepSpeedAccelerator({type(self.accel).__name__})"
 
