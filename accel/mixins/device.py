@@ -65,7 +65,16 @@ def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
 
 @contextlib.contextmanager
 def device_scope(devices: _SelectableDevices, device: DeviceLike) -> Generator[None, None, None]:
-    """:func:`select_device` inside a ``with`` block; the previous device comes back after."""
+    """:func:`select_device` inside a ``with`` block; the previous device comes back after.
+
+    Args:
+        devices: The backend.
+        device: An index, ``"<type>[:<index>]"`` or a ``torch.device``.
+
+    Returns:
+        The context manager. Entering it raises what :func:`select_device` raises; leaving
+        it makes the device that was current on entry current again.
+    """
     previous = devices.current_device()
     select_device(devices, device)
     try:
@@ -85,7 +94,19 @@ class DeviceNamingMixin:
     indexed_device_names: ClassVar[bool] = True
 
     def device_name(self, device_index: int | None = None) -> str:
-        """``"<type>:<index>"``, or ``"<type>"`` without an index or for unindexed devices."""
+        """``"<type>:<index>"``, or ``"<type>"`` without an index or for unindexed devices.
+
+        Args:
+            device_index: The device; ``None`` for the type alone.
+
+        Returns:
+            E.g. ``"cuda:1"``; ``device_type`` alone when ``device_index`` is ``None`` or
+            ``indexed_device_names`` is ``False``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         # Hot path (a `device=` argument per tensor): a plain non-negative int skips the
         # general validation, which still sees everything else.
         if device_index is None:
@@ -97,6 +118,18 @@ class DeviceNamingMixin:
         return f"{self.device_type}:{device_index}"
 
     def device(self, device_index: int | None = None) -> torch.device:
+        """The ``torch.device`` that :meth:`device_name` names.
+
+        Args:
+            device_index: The device; ``None`` for the type alone.
+
+        Returns:
+            ``torch.device(self.device_name(device_index))``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         return torch.device(self.device_name(device_index))
 
     def current_device_name(self: _NamedDevices) -> str:
@@ -109,7 +142,15 @@ class DeviceNamingMixin:
     def device_index(
         self: _SelectableDevices, device_index: DeviceLike
     ) -> contextlib.AbstractContextManager[None]:
-        """Make a device current inside a ``with`` block; the previous one comes back after."""
+        """Make a device current inside a ``with`` block; the previous one comes back after.
+
+        Args:
+            device_index: An index, ``"<type>[:<index>]"`` or a ``torch.device``.
+
+        Returns:
+            The context manager (:func:`device_scope`). Entering it raises what
+            :func:`select_device` raises.
+        """
         return device_scope(self, device_index)
 
 
@@ -150,7 +191,15 @@ class TorchDeviceMixin:
         device_module(self.device_type).set_device(index)
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Wait for all queued work on the device (default: current)."""
+        """Wait for all queued work on the device (default: current).
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         device_module(self.device_type).synchronize(check_optional_index(device_index))
 
     def is_available(self) -> bool:
@@ -158,7 +207,20 @@ class TorchDeviceMixin:
         return bool(device_module(self.device_type).is_available())
 
     def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
-        """``torch.<type>.get_device_properties`` as a :class:`DeviceProperties`."""
+        """``torch.<type>.get_device_properties`` as a :class:`DeviceProperties`.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The device's name (``"<type> device"`` when torch gives none) and total memory;
+            its multiprocessor (CUDA, ROCm) or EU (XPU) count and its compute capability
+            where torch reports them, else ``None``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         index = check_optional_index(device_index)
         module = device_module(self.device_type)
         found = module.get_device_properties(self.current_device() if index is None else index)

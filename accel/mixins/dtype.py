@@ -31,7 +31,18 @@ class DTypeListMixin:
 
 @functools.cache
 def matmul_runs(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether a small matmul in ``dtype`` gives the right answer on ``device_type``."""
+    """Whether a small matmul in ``dtype`` gives the right answer on ``device_type``.
+
+    Cached per argument pair.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+        dtype: The floating-point type to try.
+
+    Returns:
+        ``True`` when a 4x4 matmul gives the exact answer; ``False`` when it gives another
+        or torch raises ``RuntimeError``, ``TypeError`` or ``NotImplementedError``.
+    """
     try:
         a = torch.full((4, 4), 0.5, dtype=dtype, device=device_type)
         return bool(torch.equal((a @ a).float().cpu(), torch.ones(4, 4)))
@@ -41,7 +52,15 @@ def matmul_runs(device_type: str, dtype: torch.dtype) -> bool:
 
 @functools.cache
 def triton_runs_on(device_type: str) -> bool:
-    """Whether Triton is installed and torch's inductor accepts it for ``device_type``."""
+    """Whether Triton is installed and torch's inductor accepts it for ``device_type``.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+
+    Returns:
+        ``True`` when ``torch.utils._triton.has_triton()`` is and ``device_type`` is
+        ``"cuda"`` or ``"xpu"``.
+    """
     try:
         from torch.utils._triton import has_triton
     except ImportError:

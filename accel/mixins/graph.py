@@ -32,7 +32,18 @@ class NoGraphMixin:
 
 
 def module_graph_class(device_type: str) -> type | None:
-    """The device module's own graph class (with its ``graph`` capture context), or ``None``."""
+    """The device module's own graph class (with its ``graph`` capture context), or ``None``.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+
+    Returns:
+        ``torch.<device_type>.<DEVICE_TYPE>Graph`` when it is a class and the module has a
+        callable ``graph``; else ``None``.
+
+    Raises:
+        RuntimeError: torch has no ``torch.<device_type>`` module.
+    """
     module = device_module(device_type)
     cls = getattr(module, f"{device_type.upper()}Graph", None)
     return cls if isinstance(cls, type) and callable(getattr(module, "graph", None)) else None
@@ -42,7 +53,15 @@ def module_graph_class(device_type: str) -> type | None:
 def accelerator_graph_class(device_type: str) -> type | None:
     """``torch.accelerator.Graph`` when ``device_type`` is torch's current accelerator and a
     graph can be made on it (torch >= 2.10 offers it for any accelerator that implements
-    capture); else ``None``. Asked once per device type: it makes one empty graph."""
+    capture); else ``None``. Asked once per device type: it makes one empty graph.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+
+    Returns:
+        ``torch.accelerator.Graph``, or ``None`` (also for a device type torch does not
+        know).
+    """
     cls = getattr(torch.accelerator, "Graph", None)
     current = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     if not isinstance(cls, type) or current is None or current.type != device_type:
@@ -55,7 +74,18 @@ def accelerator_graph_class(device_type: str) -> type | None:
 
 
 def graph_class(device_type: str) -> type | None:
-    """The graph class for ``device_type``: its module's own, else torch.accelerator's."""
+    """The graph class for ``device_type``: its module's own, else torch.accelerator's.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+
+    Returns:
+        :func:`module_graph_class`'s answer, else :func:`accelerator_graph_class`'s; ``None``
+        when the device has neither.
+
+    Raises:
+        RuntimeError: torch has no ``torch.<device_type>`` module.
+    """
     return module_graph_class(device_type) or accelerator_graph_class(device_type)
 
 
@@ -110,7 +140,22 @@ class TorchGraphMixin:
         pool: tuple[int, int] | None = None,
         stream: torch.Stream | None = None,
     ) -> AbstractContextManager[None]:
-        """Record the device work issued inside the ``with`` block into ``graph``."""
+        """Record the device work issued inside the ``with`` block into ``graph``.
+
+        Args:
+            graph: A graph from :meth:`create_graph` of this accelerator.
+            pool: A memory pool to share with another graph (``graph.pool()``).
+            stream: The stream to capture on; ``None`` for the device module's choice (with
+                ``torch.accelerator.Graph``: the current stream).
+
+        Returns:
+            ``torch.<type>.graph(graph, pool=pool, stream=stream)`` where the device module
+            has graphs, else a context manager around ``torch.accelerator.Graph``'s
+            ``capture_begin``/``capture_end``.
+
+        Raises:
+            TypeError: ``graph`` is not an instance of the device's graph class.
+        """
         checked = self._checked(graph)
         if module_graph_class(self.device_type) is None:
             return _accelerator_capture(checked, pool, stream)
@@ -120,4 +165,12 @@ class TorchGraphMixin:
         return context
 
     def replay_graph(self, graph: Graph) -> None:
+        """Replay a captured graph (``graph.replay()``).
+
+        Args:
+            graph: A graph captured with :meth:`capture_to_graph`.
+
+        Raises:
+            TypeError: ``graph`` is not an instance of the device's graph class.
+        """
         self._checked(graph).replay()

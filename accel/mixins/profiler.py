@@ -27,7 +27,14 @@ class RecordFunctionProfilerMixin:
     """``range_push``/``range_pop`` as nested ``record_function`` ranges, per thread."""
 
     def range_push(self, msg: str) -> None:
-        """Open a range named ``msg`` on this thread."""
+        """Open a range named ``msg`` on this thread.
+
+        Args:
+            msg: The name of the ``record_function`` range in ``torch.profiler`` traces.
+
+        Raises:
+            TypeError: ``msg`` is not a ``str``.
+        """
         scope = record_function(check_str(msg, "msg"))
         scope.__enter__()  # type: ignore[no-untyped-call]
         _ranges.open.append(scope)
@@ -59,7 +66,14 @@ class NVTXProfilerMixin:
     """
 
     def range_push(self, msg: str) -> None:
-        """Open an NVTX range named ``msg``."""
+        """Open an NVTX range named ``msg``.
+
+        Args:
+            msg: The range's name in the NVTX timeline (Nsight Systems).
+
+        Raises:
+            TypeError: ``msg`` is not a ``str``.
+        """
         nvtx_range_push(check_str(msg, "msg"))
         _depth.open += 1
 

@@ -42,7 +42,20 @@ class RuntimeEnvMixin:
     def set_visible_devices_envs(
         self, current_env: MutableMapping[str, str], local_accelerator_ids: Sequence[int]
     ) -> None:
-        """Set each visible-devices variable in ``current_env`` to ``"i,j,..."``."""
+        """Set each visible-devices variable in ``current_env`` to ``"i,j,..."``.
+
+        Args:
+            current_env: The child's environment, e.g. a copy of ``os.environ``.
+            local_accelerator_ids: The devices the child may use, written in this order.
+
+        Raises:
+            TypeError: ``current_env`` is not a mutable mapping, ``local_accelerator_ids`` is
+                not a sequence (a ``str`` or ``bytes`` is not one here), or an id is not an
+                ``int``.
+            ValueError: An id is negative or repeated.
+            RuntimeError: ``visible_devices_env_names`` is empty: the backend knows no
+                variable that restricts its devices.
+        """
         if not isinstance(current_env, MutableMapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
                 "current_env must be a mutable mapping such as os.environ or a dict, "
@@ -137,7 +150,16 @@ VENDOR_COMMUNICATION_BACKENDS: dict[str, str] = {
 
 
 def default_communication_backend(device_type: str) -> str:
-    """The vendor's backend for a known type; else torch.distributed's default; else gloo."""
+    """The vendor's backend for a known type; else torch.distributed's default; else gloo.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+
+    Returns:
+        ``VENDOR_COMMUNICATION_BACKENDS[device_type]`` for a type in that table; else what
+        ``torch.distributed.get_default_backend_for_device`` gives (torch >= 2.6); else
+        ``"gloo"``.
+    """
     known = VENDOR_COMMUNICATION_BACKENDS.get(device_type)
     if known is not None:
         return known
@@ -162,7 +184,17 @@ class TorchRuntimeMixin:
         return default_communication_backend(self.device_type)
 
     def lazy_call(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when the device runtime starts (now, if it has started)."""
+        """Run ``callback`` when the device runtime starts (now, if it has started).
+
+        Through the device module's ``_lazy_call`` where it has one; otherwise ``callback``
+        runs at once.
+
+        Args:
+            callback: A function of no arguments.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+        """
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         module = device_module(self.device_type)

@@ -19,7 +19,17 @@ class TensorPlacementMixin:
     device_type: ClassVar[str]
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` lives on a device of type ``device_type``."""
+        """Whether ``tensor`` lives on a device of type ``device_type``.
+
+        Args:
+            tensor: Any tensor.
+
+        Returns:
+            ``True`` when ``tensor.device.type`` is ``device_type``.
+
+        Raises:
+            TypeError: ``tensor`` is not a ``torch.Tensor``.
+        """
         if isinstance(tensor, torch.Tensor):  # pyright: ignore[reportUnnecessaryIsInstance]
             return tensor.device.type == self.device_type
         return check_tensor(tensor).device.type == self.device_type  # raises, naming it
@@ -36,7 +46,19 @@ class HostStagingMixin:
     """
 
     def pin_memory(self, tensor: torch.Tensor, align_bytes: int = 1) -> torch.Tensor:
-        """``tensor`` itself; raises ``ValueError`` for a tensor that is not on the host."""
+        """``tensor`` itself; raises ``ValueError`` for a tensor that is not on the host.
+
+        Args:
+            tensor: A CPU tensor.
+            align_bytes: Checked (at least 1), then ignored: ``tensor`` is not moved.
+
+        Returns:
+            ``tensor`` (no copy: host memory needs no staging for a host device).
+
+        Raises:
+            TypeError: ``tensor`` is not a ``torch.Tensor`` or ``align_bytes`` not an ``int``.
+            ValueError: ``tensor`` is not on the CPU, or ``align_bytes`` is below 1.
+        """
         check_tensor(tensor)
         check_positive(align_bytes, "align_bytes")
         if tensor.device.type != "cpu":
@@ -44,7 +66,17 @@ class HostStagingMixin:
         return tensor
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
-        """True for every CPU tensor (see the class docstring)."""
+        """True for every CPU tensor (see the class docstring).
+
+        Args:
+            tensor: Any tensor.
+
+        Returns:
+            ``True`` when ``tensor`` is on the CPU.
+
+        Raises:
+            TypeError: ``tensor`` is not a ``torch.Tensor``.
+        """
         return check_tensor(tensor).device.type == "cpu"
 
 
@@ -56,6 +88,18 @@ class PinnedHostMemoryMixin:
 
         torch's pinned allocator aligns every block to at least 512 bytes, which covers the
         ``align_bytes`` DeepSpeed callers ask for (1 by default).
+
+        Args:
+            tensor: A CPU tensor.
+            align_bytes: The alignment the staged memory needs, at least 1.
+
+        Returns:
+            ``tensor`` when it is already pinned, else ``tensor.pin_memory()``.
+
+        Raises:
+            TypeError: ``tensor`` is not a ``torch.Tensor`` or ``align_bytes`` not an ``int``.
+            ValueError: ``tensor`` is not on the CPU, or ``align_bytes`` is below 1.
+            RuntimeError: The device's torch runtime provides no page-locked host memory.
         """
         check_tensor(tensor)
         check_positive(align_bytes, "align_bytes")
@@ -74,5 +118,15 @@ class PinnedHostMemoryMixin:
             ) from error
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is in page-locked host memory."""
+        """Whether ``tensor`` is in page-locked host memory.
+
+        Args:
+            tensor: Any tensor.
+
+        Returns:
+            ``tensor.is_pinned()``.
+
+        Raises:
+            TypeError: ``tensor`` is not a ``torch.Tensor``.
+        """
         return bool(check_tensor(tensor).is_pinned())
