@@ -211,7 +211,22 @@ class CPUAccelerator(
 
     def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
         """The CPU model, the (cgroup-capped) memory, and the usable cores of the NUMA
-        node behind the slot (slots map to nodes as ``accel run`` assigns them)."""
+        node behind the slot (slots map to nodes as ``accel run`` assigns them).
+
+        Args:
+            device_index: The slot; ``None`` for :meth:`current_device`.
+
+        Returns:
+            The CPU's model name, :meth:`total_memory`'s size, and as
+            ``multi_processor_count`` the number of CPUs this process may use on the slot's
+            node (on the whole host when that is 0); ``compute_capability`` is ``None``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative; or ``LOCAL_SIZE``,
+                ``ACCEL_VISIBLE_NUMA_NODES`` or (for ``None``) ``LOCAL_RANK`` is invalid (see
+                :meth:`device_count` and :meth:`numa_nodes`).
+        """
         index = check_optional_index(device_index)
         slot = self.current_device() if index is None else index
         nodes, count = self.numa_nodes(), self.device_count()
@@ -225,11 +240,26 @@ class CPUAccelerator(
         )
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Returns at once: CPU ops have finished when their calls return."""
+        """Returns at once: CPU ops have finished when their calls return.
+
+        Args:
+            device_index: Checked, then ignored.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
         check_optional_index(device_index)
 
     def lazy_call(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` now: the CPU runtime needs no lazy initialisation."""
+        """Call ``callback`` now: the CPU runtime needs no lazy initialisation.
+
+        Args:
+            callback: A function of no arguments.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+        """
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         callback()

@@ -74,7 +74,19 @@ def allow_deprecated_fp16() -> bool:
 
 
 def fp16_allowed(capability: tuple[int, int]) -> bool:
-    """fp16 needs tensor cores (7.0+); 6.x only with the override; older never."""
+    """fp16 needs tensor cores (7.0+); 6.x only with the override; older never.
+
+    Args:
+        capability: A device's compute capability, ``(major, minor)``.
+
+    Returns:
+        ``True`` for major 7 or above, and for major 6 when :func:`allow_deprecated_fp16`
+        is.
+
+    Raises:
+        ValueError: The major version is 6 and ``ACCEL_ALLOW_DEPRECATED_FP16`` is set to
+            neither ``"0"`` nor ``"1"``.
+    """
     major = capability[0]
     return major >= 7 or (major == 6 and allow_deprecated_fp16())
 

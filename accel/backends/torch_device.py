@@ -50,7 +50,17 @@ STREAM_MODULE_MEMBERS = ("Stream", "Event", "stream", "current_stream", "default
 
 
 def has_streams(device_type: str) -> bool:
-    """Whether ``torch.<device_type>`` provides every stream and event member."""
+    """Whether ``torch.<device_type>`` provides every stream and event member.
+
+    Args:
+        device_type: A torch device type, e.g. ``"xpu"``.
+
+    Returns:
+        ``True`` when every name in ``STREAM_MODULE_MEMBERS`` is callable on the module.
+
+    Raises:
+        RuntimeError: torch has no ``torch.<device_type>`` module.
+    """
     module = device_module(device_type)
     return all(callable(getattr(module, member, None)) for member in STREAM_MODULE_MEMBERS)
 
