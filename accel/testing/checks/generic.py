@@ -15,7 +15,19 @@ _PRECONDITIONS = {"range_pop"}
 
 
 def members_are_real(acc: Accelerator, protocol: type) -> None:
-    """Claimed members run without NotImplementedError and return a value where one is typed."""
+    """Claimed members run without NotImplementedError and return a value where one is typed.
+
+    Members that need arguments (and ``range_pop``, which needs an open range) are left to the
+    property checks.
+
+    Args:
+        acc: The backend instance to check.
+        protocol: A protocol the backend claims.
+
+    Raises:
+        AssertionError: A member raises ``NotImplementedError``, or returns ``None`` where its
+            return type is not ``None``.
+    """
     for member in sorted(get_protocol_members(protocol)):
         declared = getattr(protocol, member)
         signature = inspect.signature(declared)
@@ -37,7 +49,16 @@ def members_are_real(acc: Accelerator, protocol: type) -> None:
 
 
 def no_partial_capabilities(acc: Accelerator, protocol: type) -> None:
-    """An unclaimed capability has no callable members (they could only be silent no-ops)."""
+    """An unclaimed capability has no callable members (they could only be silent no-ops).
+
+    Args:
+        acc: The backend instance to check.
+        protocol: A protocol the backend does not claim.
+
+    Raises:
+        AssertionError: A member of ``protocol`` is callable on the backend (read with
+            ``inspect.getattr_static``).
+    """
     callables = [
         member
         for member in sorted(get_protocol_members(protocol))

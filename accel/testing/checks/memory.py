@@ -18,6 +18,17 @@ from accel.testing.checks._helpers import MiB, holds, raises
 
 @check(MemoryAPI, "max_memory_allocated/max_memory_reserved")
 def peaks_are_never_below_current(acc: Accelerator) -> None:
+    """With any few tensors alive, every peak is at least its current value, which is >= 0.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: ``max_memory_allocated()`` is below ``memory_allocated()``,
+            ``max_memory_reserved()`` below ``memory_reserved()``, a current value is negative,
+            or ``memory_stats()``'s allocated peak is below its current value.
+    """
+
     def body(sizes: list[int]) -> None:
         tensors = [
             torch.ones(size, dtype=torch.uint8, device=acc.current_device_name()) for size in sizes
@@ -43,6 +54,16 @@ def peaks_are_never_below_current(acc: Accelerator) -> None:
 
 @check(MemoryAPI, "max_memory_allocated/reset_peak_memory_stats")
 def peak_is_real_and_resettable(acc: Accelerator) -> None:
+    """A transient 256 MiB allocation shows in ``max_memory_allocated()``, and
+    ``reset_peak_memory_stats()`` brings the peak down again.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: The peak is less than 90% of the allocation above the baseline, or the
+            reset does not lower it.
+    """
     size = 256 * MiB
     acc.reset_peak_memory_stats()
     baseline = acc.memory_allocated()
@@ -59,6 +80,18 @@ def peak_is_real_and_resettable(acc: Accelerator) -> None:
 
 @check(MemoryAPI, "memory_stats/total_memory/available_memory/empty_cache")
 def sizes_are_consistent(acc: Accelerator) -> None:
+    """``memory_stats()`` has the allocated keys and ``int`` values, the total memory is at
+    least the available memory (>= 0), and ``empty_cache()`` leaves live tensors intact.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: ``memory_stats()`` lacks ``allocated_bytes.all.current`` or ``.peak`` or
+            holds a value that is not an ``int``; a size is not an ``int``, ``total_memory()``
+            is 0 or the sizes are out of order; or a live tensor changes across
+            ``empty_cache()``.
+    """
     stats = acc.memory_stats()
     for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak"):
         assert key in stats, f"memory_stats() lacks {key!r}"
@@ -75,6 +108,17 @@ def sizes_are_consistent(acc: Accelerator) -> None:
 
 @check(AccumulatedStatsAPI, "reset_accumulated_memory_stats")
 def accumulated_counters_reset(acc: Accelerator) -> None:
+    """``reset_accumulated_memory_stats()`` leaves no ``*.allocated``/``*.freed`` counter above
+    its old value and rejects a negative index.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: The backend is not an ``AccumulatedStatsAPI``, a counter grew across the
+            reset, or ``reset_accumulated_memory_stats(-1)`` does not raise a ``ValueError``
+            naming ``device_index``.
+    """
     assert isinstance(acc, AccumulatedStatsAPI)  # the kit runs this only on such backends
 
     def accumulated() -> dict[str, int]:
@@ -90,6 +134,15 @@ def accumulated_counters_reset(acc: Accelerator) -> None:
 
 @check(MemoryAPI, "memory_* (device_index)")
 def memory_rejects_bad_device_index(acc: Accelerator) -> None:
+    """Every ``MemoryAPI`` member that takes a device index rejects -1 with a ``ValueError``
+    naming ``device_index``.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: One of them does not.
+    """
     for method in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
                    "memory_stats", "reset_peak_memory_stats", "total_memory", "available_memory"):  # fmt: skip
         raises(ValueError, "device_index", functools.partial(getattr(acc, method), -1))

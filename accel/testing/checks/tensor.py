@@ -15,6 +15,19 @@ from accel.testing.checks._helpers import holds, ill_typed, raises
 
 @check(TensorAPI, "on_accelerator/pin_memory/is_pinned")
 def tensor_placement_and_staging(acc: Accelerator) -> None:
+    """Tensors made on the backend's device names are ``on_accelerator`` and a meta tensor is
+    not; ``pin_memory`` keeps the values and ``is_pinned`` is true of its result; bad arguments
+    are rejected.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: One of these does not hold, ``on_accelerator([1.0])`` does not raise a
+            ``TypeError`` naming ``tensor``, or ``pin_memory(t, align_bytes=0)`` does not raise
+            a ``ValueError`` naming ``align_bytes``.
+    """
+
     def body(shape: list[int]) -> None:
         for device in (acc.device_name(), acc.current_device_name()):
             assert acc.on_accelerator(torch.zeros(shape, device=device)), (
