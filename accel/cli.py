@@ -74,7 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``accel`` command line; returns the exit status."""
+    """Run the ``accel`` command line; returns the exit status.
+
+    Args:
+        argv: The arguments after the program name; ``None`` for ``sys.argv[1:]``.
+
+    Returns:
+        The subcommand's exit status (``accel run``'s is :func:`accel.launch.cli.main`'s);
+        2 when the subcommand, or loading an integration, raised ``ValueError``,
+        ``TypeError``, ``RuntimeError`` or ``OSError``, printed as ``accel: error: ...``.
+
+    Raises:
+        SystemExit: The arguments do not parse (status 2) or ask for ``--help`` (status 0),
+            as argparse exits.
+    """
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["run"]:
         # Everything after `run` belongs to torchrun's parser (argparse cannot hand a

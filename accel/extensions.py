@@ -45,7 +45,19 @@ class Subcommands(Protocol):
     ``ArgumentParser.add_subparsers()`` returns."""
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        """Add the subcommand ``name``; ``kwargs`` as for ``ArgumentParser`` (``help=``)."""
+        """Add the subcommand ``name``; ``kwargs`` as for ``ArgumentParser`` (``help=``).
+
+        Args:
+            name: The subcommand's name.
+            **kwargs: Options of its parser, as ``ArgumentParser`` takes them, and ``help``.
+
+        Returns:
+            The subcommand's parser.
+
+        Raises:
+            argparse.ArgumentError: ``name`` or an alias is already a subcommand (from
+                Python 3.11; before, the new parser replaces the old).
+        """
         ...
 
 
@@ -54,7 +66,18 @@ class Arguments(Protocol):
     argument group."""
 
     def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action:
-        """Add an option, as ``ArgumentParser.add_argument`` does."""
+        """Add an option, as ``ArgumentParser.add_argument`` does.
+
+        Args:
+            *name_or_flags: The option's flags, e.g. ``"--my-flag"``.
+            **kwargs: What ``ArgumentParser.add_argument`` takes (``action=``, ``help=``).
+
+        Returns:
+            The option's ``argparse.Action``.
+
+        Raises:
+            argparse.ArgumentError: A flag is already taken.
+        """
         ...
 
 
@@ -133,7 +156,14 @@ def _origin(entry: EntryPoint) -> str:
 
 
 def installed(group: str) -> list[EntryPoint]:
-    """The installed entry points of ``group`` (importlib.metadata, imported on first use)."""
+    """The installed entry points of ``group`` (importlib.metadata, imported on first use).
+
+    Args:
+        group: An entry-point group, e.g. :data:`GROUP`.
+
+    Returns:
+        Its entry points, in the order ``importlib.metadata`` finds them.
+    """
     from importlib.metadata import entry_points
 
     return list(entry_points(group=group))
@@ -226,8 +256,12 @@ def reset() -> None:
 def add_subcommands(commands: Subcommands) -> None:
     """Every integration's subcommands (see :meth:`Integration.add_subcommands`).
 
+    Args:
+        commands: Where to add them: ``accel``'s subparsers.
+
     Raises:
-        IntegrationError: a name already taken, naming the integration.
+        IntegrationError: a name already taken (refused from Python 3.11), naming the
+            integration; or the integrations fail to load (see :func:`discover`).
     """
     for entry in registered():
         try:
@@ -240,8 +274,12 @@ def add_launch_arguments(arguments: Arguments) -> None:
     """Every integration's ``accel run`` options (see
     :meth:`Integration.add_launch_arguments`).
 
+    Args:
+        arguments: ``accel run``'s "accel" argument group.
+
     Raises:
-        IntegrationError: an option already taken, naming the integration.
+        IntegrationError: an option already taken, naming the integration; or the
+            integrations fail to load (see :func:`discover`).
     """
     for entry in registered():
         try:
@@ -252,7 +290,16 @@ def add_launch_arguments(arguments: Arguments) -> None:
 
 def apply_launch(args: argparse.Namespace, environ: MutableMapping[str, str]) -> None:
     """Let every integration act on its ``accel run`` options (see
-    :meth:`Integration.apply_launch`; its ``ValueError`` goes through)."""
+    :meth:`Integration.apply_launch`; its ``ValueError`` goes through).
+
+    Args:
+        args: Every parsed option of ``accel run``, torchrun's included.
+        environ: The launcher's environment, which every rank inherits.
+
+    Raises:
+        ValueError: An integration cannot honour one of its options here.
+        IntegrationError: The integrations fail to load (see :func:`discover`).
+    """
     for entry in registered():
         entry.integration.apply_launch(args, environ)
 

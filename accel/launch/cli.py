@@ -61,7 +61,23 @@ def _visible_ids(
 
 
 def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str | None) -> Plan:
-    """Cores and environment for each local rank."""
+    """Cores and environment for each local rank.
+
+    Args:
+        accelerator: The selected backend; it writes each rank's device-visibility
+            variables (none where it has none).
+        ranks: The number of local ranks.
+        bind: Give each rank its own share of the cores this process may use.
+        core_list: Bind to only these cores (``"0-51,56-107"``), even without ``bind``;
+            ``None`` for every allowed core.
+
+    Returns:
+        One entry per local rank: its cores (``None`` when not binding) and environment.
+
+    Raises:
+        ValueError: When binding: ``core_list`` is not a core list or names a core this
+            process may not use, ``ranks`` is below 1, or there are fewer cores than ranks.
+    """
     blocks: list[list[int] | None] = [None] * ranks
     if bind or core_list is not None:
         allowed = _host.allowed_cpus()
@@ -77,7 +93,24 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``accel run``; returns the exit status."""
+    """Run ``accel run``; returns the exit status.
+
+    Args:
+        argv: The arguments after ``accel run``; ``None`` for ``sys.argv[1:]``.
+
+    Returns:
+        0 when every rank succeeded; 1 when one failed (torchrun's message is printed); 2
+        when an integration fails to load or its options clash (printed as
+        ``accel run: error: ...``).
+
+    Raises:
+        SystemExit: A usage error (status 2, as argparse exits): the arguments do not parse,
+            an integration cannot honour its option, ``--nproc-per-node`` is not a number
+            of ranks torchrun accepts here, or the cores cannot be bound (see
+            :func:`make_plan`); or ``--help`` (status 0).
+        ValueError: ``ACCEL_BACKEND`` names no registered backend.
+        RuntimeError: No backend can be selected (see :func:`accel.get_accelerator`).
+    """
     # Untyped in torch's stubs: taken as Any, called as torchrun documents.
     torchrun: Any = importlib.import_module("torch.distributed.run")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

@@ -11,9 +11,19 @@ from accel._validate import format_id_list, parse_id_list
 def parse_core_list(text: str, allowed: set[int]) -> list[int]:
     """Parse ``"0-51,56-107"`` into sorted core ids, each of which must be in ``allowed``.
 
-    ``ValueError`` names the option and the problem: bad syntax, a repeated core, a core
-    this process may not use. Linear in the number of cores, and a range past the highest
-    allowed core fails before it is expanded.
+    Linear in the number of cores, and a range past the highest allowed core fails before
+    it is expanded.
+
+    Args:
+        text: Comma-separated core ids and inclusive ranges, as ``--bind-core-list`` takes.
+        allowed: The cores this process may run on.
+
+    Returns:
+        The core ids, sorted.
+
+    Raises:
+        ValueError: ``text`` is not ids and ranges, repeats a core, names no core, or names
+            a core not in ``allowed``; the message names ``--bind-core-list``.
     """
     option = "--bind-core-list"
     cores = parse_id_list(text, option, below=max(allowed, default=-1) + 1)
@@ -29,7 +39,15 @@ def parse_core_list(text: str, allowed: set[int]) -> list[int]:
 
 
 def node_of_cores(cores: list[int], topology: Mapping[int, frozenset[int]]) -> dict[int, list[int]]:
-    """``cores`` grouped by NUMA node (one node 0 when the topology is unknown)."""
+    """``cores`` grouped by NUMA node (one node 0 when the topology is unknown).
+
+    Args:
+        cores: Core ids.
+        topology: The cores of each NUMA node, by node; a core in none counts as node 0's.
+
+    Returns:
+        Each node's cores in the order of ``cores``, keyed by node in ascending order.
+    """
     groups: dict[int, list[int]] = {}
     for core in cores:
         node = next((n for n, members in topology.items() if core in members), 0)
@@ -45,6 +63,17 @@ def split_cores(
 
     Ranks are given to nodes in proportion to the node's cores; within a node, cores are
     dealt out in contiguous blocks (neighbouring cores share caches).
+
+    Args:
+        cores: The cores to share out, in order.
+        ranks: The number of local ranks.
+        topology: The cores of each NUMA node; ``None`` for this machine's.
+
+    Returns:
+        One list of cores per rank, by rank.
+
+    Raises:
+        ValueError: ``ranks`` is below 1, or there are fewer ``cores`` than ``ranks``.
     """
     if ranks < 1:
         raise ValueError(f"--nproc-per-node must be >= 1, got {ranks}")

@@ -33,7 +33,18 @@ class Plan(TypedDict):
 
 
 def apply_plan(local_rank: int, plan: Plan) -> None:
-    """Pin this process to the rank's cores and set its environment."""
+    """Pin this process to the rank's cores and set its environment.
+
+    With cores, ``OMP_NUM_THREADS`` is set to their number.
+
+    Args:
+        local_rank: This process's local rank.
+        plan: Every local rank's plan, as the launcher made it.
+
+    Raises:
+        RuntimeError: ``plan`` has no entry for ``local_rank``.
+        OSError: The OS refuses the cores (``sched_setaffinity``).
+    """
     if local_rank >= len(plan["ranks"]):
         raise RuntimeError(f"{PLAN_ENV} has no entry for LOCAL_RANK={local_rank}")
     entry = plan["ranks"][local_rank]
@@ -45,7 +56,18 @@ def apply_plan(local_rank: int, plan: Plan) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Apply the plan for ``LOCAL_RANK``, then run the target as ``__main__``."""
+    """Apply the plan for ``LOCAL_RANK``, then run the target as ``__main__``.
+
+    Args:
+        argv: ``[--module|--exec] TARGET ARGS...``; ``None`` for ``sys.argv[1:]``. A script
+            path by default, a module with ``--module``, or a program that replaces this
+            process with ``--exec``.
+
+    Raises:
+        SystemExit: ``argv`` names no target.
+        RuntimeError: The plan in ``ACCEL_RUN_PLAN`` has no entry for ``LOCAL_RANK``.
+        OSError: The OS refuses the plan's cores, or ``--exec`` cannot run the program.
+    """
     arguments = list(sys.argv[1:] if argv is None else argv)
     raw_plan = os.environ.get(PLAN_ENV)
     if raw_plan is not None:
