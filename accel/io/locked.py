@@ -79,7 +79,20 @@ def _mlock(address: int, size: int) -> bool:
 
 def new_locked_tensor(num_elem: int, dtype: torch.dtype) -> torch.Tensor:
     """A page-aligned, page-locked 1-D CPU tensor of ``num_elem`` elements, uninitialised,
-    kept by the registry until :func:`free_locked`."""
+    kept by the registry until :func:`free_locked`.
+
+    Args:
+        num_elem: The number of elements, ``>= 0``.
+        dtype: The element type.
+
+    Returns:
+        The tensor; its ``data_ptr()`` is the address :func:`free_locked` takes. Where
+        ``mlock`` is refused it is still registered, in ordinary memory.
+
+    Raises:
+        ValueError: ``num_elem`` is not an ``int >= 0``.
+        TypeError: ``dtype`` is not a ``torch.dtype``.
+    """
     if not isinstance(num_elem, int) or isinstance(num_elem, bool) or num_elem < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"num_elem must be an int >= 0, got {num_elem!r}")
     memory = aligned_empty(num_elem, dtype, alignment=PAGE_SIZE)
@@ -98,7 +111,14 @@ def new_locked_tensor(num_elem: int, dtype: torch.dtype) -> torch.Tensor:
 
 def free_locked(address: int) -> bool:
     """Release the buffer that starts at ``address``: True if the registry had one there
-    (its memory returns once the caller's last reference goes), False otherwise."""
+    (its memory returns once the caller's last reference goes), False otherwise.
+
+    Args:
+        address: The ``data_ptr()`` of a tensor :func:`new_locked_tensor` returned.
+
+    Returns:
+        ``True`` when a buffer started there (it is unlocked and forgotten), else ``False``.
+    """
     with _lock:
         region = _regions.pop(address, None)
     if region is None:
@@ -109,7 +129,14 @@ def free_locked(address: int) -> bool:
 
 
 def is_locked(tensor: torch.Tensor) -> bool:
-    """Whether every byte of ``tensor`` lies inside one buffer of the registry."""
+    """Whether every byte of ``tensor`` lies inside one buffer of the registry.
+
+    Args:
+        tensor: Any tensor.
+
+    Returns:
+        ``True`` for a CPU tensor inside one buffer (a slice of one counts), else ``False``.
+    """
     if not tensor.is_cpu:
         return False
     start = tensor.data_ptr()
@@ -119,7 +146,14 @@ def is_locked(tensor: torch.Tensor) -> bool:
 
 
 def is_pinned_or_locked(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is torch-pinned or lies inside one buffer of the registry."""
+    """Whether ``tensor`` is torch-pinned or lies inside one buffer of the registry.
+
+    Args:
+        tensor: Any tensor.
+
+    Returns:
+        ``True`` when ``tensor.is_pinned()`` or :func:`is_locked` says so.
+    """
     return _torch_pinned(tensor) or is_locked(tensor)
 
 
