@@ -161,10 +161,26 @@ def prebuilt_op(builder: str) -> PrebuiltOp:
 
 
 def served_on(device_type: str) -> tuple[PrebuiltOp, ...]:
-    """The ops accel offers when the device is ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
+    """The ops accel offers when the device is ``device_type`` (``"cpu"``, ``"cuda"``, ...).
+
+    Args:
+        device_type: A torch device type.
+
+    Returns:
+        Every op on ``"cpu"``; on any other type, those whose kernels run on the host
+        (``host``), in catalog order.
+    """
     return tuple(op for op in PREBUILT_OPS if op.host or device_type == "cpu")
 
 
 def deepspeed_builders(device_type: str) -> tuple[str, ...]:
-    """The DeepSpeed builder classes accel's integration replaces on ``device_type``."""
+    """The DeepSpeed builder classes accel's integration replaces on ``device_type``.
+
+    Args:
+        device_type: A torch device type.
+
+    Returns:
+        The class names, as DeepSpeed spells them, of the ops :func:`served_on` gives that
+        stand in for a DeepSpeed builder (``deepspeed``).
+    """
     return tuple(op.builder for op in served_on(device_type) if op.deepspeed is not None)

@@ -47,14 +47,35 @@ def _codes() -> dict[torch.dtype, int]:
 
 
 def check_beta(value: object, name: str) -> float:
-    """A beta in [0, 1)."""
+    """A beta in [0, 1).
+
+    Args:
+        value: The value to check.
+        name: The argument's name, for the error.
+
+    Returns:
+        ``value`` as a ``float``.
+
+    Raises:
+        ValueError: ``value`` is not an ``int`` or ``float`` (``bool`` excluded) in [0, 1).
+    """
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
     return float(value)
 
 
 def check_betas(betas: object) -> tuple[float, float]:
-    """A pair of betas, each in [0, 1)."""
+    """A pair of betas, each in [0, 1).
+
+    Args:
+        betas: The value to check.
+
+    Returns:
+        ``(beta1, beta2)``, each a ``float``.
+
+    Raises:
+        ValueError: ``betas`` is not a tuple or list of two betas in [0, 1).
+    """
     if isinstance(betas, (tuple, list)):
         pair = cast("Sequence[object]", betas)
         if len(pair) == 2:
@@ -63,7 +84,18 @@ def check_betas(betas: object) -> tuple[float, float]:
 
 
 def check_eps(eps: object) -> float:
-    """An epsilon > 0."""
+    """An epsilon > 0.
+
+    Args:
+        eps: The value to check.
+
+    Returns:
+        ``eps`` as a ``float``.
+
+    Raises:
+        ValueError: ``eps`` is not an ``int`` or ``float`` (``bool`` excluded) above 0 and
+            at most float32's largest value.
+    """
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= FLOAT32_MAX:
         raise ValueError(
             f"eps must be a finite number > 0 (at most {FLOAT32_MAX:.4g}), got {eps!r}"
@@ -72,7 +104,19 @@ def check_eps(eps: object) -> float:
 
 
 def check_non_negative(value: object, name: str) -> float:
-    """A finite number >= 0 that float32 can hold (learning rate, weight decay, lr decay)."""
+    """A finite number >= 0 that float32 can hold (learning rate, weight decay, lr decay).
+
+    Args:
+        value: The value to check.
+        name: The argument's name, for the error.
+
+    Returns:
+        ``value`` as a ``float``.
+
+    Raises:
+        ValueError: ``value`` is not an ``int`` or ``float`` (``bool`` excluded) from 0 to
+            float32's largest value (NaN and infinities included).
+    """
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
@@ -236,6 +280,32 @@ def adam_step(
     ``steps[i]`` is the number of the step being taken for parameter ``i`` (1 on the
     first). ``param_copies[i]``, when given, receives the updated parameter rounded to
     bf16/fp16 in the same pass (the ZeRO-Offload pattern).
+
+    Args:
+        params: The parameters, updated in place.
+        grads: Their gradients, one per parameter.
+        exp_avgs: The first-moment states, one per parameter, updated in place.
+        exp_avg_sqs: The second-moment states, one per parameter, updated in place.
+        steps: The number of the step being taken for each parameter, ``>= 1``.
+        lr: The learning rate, ``>= 0``.
+        betas: ``(beta1, beta2)``, each in [0, 1).
+        eps: Added to the denominator, ``> 0``.
+        weight_decay: ``>= 0``; decoupled (AdamW) when ``adamw``, else added to the
+            gradient (L2).
+        adamw: AdamW's decoupled weight decay instead of Adam's L2.
+        bias_correction: Correct the moments for their zero start.
+        param_copies: Per parameter, a bfloat16/float16 tensor to receive the updated
+            parameter, or ``None``; ``None`` for no copies.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
+            or float16; one parameter's states differ in dtype; or a ``param_copies`` entry
+            is not bfloat16 or float16.
+        ValueError: A list's length differs from ``params``'; a gradient is ``None``; a
+            tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's
+            or copy's element count, differs from its parameter's; two tensors overlap in
+            memory; ``steps`` has an entry below 1; or a hyper-parameter is out of range.
+        ImportError: This install has no compiled CPU optimizer kernels.
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, param_copies)
     beta1, beta2 = check_betas(betas)
@@ -262,7 +332,29 @@ def adagrad_step(
     weight_decay: float,
     param_copies: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
-    """One Adagrad step, in place, over all tensors (``steps`` as in :func:`adam_step`)."""
+    """One Adagrad step, in place, over all tensors (``steps`` as in :func:`adam_step`).
+
+    Args:
+        params: The parameters, updated in place.
+        grads: Their gradients, one per parameter.
+        sums: The sums of squared gradients, one per parameter, updated in place.
+        steps: The number of the step being taken for each parameter, ``>= 1``.
+        lr: The learning rate, ``>= 0``.
+        lr_decay: ``>= 0``; step ``t`` uses ``lr / (1 + (t - 1) * lr_decay)``.
+        eps: Added to the denominator, ``> 0``.
+        weight_decay: ``>= 0``, added to the gradient (L2).
+        param_copies: Per parameter, a bfloat16/float16 tensor to receive the updated
+            parameter, or ``None``; ``None`` for no copies.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
+            or float16; or a ``param_copies`` entry is not bfloat16 or float16.
+        ValueError: A list's length differs from ``params``'; a gradient is ``None``; a
+            tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's
+            or copy's element count, differs from its parameter's; two tensors overlap in
+            memory; ``steps`` has an entry below 1; or a hyper-parameter is out of range.
+        ImportError: This install has no compiled CPU optimizer kernels.
+    """
     batch = _batch(params, grads, {"sums": sums}, param_copies)
     _native().adagrad_step(
         params=batch.params, grads=batch.grads, sums=batch.states[0], copies=batch.copies,
@@ -284,7 +376,27 @@ def lion_step(
     weight_decay: float,
     param_copies: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
-    """One Lion step (decoupled weight decay), in place, over all tensors."""
+    """One Lion step (decoupled weight decay), in place, over all tensors.
+
+    Args:
+        params: The parameters, updated in place.
+        grads: Their gradients, one per parameter.
+        exp_avgs: The momentum states, one per parameter, updated in place.
+        lr: The learning rate, ``>= 0``.
+        betas: ``(beta1, beta2)``, each in [0, 1).
+        weight_decay: ``>= 0``, decoupled.
+        param_copies: Per parameter, a bfloat16/float16 tensor to receive the updated
+            parameter, or ``None``; ``None`` for no copies.
+
+    Raises:
+        TypeError: A tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
+            or float16; or a ``param_copies`` entry is not bfloat16 or float16.
+        ValueError: A list's length differs from ``params``'; a gradient is ``None``; a
+            tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's
+            or copy's element count, differs from its parameter's; two tensors overlap in
+            memory; or a hyper-parameter is out of range.
+        ImportError: This install has no compiled CPU optimizer kernels.
+    """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs}, param_copies)
     beta1, beta2 = check_betas(betas)
     _native().lion_step(

@@ -26,7 +26,15 @@ LEVELS = ("baseline", "x86-64-v3", "x86-64-v4")
 def requested(environ: Mapping[str, str] | None = None) -> str | None:
     """The level ``ACCEL_CPU_ISA`` caps the kernels at, or ``None`` when it is unset.
 
-    Raises ``ValueError`` naming the variable, its value and the levels for any other value.
+    Args:
+        environ: Where to read the variable; ``None`` for ``os.environ``.
+
+    Returns:
+        One of :data:`LEVELS`, or ``None`` when the variable is unset or empty.
+
+    Raises:
+        ValueError: The variable holds anything else; the message names it, its value and
+            the levels.
     """
     value = (os.environ if environ is None else environ).get(ENV, "")
     if value == "":

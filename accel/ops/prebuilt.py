@@ -59,7 +59,14 @@ class PrebuiltOpBuilder:
         return None
 
     def is_compatible(self, verbose: bool = False) -> bool:
-        """Whether :meth:`load` will succeed (logs the reason when ``verbose``)."""
+        """Whether :meth:`load` will succeed (logs the reason when ``verbose``).
+
+        Args:
+            verbose: Log why the op is incompatible, as a warning.
+
+        Returns:
+            ``True`` when :meth:`incompatibility_reason` finds nothing.
+        """
         reason = self.incompatibility_reason()
         if reason is not None and verbose:
             logger.warning("%s is not compatible: %s", self.op_name, reason)
@@ -139,7 +146,14 @@ def prebuilt_builder(name: str) -> type[PrebuiltOpBuilder]:
 
 
 def op_builders_for(device_type: str) -> dict[str, type[PrebuiltOpBuilder]]:
-    """The builders a backend whose device is ``device_type`` offers, by class name."""
+    """The builders a backend whose device is ``device_type`` offers, by class name.
+
+    Args:
+        device_type: A torch device type (any type other than ``"cpu"`` gets the host ops).
+
+    Returns:
+        The builder classes of :func:`accel.ops.catalog.served_on`'s ops, by class name.
+    """
     return {op.builder: _BUILDERS[op.builder] for op in served_on(device_type)}
 
 

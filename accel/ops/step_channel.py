@@ -89,7 +89,19 @@ def channel_bytes() -> int:
 
 def init(address: int, groups: int) -> None:
     """Prepare a channel for ``groups`` parameter groups at ``address`` (in the driver,
-    before the worker starts)."""
+    before the worker starts).
+
+    Args:
+        address: Where the channel goes: the ``data_ptr()`` of a buffer of
+            :func:`channel_bytes` bytes that both processes map.
+        groups: The number of parameter groups each step carries, 1 to :data:`MAX_GROUPS`.
+
+    Raises:
+        ValueError: ``address`` is not a positive ``int``, or not aligned, readable and
+            writable memory of this process; or ``groups`` is out of range.
+        RuntimeError: The channel's semaphores cannot be created.
+        ImportError: This install has no compiled CPU kernels.
+    """
     _native().channel_init(_address(address), _int_in(groups, "groups", 1, MAX_GROUPS))
 
 
@@ -109,7 +121,22 @@ def _checked_group(index: int, group: GroupHyper) -> list[float]:
 
 def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHyper]) -> None:
     """Queue step ``step`` (>= 1) over state buffers ``state_index`` (0 or 1) with one
-    :class:`GroupHyper` per group. Returns at once; :func:`wait` collects it."""
+    :class:`GroupHyper` per group. Returns at once; :func:`wait` collects it.
+
+    Args:
+        address: The channel's address (the ``data_ptr()`` of its shared buffer).
+        state_index: Which of the two state buffers the step uses, 0 or 1.
+        step: The number of the step, ``>= 1``.
+        groups: One :class:`GroupHyper` per group the channel was prepared for.
+
+    Raises:
+        ValueError: ``state_index``, ``step`` or a group's hyper-parameter is out of range
+            (the message names the group); ``groups`` does not match the channel's number
+            of groups; or ``address`` is not a positive ``int`` or holds no channel.
+        RuntimeError: The worker failed (the message is the worker's); the exit command
+            was queued before; or :data:`SLOTS` commands already wait for the worker.
+        ImportError: This install has no compiled CPU kernels.
+    """
     state_index = _int_in(state_index, "state_index", 0, 1)
     step = _int_in(step, "step", 1, 2**63 - 1)
     hyper = [_checked_group(i, group) for i, group in enumerate(groups)]
@@ -119,19 +146,60 @@ def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHype
 
 def wait(address: int, timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for the worker to finish one command: True when it
-    did, False on timeout; ``RuntimeError`` with the worker's message when it failed."""
+    did, False on timeout; ``RuntimeError`` with the worker's message when it failed.
+
+    Args:
+        address: The channel's address (the ``data_ptr()`` of its shared buffer).
+        timeout: Seconds to wait, 0 to 1e9.
+
+    Returns:
+        ``True`` when the worker finished a command, ``False`` on timeout.
+
+    Raises:
+        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
+            prepared; or ``timeout`` is not a number of seconds in [0, 1e9].
+        RuntimeError: The worker reported a failure (the message is the worker's).
+        ImportError: This install has no compiled CPU kernels.
+    """
     done: bool = _native().channel_wait(_address(address), _timeout(timeout))
     return done
 
 
 def close(address: int) -> None:
-    """Queue the exit command: the worker finishes the steps before it, then returns."""
+    """Queue the exit command: the worker finishes the steps before it, then returns.
+
+    Args:
+        address: The channel's address (the ``data_ptr()`` of its shared buffer).
+
+    Raises:
+        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
+            prepared.
+        RuntimeError: The worker failed (the message is the worker's); the exit command
+            was queued before; or :data:`SLOTS` commands already wait for the worker.
+        ImportError: This install has no compiled CPU kernels.
+    """
     _native().channel_exit(_address(address))
 
 
 def next_command(address: int, timeout: float) -> StepCommand | Literal["exit"] | None:
     """The worker's side: the next command, ``"exit"``, or None when none came within
-    ``timeout`` seconds. Report each :class:`StepCommand` with :func:`complete`."""
+    ``timeout`` seconds. Report each :class:`StepCommand` with :func:`complete`.
+
+    Args:
+        address: The channel's address (the ``data_ptr()`` of its shared buffer).
+        timeout: Seconds to wait, 0 to 1e9.
+
+    Returns:
+        The next :class:`StepCommand`; ``"exit"`` for the exit command; ``None`` when no
+        command came within ``timeout``.
+
+    Raises:
+        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
+            prepared; or ``timeout`` is not a number of seconds in [0, 1e9].
+        RuntimeError: A command was announced but is not in the channel (its memory was
+            changed under it).
+        ImportError: This install has no compiled CPU kernels.
+    """
     command: tuple[str] | tuple[str, int, int, list[tuple[float, float, float, float, float, bool]]]
     command = _native().channel_next(_address(address), _timeout(timeout))
     if len(command) == 1:
@@ -141,5 +209,16 @@ def next_command(address: int, timeout: float) -> StepCommand | Literal["exit"] 
 
 
 def complete(address: int, error: str | None = None) -> None:
-    """The worker's side: the command it took is done (``error`` None) or failed."""
+    """The worker's side: the command it took is done (``error`` None) or failed.
+
+    Args:
+        address: The channel's address (the ``data_ptr()`` of its shared buffer).
+        error: ``None`` when the command succeeded; else the failure's message, which the
+            driver's next :func:`wait` or :func:`submit` raises (cut to 1023 bytes).
+
+    Raises:
+        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
+            prepared.
+        ImportError: This install has no compiled CPU kernels.
+    """
     _native().channel_complete(_address(address), error)
