@@ -43,6 +43,14 @@ def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped]:
     Directories are walked without following symbolic links (a link could lead out of
     the tree, or loop); links found there are skipped and reported. A link named on the
     command line is ported at its target.
+
+    Args:
+        paths: Files and directories, as named on the command line.
+
+    Yields:
+        Each file to port (a directory's in sorted walk order); a :class:`Skipped` for a
+        name that is neither a file nor a directory, and for each symbolic link to a
+        directory or ``.py`` file found in a directory.
     """
     for name in paths:
         path = Path(name)
@@ -73,7 +81,19 @@ def _walk(root: Path) -> Iterator[Path | Skipped]:
 
 
 def read_source(path: Path) -> Source:
-    """Decode ``path`` as Python does (BOM, PEP 263 declaration, else UTF-8), newlines kept."""
+    """Decode ``path`` as Python does (BOM, PEP 263 declaration, else UTF-8), newlines kept.
+
+    Args:
+        path: A Python file.
+
+    Returns:
+        Its text and the encoding to write it back in.
+
+    Raises:
+        Skipped: The encoding declaration is invalid or names an unknown codec, or the
+            bytes do not decode.
+        OSError: The file cannot be read.
+    """
     data = path.read_bytes()
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
@@ -84,7 +104,22 @@ def read_source(path: Path) -> Source:
 
 def write_atomically(path: Path, text: str, encoding: str) -> None:
     """Replace ``path``'s content by ``text``, all at once or not at all, keeping its
-    owner, group and mode."""
+    owner, group and mode.
+
+    The text goes to a temporary file in the same directory, which then replaces ``path``;
+    on any failure the temporary file is removed and ``path`` is left as it was.
+
+    Args:
+        path: The file to replace.
+        text: Its new content.
+        encoding: The codec to encode ``text`` with.
+
+    Raises:
+        UnicodeEncodeError: ``text`` cannot be encoded in ``encoding``.
+        LookupError: ``encoding`` names no codec.
+        OSError: ``path`` or its directory cannot be read or written, or the owner cannot
+            be kept.
+    """
     data = text.encode(encoding)
     status = path.stat()
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".port", dir=path.parent)
@@ -118,6 +153,20 @@ def run(
     1: ``--check`` found something to rewrite (with ``strict``, also something manual);
     2: some file could not be handled. ``explain`` prints each finding's rule and why it
     is safe.
+
+    Each file that cannot be handled is reported on stderr with the reason, and the run
+    goes on with the others.
+
+    Args:
+        paths: Python files and directories to port.
+        diff: Print a unified diff instead of rewriting.
+        check: Print the findings as ``path:line:col`` instead of rewriting.
+        strict: With ``check``, count findings that need a person (``manual:``) too.
+        explain: Print each finding with its rule and why the rewrite is safe.
+
+    Returns:
+        2 when some file could not be handled; else 1 when ``check`` found something to
+        rewrite (with ``strict``, any finding); else 0.
     """
     if hasattr(signal, "SIGXFSZ"):
         # Past a file-size limit (ulimit -f) the kernel kills the process by default;

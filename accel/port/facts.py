@@ -65,7 +65,15 @@ class ModuleFacts:
     def local_name(self, name: str) -> str:
         """What the ported module calls accel's ``name`` by: ``name`` itself, or where the
         module may bind it (anywhere, in any scope), the first of ``_accel_<name>``,
-        ``_accel_<name>_2``, ... that it does not bind (imported under that alias)."""
+        ``_accel_<name>_2``, ... that it does not bind (imported under that alias).
+
+        Args:
+            name: A name accel exports, e.g. ``"get_accelerator"``.
+
+        Returns:
+            ``name``, or its alias when the module binds ``name``, has a star import, or
+            was not analysed.
+        """
         bound = self.bound_names
         if bound is not None and name not in bound and not self.star_import:
             return name
@@ -81,7 +89,15 @@ class ModuleFacts:
 
 
 def analyse(source: str) -> ModuleFacts:
-    """The facts of ``source``; empty (local rules only) if too large or unparsable."""
+    """The facts of ``source``; empty (local rules only) if too large or unparsable.
+
+    Args:
+        source: A module's source text.
+
+    Returns:
+        Its facts; empty ones when it is over ``ANALYSIS_LIMIT`` characters, does not
+        parse, or nests too deeply to analyse.
+    """
     if len(source) > ANALYSIS_LIMIT:
         return ModuleFacts()
     try:

@@ -67,9 +67,21 @@ class PortError(ValueError):
 def port_source(source: str) -> PortResult:
     """Port one module's source text.
 
-    ``SourceError`` or ``PortError`` (both ``ValueError``, naming the line) when it
-    cannot, e.g. for a statement with a logical line of more than ``MAX_LINE_TOKENS``
-    tokens. Cost is linear in the size of the source.
+    Cost is linear in the size of the source.
+
+    Args:
+        source: The module's text, with its own line ends (kept in the result).
+
+    Returns:
+        The ported text, with ``from accel import ...`` added where a rule needs it, and
+        every finding, by position.
+
+    Raises:
+        SourceError: The source does not tokenize, or nests brackets or indentation deeper
+            than CPython compiles (a ``ValueError``; the message names the line).
+        PortError: A statement a rule may match has a syntax error, a logical line of more
+            than ``MAX_LINE_TOKENS`` tokens, or an expression nested deeper than the
+            rewriter parses safely (a ``ValueError``; the message names the line).
     """
     if "\r" in source and "\n" not in source:
         # Old Mac line ends: Python reads them as line ends, the tokenizer and libcst do
@@ -143,7 +155,15 @@ _CHAIN_FIELDS: dict[type[ast.AST], str] = {
 
 def nesting_depth(tree: ast.AST) -> int:
     """How deeply expressions nest in ``tree``, chains counted once (no recursion: the
-    depth can be anything CPython's parser accepted)."""
+    depth can be anything CPython's parser accepted).
+
+    Args:
+        tree: A parsed tree, or any node of one.
+
+    Returns:
+        The most expressions nested in one another, a left-recursive chain of one kind
+        (``a + b + c``, ``a.b.c``, ``f()()``, ``x[0][1]``) counting as one level.
+    """
     deepest = 0
     pending: list[tuple[ast.AST, int]] = [(tree, 0)]
     while pending:

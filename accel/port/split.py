@@ -29,7 +29,16 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 
 
 def source_lines(source: str) -> list[str]:
-    """``source``'s lines with their ends, cut where Python's tokenizer cuts them."""
+    """``source``'s lines with their ends, cut where Python's tokenizer cuts them.
+
+    Args:
+        source: Python source text.
+
+    Returns:
+        The lines, each with its ``"\\n"``, ``"\\r\\n"`` or ``"\\r"`` (the last line
+        without one where the text does not end in one); ``"".join`` of them is
+        ``source``.
+    """
     return _LINE.findall(source)
 
 
@@ -61,6 +70,17 @@ def top_level_chunks(source: str) -> list[Chunk]:
     Text before the first statement (comments, blank lines) is a chunk of its own; blank
     lines and comments after a statement stay with it. ``"".join`` of the texts is
     ``source``.
+
+    Args:
+        source: A module's source text.
+
+    Returns:
+        The chunks, in order, each with its first line and its longest logical line in
+        tokens.
+
+    Raises:
+        SourceError: ``source`` does not tokenize, or nests brackets or indentation deeper
+            than CPython compiles; the message names the line.
     """
     lines = source_lines(source)
     starts = _statement_starts(source)
@@ -128,7 +148,14 @@ _DOCSTRING = re.compile(r"[rRbBuU]{0,2}(\"|')")
 
 
 def is_statement(chunk: str) -> bool:
-    """Whether ``chunk`` holds a statement (not only comments and blank lines)."""
+    """Whether ``chunk`` holds a statement (not only comments and blank lines).
+
+    Args:
+        chunk: A chunk's text, as :func:`top_level_chunks` cuts it.
+
+    Returns:
+        ``False`` when it is blank or starts with a comment, else ``True``.
+    """
     statement = chunk.lstrip()
     return bool(statement) and not statement.startswith("#")  # not the comments-only prefix
 
@@ -136,7 +163,16 @@ def is_statement(chunk: str) -> bool:
 def ends_leading_block(chunk: str, *, first: bool) -> bool:
     """Whether ``chunk`` is a statement after which no import may be added: neither an
     import nor (when it is the ``first`` statement) the module docstring. A line of
-    statements joined by ``;`` is an import only if each of them is one."""
+    statements joined by ``;`` is an import only if each of them is one.
+
+    Args:
+        chunk: A chunk's text, as :func:`top_level_chunks` cuts it.
+        first: Whether it is the module's first statement, where a docstring may stand.
+
+    Returns:
+        ``True`` for a statement that is neither the leading docstring nor provably
+        imports only (one that does not parse is not); else ``False``.
+    """
     if not is_statement(chunk):
         return False
     statement = chunk.lstrip()
@@ -163,6 +199,19 @@ def with_import(
     imports from accel there (under the same alias, if any) are left out, and nothing is
     added if that is all of them. Only the leading pieces are cut into statements again,
     as far as the first statement that is neither.
+
+    Args:
+        pieces: The module's text, in runs of whole top-level statements.
+        newline: The line end to write the import with.
+        names: The names to import, each ``"<name>"`` or ``"<name> as <alias>"``.
+
+    Returns:
+        The pieces with the import added, the leading ones cut into single statements
+        (their joined text is ``pieces``' when the module already imports every name).
+
+    Raises:
+        SourceError: A leading piece does not tokenize, or nests deeper than CPython
+            compiles.
     """
     head: list[str] = []
     seen_statement = False
