@@ -132,6 +132,9 @@ class Integration:
 
         Args:
             accelerator: the selected backend.
+
+        Returns:
+            The section; ``None`` (what this base class returns) for none.
         """
         return None
 
@@ -311,8 +314,12 @@ def report_sections(accelerator: Accelerator, taken: frozenset[str]) -> dict[str
         accelerator: the selected backend.
         taken: the report's own keys, which no integration may share.
 
+    Returns:
+        The sections by integration name; an integration that returns ``None`` has none.
+
     Raises:
-        IntegrationError: an integration whose name is one of ``taken``.
+        IntegrationError: an integration whose name is one of ``taken`` returns a section;
+            or the integrations fail to load (see :func:`discover`).
     """
     sections: dict[str, ReportSection] = {}
     for entry in registered():

@@ -21,7 +21,15 @@ from accel.protocols import Accelerator
 
 
 def requires(*capabilities: type) -> pytest.MarkDecorator:
-    """``@requires(GraphAPI)``: skip the test unless the backend provides every capability."""
+    """``@requires(GraphAPI)``: skip the test unless the backend provides every capability.
+
+    Args:
+        *capabilities: Capability protocols of :mod:`accel.protocols`, or their names; they
+            are checked when the test is set up.
+
+    Returns:
+        The ``requires`` mark with these arguments.
+    """
     return pytest.mark.requires.with_args(*capabilities)
 
 
@@ -39,7 +47,11 @@ def _capability(item: pytest.Item, value: object) -> type:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--accel=NAME``."""
+    """Add ``--accel=NAME``.
+
+    Args:
+        parser: pytest's command-line parser.
+    """
     group = parser.getgroup("accel")
     group.addoption(
         "--accel",
@@ -50,7 +62,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the marker and select the requested backend."""
+    """Register the marker and select the requested backend.
+
+    Args:
+        config: The session's pytest config.
+
+    Raises:
+        pytest.UsageError: ``--accel`` names no registered backend, or one that failed to
+            load or is not available here.
+    """
     config.addinivalue_line(
         "markers",
         "requires(*capabilities): skip unless the accel backend provides every capability "
@@ -75,7 +95,19 @@ def accelerator() -> Accelerator:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip tests whose ``requires`` capabilities the accelerator lacks."""
+    """Skip tests whose ``requires`` capabilities the accelerator lacks.
+
+    Args:
+        item: The test about to run.
+
+    Raises:
+        pytest.skip.Exception: The accelerator lacks a capability (``pytest.skip``).
+        pytest.UsageError: A ``requires`` argument is neither a capability protocol nor a
+            capability's name.
+        ValueError: ``ACCEL_BACKEND`` names no registered backend (see
+            :func:`accel.get_accelerator`).
+        RuntimeError: No backend can be selected (see :func:`accel.get_accelerator`).
+    """
     for marker in item.iter_markers("requires"):
         current = accel.get_accelerator()
         for value in marker.args:

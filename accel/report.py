@@ -133,7 +133,14 @@ def _op_builder_rows(accelerator: Accelerator) -> list[OpBuilderRow]:
 
 
 def backend_label(accelerator: Accelerator) -> str:
-    """``"<name> (<Class>)"`` for a backend with a ``name`` attribute, else the class name."""
+    """``"<name> (<Class>)"`` for a backend with a ``name`` attribute, else the class name.
+
+    Args:
+        accelerator: Any accelerator.
+
+    Returns:
+        The label; ``name`` must be a ``str`` class attribute to count.
+    """
     cls = type(accelerator)
     name = getattr(cls, "name", None)
     return f"{name} ({cls.__qualname__})" if isinstance(name, str) else cls.__qualname__
@@ -165,7 +172,15 @@ def _mark(value: bool | None) -> str:
 
 
 def render(report: Report, width: int | None = None) -> str:
-    """The report as text tables (``rich``); ``width`` fixes the line width."""
+    """The report as text tables (``rich``); ``width`` fixes the line width.
+
+    Args:
+        report: What :func:`collect` gathered.
+        width: The line width; ``None`` (or 0) for 120 characters.
+
+    Returns:
+        Plain text (no markup), tables fitted to the width; sentences are never wrapped.
+    """
     from rich.console import Console
     from rich.table import Table
 
