@@ -87,7 +87,28 @@ class aio_handle:
     def read(
         self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
     ) -> int:
-        """Synchronous read of ``buffer.nbytes`` bytes; returns 0."""
+        """Synchronous read of ``buffer.nbytes`` bytes; returns 0.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor to fill.
+            filename: The file's path.
+            validate: Afterwards, read the file's bytes back plainly and check they equal the
+                buffer's.
+            file_offset: The byte offset in the file.
+
+        Returns:
+            0, as DeepSpeed's handle returns.
+
+        Raises:
+            EOFError: The file ends before ``file_offset`` + the buffer's size.
+            TypeError: ``buffer`` is not a ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be opened or the read failed; or, with ``validate``, the
+                file's bytes differ from the buffer's.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         self._engine.read(buffer, filename, file_offset).result()
         if validate:
             _validate(buffer, filename, file_offset, "read")
@@ -96,7 +117,27 @@ class aio_handle:
     def write(
         self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
     ) -> int:
-        """Synchronous write; returns 0."""
+        """Synchronous write; returns 0.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor.
+            filename: The file's path.
+            validate: Afterwards, read the file's bytes back plainly and check they equal the
+                buffer's.
+            file_offset: The byte offset in the file.
+
+        Returns:
+            0, as DeepSpeed's handle returns.
+
+        Raises:
+            TypeError: ``buffer`` is not a ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be created or opened, or the write failed (a full disk);
+                or, with ``validate``, the file's bytes differ from the buffer's.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         self._engine.write(buffer, filename, file_offset).result()
         if validate:
             _validate(buffer, filename, file_offset, "write")
@@ -113,7 +154,32 @@ class aio_handle:
     ) -> int:
         """Parallel read; asynchronous returns 0 (then :meth:`wait`), synchronous waits and
         returns the number of operations completed. The fourth argument is DeepSpeed's
-        ``async`` (a keyword Python code can only pass as ``**{"async": True}``)."""
+        ``async`` (a keyword Python code can only pass as ``**{"async": True}``).
+
+        Args:
+            buffer: A dense, contiguous CPU tensor to fill.
+            filename: The file's path.
+            validate: Once the transfer ends (in :meth:`wait` when asynchronous), read the
+                file's bytes back plainly and check they equal the buffer's.
+            async_op: DeepSpeed's ``async``: ``True`` to return at once, ``False`` to wait for
+                this and every other request of the handle.
+            file_offset: The byte offset in the file.
+            **keywords: ``async`` only: DeepSpeed's keyword for ``async_op``.
+
+        Returns:
+            0 when asynchronous (:meth:`wait` counts the request); otherwise :meth:`wait`'s
+            count of the operations completed, this one and any others the handle had started.
+
+        Raises:
+            TypeError: DeepSpeed's ``async`` is missing or given twice, another keyword is passed,
+                or ``buffer`` is not a ``torch.Tensor``.
+            EOFError: The file ends before ``file_offset`` + the buffer's size.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be opened; when synchronous, also what :meth:`wait` raises.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         asynchronous = _async_argument("pread", async_op, keywords)
         self._engine.read(buffer, filename, file_offset)
         return self._after_submit(buffer, filename, file_offset, validate, asynchronous, "read")
@@ -127,21 +193,99 @@ class aio_handle:
         file_offset: int = 0,
         **keywords: bool,
     ) -> int:
-        """Parallel write; as :meth:`pread`."""
+        """Parallel write; as :meth:`pread`.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor; keep it unchanged until the write ends.
+            filename: The file's path.
+            validate: Once the transfer ends (in :meth:`wait` when asynchronous), read the
+                file's bytes back plainly and check they equal the buffer's.
+            async_op: DeepSpeed's ``async``: ``True`` to return at once, ``False`` to wait for
+                this and every other request of the handle.
+            file_offset: The byte offset in the file.
+            **keywords: ``async`` only: DeepSpeed's keyword for ``async_op``.
+
+        Returns:
+            0 when asynchronous (:meth:`wait` counts the request); otherwise :meth:`wait`'s
+            count of the operations completed, this one and any others the handle had started.
+
+        Raises:
+            TypeError: DeepSpeed's ``async`` is missing or given twice, another keyword is passed,
+                or ``buffer`` is not a ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be created or opened; when synchronous, also what
+                :meth:`wait` raises.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         asynchronous = _async_argument("pwrite", async_op, keywords)
         self._engine.write(buffer, filename, file_offset)
         return self._after_submit(buffer, filename, file_offset, validate, asynchronous, "write")
 
     def sync_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
-        """Parallel read, waited for; returns the operations completed."""
+        """Parallel read, waited for; returns the operations completed.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor to fill.
+            filename: The file's path.
+            file_offset: The byte offset in the file.
+
+        Returns:
+            :meth:`wait`'s count: this read and any other request the handle had started.
+
+        Raises:
+            EOFError: The file ends before ``file_offset`` + the buffer's size.
+            TypeError: ``buffer`` is not a ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be opened, or what :meth:`wait` raises.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         return self.pread(buffer, filename, False, False, file_offset)
 
     def sync_pwrite(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
-        """Parallel write, waited for; returns the operations completed."""
+        """Parallel write, waited for; returns the operations completed.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor.
+            filename: The file's path.
+            file_offset: The byte offset in the file.
+
+        Returns:
+            :meth:`wait`'s count: this write and any other request the handle had started.
+
+        Raises:
+            TypeError: ``buffer`` is not a ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be created or opened, or what :meth:`wait` raises.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         return self.pwrite(buffer, filename, False, False, file_offset)
 
     def async_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
-        """Start a parallel read; returns 0, :meth:`wait` counts it."""
+        """Start a parallel read; returns 0, :meth:`wait` counts it.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor to fill.
+            filename: The file's path.
+            file_offset: The byte offset in the file.
+
+        Returns:
+            0.
+
+        Raises:
+            EOFError: The file ends before ``file_offset`` + the buffer's size.
+            TypeError: ``buffer`` is not a ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
+                or socket.
+            OSError: The file cannot be opened (a failed read is raised by :meth:`wait`).
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         return self.pread(buffer, filename, False, True, file_offset)
 
     def async_pwrite(
@@ -153,7 +297,27 @@ class aio_handle:
     ) -> int:
         """Start a parallel write to a path (``filename``) or an open descriptor (``fd``, or
         an ``int`` in its place, as DeepSpeed's two overloads take them); returns 0. A
-        descriptor opened with O_DIRECT takes any size and offset."""
+        descriptor opened with O_DIRECT takes any size and offset.
+
+        Args:
+            buffer: A dense, contiguous CPU tensor; keep it unchanged until the write ends.
+            filename: The file's path, or an open descriptor; ``None`` when ``fd`` is given.
+            file_offset: The byte offset in the file.
+            fd: A descriptor open for writing (not with O_APPEND); ``None`` when ``filename`` is
+                given.
+
+        Returns:
+            0 (a failed write is raised by :meth:`wait`).
+
+        Raises:
+            TypeError: Both or neither of ``filename`` and ``fd`` are given, or ``buffer`` is not a
+                ``torch.Tensor``.
+            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
+                negative view), ``file_offset`` is not an integer >= 0, the path is a FIFO or
+                socket, or the descriptor was opened with O_APPEND.
+            OSError: The file cannot be created or opened, or the descriptor is not open.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         if (filename is None) == (fd is None):
             raise TypeError(
                 "async_pwrite() takes a filename or an fd (exactly one), got "
@@ -166,7 +330,17 @@ class aio_handle:
 
     def wait(self) -> int:
         """Wait for everything started; returns how many operations completed (0 when
-        none was pending, where DeepSpeed asserts)."""
+        none was pending, where DeepSpeed asserts).
+
+        Returns:
+            The number of requests that ended since the last wait, leaving out those a
+            synchronous :meth:`read` or :meth:`write` already waited for.
+
+        Raises:
+            OSError: A request failed (the first failure, raised once all have ended), or a
+                ``validate`` check found the file's bytes differ from the buffer's.
+            RuntimeError: The handle was made in another process (before a ``fork``).
+        """
         with self._lock:  # taken first: a failed request must not leave them for later
             pending, self._validations = self._validations, []
         completed = self._engine.wait()
@@ -180,12 +354,30 @@ class aio_handle:
     def new_cpu_locked_tensor(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
         """A page-aligned, page-locked buffer of ``num_elem`` elements of
         ``example_tensor``'s dtype, kept until :meth:`free_cpu_locked_tensor` (by this or
-        any handle) as DeepSpeed keeps it."""
+        any handle) as DeepSpeed keeps it.
+
+        Args:
+            num_elem: The number of elements, >= 0.
+            example_tensor: A tensor whose dtype the buffer takes.
+
+        Returns:
+            A new, uninitialised 1-D CPU tensor.
+
+        Raises:
+            ValueError: ``num_elem`` is not an ``int`` >= 0.
+        """
         return locked.new_locked_tensor(num_elem, example_tensor.dtype)
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
         """Release a buffer from :meth:`new_cpu_locked_tensor` of any handle (memory
-        returns when the last reference goes): True if ``tensor`` starts one, else False."""
+        returns when the last reference goes): True if ``tensor`` starts one, else False.
+
+        Args:
+            tensor: A buffer from :meth:`new_cpu_locked_tensor` (any tensor is accepted).
+
+        Returns:
+            ``True`` if a buffer started at ``tensor``'s first byte and is now released.
+        """
         return locked.free_locked(tensor.data_ptr())
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
@@ -196,7 +388,15 @@ class aio_handle:
         DeepSpeed writes a "pinned" optimizer state from its swap buffer instead of the
         tensor itself (an empty tensor for a fresh state), so an ordinary tensor must never
         count as pinned, whatever its address: ZeRO-Infinity would write an empty file in
-        place of that state."""
+        place of that state.
+
+        Args:
+            buffer: Any tensor.
+
+        Returns:
+            ``True`` for a CPU tensor that is torch-pinned or lies inside such a buffer;
+            ``False`` for every tensor off the CPU.
+        """
         if not buffer.is_cpu:
             return False
         return locked.is_pinned_or_locked(buffer)
@@ -242,7 +442,30 @@ def _validate(buffer: torch.Tensor, filename: str, offset: int, kind: str) -> No
 
 def aio_read(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
              single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
-    """DeepSpeed's one-shot ``aio_read``; returns 0."""
+    """DeepSpeed's one-shot ``aio_read``; returns 0.
+
+    A new :class:`aio_handle` reads the whole buffer from offset 0 and waits.
+
+    Args:
+        buffer: A dense, contiguous CPU tensor to fill.
+        filename: The file's path.
+        block_size: Bytes per system call.
+        queue_depth: Requests in flight, at least 1 (at most 64 threads are used).
+        single_submit: Kept for DeepSpeed's signature; no effect.
+        overlap_events: Kept for DeepSpeed's signature; no effect.
+        validate: Afterwards, read the file's bytes back plainly and check they equal the
+            buffer's.
+
+    Returns:
+        0.
+
+    Raises:
+        ValueError: ``queue_depth`` is not an integer >= 1, ``block_size`` is not a positive
+            ``int``, or as :meth:`aio_handle.read`.
+        EOFError: As :meth:`aio_handle.read`.
+        TypeError: As :meth:`aio_handle.read`.
+        OSError: As :meth:`aio_handle.read`.
+    """
     return aio_handle(block_size, queue_depth, single_submit, overlap_events).read(
         buffer, filename, validate
     )
@@ -250,14 +473,47 @@ def aio_read(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: 
 
 def aio_write(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
               single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
-    """DeepSpeed's one-shot ``aio_write``; returns 0."""
+    """DeepSpeed's one-shot ``aio_write``; returns 0.
+
+    A new :class:`aio_handle` writes the whole buffer at offset 0 and waits.
+
+    Args:
+        buffer: A dense, contiguous CPU tensor.
+        filename: The file's path.
+        block_size: Bytes per system call.
+        queue_depth: Requests in flight, at least 1 (at most 64 threads are used).
+        single_submit: Kept for DeepSpeed's signature; no effect.
+        overlap_events: Kept for DeepSpeed's signature; no effect.
+        validate: Afterwards, read the file's bytes back plainly and check they equal the
+            buffer's.
+
+    Returns:
+        0.
+
+    Raises:
+        ValueError: ``queue_depth`` is not an integer >= 1, ``block_size`` is not a positive
+            ``int``, or as :meth:`aio_handle.write`.
+        TypeError: As :meth:`aio_handle.write`.
+        OSError: As :meth:`aio_handle.write`.
+    """
     return aio_handle(block_size, queue_depth, single_submit, overlap_events).write(
         buffer, filename, validate
     )
 
 
 def deepspeed_memcpy(dest: torch.Tensor, src: torch.Tensor) -> int:
-    """DeepSpeed's ``deepspeed_memcpy``: copy ``src`` into ``dest``; returns 0."""
+    """DeepSpeed's ``deepspeed_memcpy``: copy ``src`` into ``dest``; returns 0.
+
+    Args:
+        dest: The tensor written, in place (``dest.copy_(src)``).
+        src: The tensor read; it must broadcast to ``dest``'s shape.
+
+    Returns:
+        0.
+
+    Raises:
+        RuntimeError: ``src`` does not broadcast to ``dest``'s shape (torch's ``copy_``).
+    """
     dest.copy_(src)
     return 0
 
