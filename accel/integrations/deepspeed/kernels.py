@@ -229,7 +229,26 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         adamw_mode: bool = True,
         should_log: bool = False,
     ) -> int:
-        """Register an optimizer id (hyper-parameters are checked, then passed per update)."""
+        """Register an optimizer id (hyper-parameters are checked, then passed per update).
+
+        Args:
+            optimizer_id: The id DeepSpeed's optimizer uses for itself.
+            alpha: The learning rate, a finite number >= 0.
+            betta1: Beta 1 (DeepSpeed's spelling), in ``[0, 1)``.
+            betta2: Beta 2, in ``[0, 1)``.
+            eps: A finite number > 0.
+            weight_decay: A finite number >= 0.
+            adamw_mode: ``True`` for AdamW's decoupled weight decay, ``False`` for Adam's L2
+                decay; kept for the id's updates.
+            should_log: Not used (DeepSpeed's module prints the new optimizer's settings).
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            ValueError: ``alpha`` or ``weight_decay`` is not a finite number >= 0, ``betta1`` or
+                ``betta2`` is outside ``[0, 1)``, or ``eps`` is not a finite number > 0.
+        """
         return self._create(
             optimizer_id, alpha=alpha, weight_decay=weight_decay, betas=(betta1, betta2), eps=eps,
             adamw_mode=adamw_mode,
@@ -250,7 +269,33 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         exp_avg: torch.Tensor,
         exp_avg_sq: torch.Tensor,
     ) -> int:
-        """One Adam/AdamW step of one tensor, in place (``step`` counts from 1)."""
+        """One Adam/AdamW step of one tensor, in place (``step`` counts from 1).
+
+        Args:
+            optimizer_id: An id registered by :meth:`create_adam`.
+            step: The number of the step being taken, from 1.
+            lr: The learning rate, a finite number >= 0.
+            beta1: In ``[0, 1)``.
+            beta2: In ``[0, 1)``.
+            epsilon: A finite number > 0.
+            weight_decay: A finite number >= 0; AdamW's or L2, as the id was created.
+            bias_correction: Apply Adam's bias correction.
+            params: The parameter, a float32, bfloat16 or float16 CPU tensor.
+            grads: Its gradient, of the same shape.
+            exp_avg: The first moment, of the same size.
+            exp_avg_sq: The second moment, of the same size.
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            KeyError: ``optimizer_id`` is not registered.
+            TypeError: ``params`` or ``grads`` is not float32, bfloat16 or float16.
+            ValueError: A tensor is not on the CPU; ``grads`` is not the shape of ``params``, or a
+                state not its size; two tensors overlap in memory; ``step`` is below 1;
+                ``lr`` or ``weight_decay`` is not a finite number >= 0, ``beta1`` or ``beta2`` is
+                outside ``[0, 1)``, or ``epsilon`` is not a finite number > 0.
+        """
         adamw = self._optimizers.get(optimizer_id).adamw_mode
         _in_place(
             lambda p, g, s: cpu_optim.adam_step(
@@ -285,6 +330,28 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         step as undone although nothing changed (DeepSpeed's own test
         ``test_rollback_subgroup_basic[bf16]`` checks only that count). Other dtypes
         raise ``TypeError``.
+
+        Args:
+            optimizer_id: An id registered by :meth:`create_adam`.
+            step: The number of the step to undo, from 1.
+            lr: The learning rate that step used.
+            beta1: The beta 1 that step used.
+            beta2: The beta 2 that step used.
+            epsilon: The epsilon that step used.
+            weight_decay: The (decoupled) weight decay that step used.
+            bias_correction: Not used: the formula always undoes a bias-corrected step.
+            params: The parameter after the step; restored in place.
+            grads: The gradient the step used.
+            exp_avg: The first moment after the step; restored in place.
+            exp_avg_sq: The second moment after the step; restored in place.
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            KeyError: ``optimizer_id`` is not registered.
+            TypeError: A tensor is not float32, bfloat16 or float16.
+            ValueError: ``step`` is below 1.
         """
         self._optimizers.get(optimizer_id)
         tensors = {"params": params, "grads": grads, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
@@ -306,7 +373,14 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         return _SUCCESS
 
     def destroy_adam(self, optimizer_id: int) -> int:
-        """Forget an optimizer id."""
+        """Forget an optimizer id.
+
+        Args:
+            optimizer_id: The id; one that is not registered is ignored.
+
+        Returns:
+            0, DeepSpeed's success code.
+        """
         return self._optimizers.destroy(optimizer_id)
 
 
@@ -323,7 +397,24 @@ class CPUAdagradKernels(_OptimizerModule):
         weight_decay: float = 0.0,
         should_log: bool = False,
     ) -> int:
-        """Register an optimizer id."""
+        """Register an optimizer id.
+
+        The hyper-parameters are checked, then passed again by every update.
+
+        Args:
+            optimizer_id: The id DeepSpeed's optimizer uses for itself.
+            alpha: The learning rate, a finite number >= 0.
+            eps: A finite number > 0.
+            weight_decay: A finite number >= 0.
+            should_log: Not used (DeepSpeed's module prints the new optimizer's settings).
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            ValueError: ``alpha`` or ``weight_decay`` is not a finite number >= 0, or ``eps`` is
+                not a finite number > 0.
+        """
         return self._create(optimizer_id, alpha=alpha, weight_decay=weight_decay, eps=eps)
 
     def adagrad_update(
@@ -337,7 +428,29 @@ class CPUAdagradKernels(_OptimizerModule):
         grads: torch.Tensor,
         exp_avg_sq: torch.Tensor,
     ) -> int:
-        """One Adagrad step of one tensor, in place (L2 weight decay, no lr decay)."""
+        """One Adagrad step of one tensor, in place (L2 weight decay, no lr decay).
+
+        Args:
+            optimizer_id: An id registered by :meth:`create_adagrad`.
+            step: The number of the step being taken, from 1.
+            lr: The learning rate, a finite number >= 0.
+            epsilon: A finite number > 0.
+            weight_decay: The L2 weight decay, a finite number >= 0.
+            params: The parameter, a float32, bfloat16 or float16 CPU tensor.
+            grads: Its gradient, of the same shape.
+            exp_avg_sq: The sum of squared gradients, of the same size.
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            KeyError: ``optimizer_id`` is not registered.
+            TypeError: ``params`` or ``grads`` is not float32, bfloat16 or float16.
+            ValueError: A tensor is not on the CPU; ``grads`` is not the shape of ``params``, or a
+                state not its size; two tensors overlap in memory; ``step`` is below 1;
+                ``lr`` or ``weight_decay`` is not a finite number >= 0, or ``epsilon`` is not a
+                finite number > 0.
+        """
         self._optimizers.get(optimizer_id)
         _in_place(
             lambda p, g, s: cpu_optim.adagrad_step(
@@ -348,7 +461,14 @@ class CPUAdagradKernels(_OptimizerModule):
         return _SUCCESS
 
     def destroy_adagrad(self, optimizer_id: int) -> int:
-        """Forget an optimizer id."""
+        """Forget an optimizer id.
+
+        Args:
+            optimizer_id: The id; one that is not registered is ignored.
+
+        Returns:
+            0, DeepSpeed's success code.
+        """
         return self._optimizers.destroy(optimizer_id)
 
 
@@ -366,7 +486,25 @@ class CPULionKernels(_OptimizerModule):
         weight_decay: float = 0.0,
         should_log: bool = False,
     ) -> int:
-        """Register an optimizer id."""
+        """Register an optimizer id.
+
+        The hyper-parameters are checked, then passed again by every update.
+
+        Args:
+            optimizer_id: The id DeepSpeed's optimizer uses for itself.
+            alpha: The learning rate, a finite number >= 0.
+            betta1: Beta 1 (DeepSpeed's spelling), in ``[0, 1)``.
+            betta2: Beta 2, in ``[0, 1)``.
+            weight_decay: A finite number >= 0.
+            should_log: Not used (DeepSpeed's module prints the new optimizer's settings).
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            ValueError: ``alpha`` or ``weight_decay`` is not a finite number >= 0, or ``betta1``
+                or ``betta2`` is outside ``[0, 1)``.
+        """
         return self._create(
             optimizer_id, alpha=alpha, weight_decay=weight_decay, betas=(betta1, betta2)
         )
@@ -383,7 +521,29 @@ class CPULionKernels(_OptimizerModule):
         grads: torch.Tensor,
         exp_avg: torch.Tensor,
     ) -> int:
-        """One Lion step of one tensor, in place (decoupled weight decay)."""
+        """One Lion step of one tensor, in place (decoupled weight decay).
+
+        Args:
+            optimizer_id: An id registered by :meth:`create_lion`.
+            step: Not used: a Lion step does not depend on its number.
+            lr: The learning rate, a finite number >= 0.
+            beta1: In ``[0, 1)``.
+            beta2: In ``[0, 1)``.
+            weight_decay: A finite number >= 0.
+            params: The parameter, a float32, bfloat16 or float16 CPU tensor.
+            grads: Its gradient, of the same shape.
+            exp_avg: The momentum, of the same size.
+
+        Returns:
+            0, DeepSpeed's success code.
+
+        Raises:
+            KeyError: ``optimizer_id`` is not registered.
+            TypeError: ``params`` or ``grads`` is not float32, bfloat16 or float16.
+            ValueError: A tensor is not on the CPU; ``grads`` is not the shape of ``params``, or
+                ``exp_avg`` not its size; two tensors overlap in memory; ``lr`` or ``weight_decay``
+                is not a finite number >= 0, or ``beta1`` or ``beta2`` is outside ``[0, 1)``.
+        """
         self._optimizers.get(optimizer_id)
         _in_place(
             lambda p, g, s: cpu_optim.lion_step(
@@ -394,7 +554,14 @@ class CPULionKernels(_OptimizerModule):
         return _SUCCESS
 
     def destroy_lion(self, optimizer_id: int) -> int:
-        """Forget an optimizer id."""
+        """Forget an optimizer id.
+
+        Args:
+            optimizer_id: The id; one that is not registered is ignored.
+
+        Returns:
+            0, DeepSpeed's success code.
+        """
         return self._optimizers.destroy(optimizer_id)
 
 
@@ -434,7 +601,31 @@ class FusedAdamKernels(DeepSpeedModule):
     ) -> None:
         """One Adam step over ``[grads, params, exp_avgs, exp_avg_sqs]`` (``mode`` 1 is
         AdamW, 0 Adam with L2 decay). ``chunk_size`` and ``noop_flag`` are the CUDA
-        launcher's and are not used on the CPU, as in DeepSpeed's CPU kernel."""
+        launcher's and are not used on the CPU, as in DeepSpeed's CPU kernel.
+
+        Args:
+            chunk_size: Not used.
+            noop_flag: Not used.
+            tensor_lists: ``[grads, params, exp_avgs, exp_avg_sqs]``, one tensor per parameter in
+                each; parameters and gradients float32, bfloat16 or float16 CPU tensors. The
+                parameters and states are updated in place.
+            lr: The learning rate, a finite number >= 0.
+            beta1: In ``[0, 1)``.
+            beta2: In ``[0, 1)``.
+            epsilon: A finite number > 0.
+            step: The number of the step being taken, from 1, for every parameter.
+            mode: 1 for AdamW, 0 for Adam with L2 weight decay.
+            bias_correction: Non-zero to apply Adam's bias correction.
+            weight_decay: A finite number >= 0.
+
+        Raises:
+            ValueError: ``mode`` is neither 0 nor 1; or ``tensor_lists`` does not hold 4 lists of
+                equal length; or a tensor is not on the CPU, a gradient is not the shape of its
+                parameter or a state not its size, two tensors overlap in memory, ``step`` is
+                below 1, ``lr`` or ``weight_decay`` is not a finite number >= 0, ``beta1`` or
+                ``beta2`` is outside ``[0, 1)``, or ``epsilon`` is not a finite number > 0.
+            TypeError: A parameter or gradient is not float32, bfloat16 or float16.
+        """
         if mode not in (0, 1):
             raise ValueError(f"mode must be 0 (Adam, L2 decay) or 1 (AdamW), got {mode!r}")
         grads, params, exp_avgs, exp_avg_sqs = _tensor_lists(
@@ -463,7 +654,27 @@ class FusedLionKernels(DeepSpeedModule):
         step: int,
         weight_decay: float,
     ) -> None:
-        """One Lion step over ``[grads, params, exp_avgs]`` (``step`` is not used by Lion)."""
+        """One Lion step over ``[grads, params, exp_avgs]`` (``step`` is not used by Lion).
+
+        Args:
+            chunk_size: Not used (the CUDA launcher's).
+            noop_flag: Not used (the CUDA launcher's).
+            tensor_lists: ``[grads, params, exp_avgs]``, one tensor per parameter in each;
+                parameters and gradients float32, bfloat16 or float16 CPU tensors. The
+                parameters and states are updated in place.
+            lr: The learning rate, a finite number >= 0.
+            beta1: In ``[0, 1)``.
+            beta2: In ``[0, 1)``.
+            step: Not used.
+            weight_decay: The decoupled weight decay, a finite number >= 0.
+
+        Raises:
+            ValueError: ``tensor_lists`` does not hold 3 lists of equal length; or a tensor is not
+                on the CPU, a gradient is not the shape of its parameter or a state not its size,
+                two tensors overlap in memory, ``lr`` or ``weight_decay`` is not a finite number
+                >= 0, or ``beta1`` or ``beta2`` is outside ``[0, 1)``.
+            TypeError: A parameter or gradient is not float32, bfloat16 or float16.
+        """
         grads, params, exp_avgs = _tensor_lists(tensor_lists, ("grads", "params", "exp_avgs"))
         _in_place(
             lambda p, g, s: cpu_optim.lion_step(
