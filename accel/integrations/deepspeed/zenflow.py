@@ -114,7 +114,20 @@ class ZenFlowAdamFunctions:
 
     def zenflow_adam_create(self, optimizer_id: int, zf_affinity: Sequence[int]) -> int:
         """A handle for the groups one optimizer process steps with ``create_adam`` id
-        ``optimizer_id``, on ``len(zf_affinity)`` threads."""
+        ``optimizer_id``, on ``len(zf_affinity)`` threads.
+
+        Args:
+            optimizer_id: The ``create_adam`` id whose AdamW-or-L2 setting the steps use
+                (looked up at each step).
+            zf_affinity: The core numbers of the optimizer process; a step runs on as many
+                threads (at least 1).
+
+        Returns:
+            A new handle.
+
+        Raises:
+            ValueError: An entry of ``zf_affinity`` is not an ``int`` >= 0.
+        """
         cores: list[object] = list(zf_affinity)
         if not all(isinstance(core, int) and core >= 0 for core in cores):
             raise ValueError(f"zf_affinity must list core numbers (ints >= 0), got {cores!r}")
@@ -137,7 +150,26 @@ class ZenFlowAdamFunctions:
         stale: torch.Tensor | None,
     ) -> None:
         """Add a parameter group: its double-buffered gradients and Adam states, and the
-        buffer each step copies the updated parameter into (None: no copy)."""
+        buffer each step copies the updated parameter into (None: no copy).
+
+        Args:
+            handle: A handle from :meth:`zenflow_adam_create`.
+            param: The parameter, a contiguous float32, bfloat16 or float16 CPU tensor.
+            grad0: The gradient buffer of ``now_state`` 0, of ``param``'s size.
+            grad1: The gradient buffer of ``now_state`` 1, of ``param``'s size.
+            exp_avg0: The first moment of ``now_state`` 0, of ``param``'s size.
+            exp_avg1: The first moment of ``now_state`` 1, of ``param``'s size.
+            exp_avg_sq0: The second moment of ``now_state`` 0, of ``param``'s size.
+            exp_avg_sq1: The second moment of ``now_state`` 1, of ``param``'s size.
+            stale: A tensor of ``param``'s dtype and size, or ``None``.
+
+        Raises:
+            KeyError: ``handle`` is unknown.
+            TypeError: ``param`` is not a ``torch.Tensor``, another argument is neither a
+                ``torch.Tensor`` nor ``None``, a tensor is not float32, bfloat16 or float16, or
+                ``stale``'s dtype is not ``param``'s.
+            ValueError: A tensor is not a contiguous CPU tensor, or not ``param``'s size.
+        """
         worker = self._zenflow_worker(handle)
         _check_group({
             "param": param, "grad0": grad0, "grad1": grad1, "exp_avg0": exp_avg0,
@@ -149,7 +181,11 @@ class ZenFlowAdamFunctions:
         )
 
     def zenflow_adam_destroy(self, handle: int) -> None:
-        """Forget a handle and its groups."""
+        """Forget a handle and its groups.
+
+        Args:
+            handle: A handle from :meth:`zenflow_adam_create`; an unknown one is ignored.
+        """
         with self._zenflow_lock:
             self._zenflow_workers.pop(handle, None)
 
@@ -158,7 +194,18 @@ class ZenFlowAdamFunctions:
         return step_channel.channel_bytes()
 
     def zenflow_adam_ctrl_init(self, control_ptr: int, num_groups: int) -> None:
-        """Prepare the control block for ``num_groups`` groups (before the worker starts)."""
+        """Prepare the control block for ``num_groups`` groups (before the worker starts).
+
+        Args:
+            control_ptr: The address (``data_ptr()``) of a shared ``uint8`` tensor of
+                :meth:`zenflow_adam_ctrl_size` bytes.
+            num_groups: The number of groups each step carries, an ``int`` in ``[1, 1024]``.
+
+        Raises:
+            ValueError: ``control_ptr`` is not a positive ``int``, is misaligned, or is not
+                writable memory of this process; or ``num_groups`` is not an ``int`` in
+                ``[1, 1024]``.
+        """
         step_channel.init(control_ptr, num_groups)
 
     def zenflow_adam_submit(
@@ -173,7 +220,30 @@ class ZenFlowAdamFunctions:
         weight_decay: Sequence[float],
         bias_correction: Sequence[int],
     ) -> None:
-        """Queue one step over the buffers at ``now_state``; returns at once."""
+        """Queue one step over the buffers at ``now_state``; returns at once.
+
+        Args:
+            control_ptr: The control block's address (``data_ptr()`` of the shared tensor),
+                prepared by :meth:`zenflow_adam_ctrl_init`.
+            now_state: Which gradient and state buffers the step uses, 0 or 1.
+            step: The number of the step, from 1.
+            lr: Per group, the learning rate, a finite number >= 0.
+            beta1: Per group, in ``[0, 1)``.
+            beta2: Per group, in ``[0, 1)``.
+            eps: Per group, a finite number > 0.
+            weight_decay: Per group, a finite number >= 0.
+            bias_correction: Per group, non-zero to apply Adam's bias correction.
+
+        Raises:
+            ValueError: The lists differ in length or do not hold one entry per group of the
+                block; ``now_state`` is not 0 or 1; ``step`` is not an ``int`` >= 1; a group's
+                ``lr`` or ``weight_decay`` is not a finite number >= 0, a beta is outside
+                ``[0, 1)``, or ``eps`` is not a finite number > 0; or ``control_ptr`` is not the
+                address of a prepared control block.
+            RuntimeError: The optimizer process failed an earlier step (the message is its
+                error), the exit command was already queued, or 4 commands already wait for the
+                worker.
+        """
         columns = {"lr": lr, "beta1": beta1, "beta2": beta2, "eps": eps}
         columns |= {"weight_decay": weight_decay, "bias_correction": bias_correction}
         lengths = {name: len(column) for name, column in columns.items()}
@@ -188,15 +258,56 @@ class ZenFlowAdamFunctions:
 
     def zenflow_adam_wait(self, control_ptr: int, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for one submitted step: False on timeout,
-        ``RuntimeError`` when the optimizer process failed it."""
+        ``RuntimeError`` when the optimizer process failed it.
+
+        Args:
+            control_ptr: The control block's address (``data_ptr()`` of the shared tensor),
+                prepared by :meth:`zenflow_adam_ctrl_init`.
+            timeout_s: Seconds to wait, in ``[0, 1e9]``.
+
+        Returns:
+            ``True`` when a step finished, ``False`` when ``timeout_s`` passed first.
+
+        Raises:
+            RuntimeError: The optimizer process failed the step (the message is its error).
+            ValueError: ``timeout_s`` is not a number in ``[0, 1e9]``, or ``control_ptr`` is not
+                the address of a prepared control block.
+        """
         return step_channel.wait(control_ptr, timeout_s)
 
     def zenflow_adam_ctrl_exit(self, control_ptr: int) -> None:
-        """Ask the worker to return once the steps before this are done."""
+        """Ask the worker to return once the steps before this are done.
+
+        Args:
+            control_ptr: The control block's address (``data_ptr()`` of the shared tensor),
+                prepared by :meth:`zenflow_adam_ctrl_init`.
+
+        Raises:
+            ValueError: ``control_ptr`` is not the address of a prepared control block.
+            RuntimeError: The optimizer process failed an earlier step (the message is its
+                error), the exit command was already queued, or 4 commands already wait for the
+                worker.
+        """
         step_channel.close(control_ptr)
 
     def zenflow_adam_run_worker(self, handle: int, control_ptr: int) -> None:
-        """Run the submitted steps until the exit command (in the optimizer process)."""
+        """Run the submitted steps until the exit command (in the optimizer process).
+
+        A step's error is reported to the training process through the control block (its
+        next :meth:`zenflow_adam_wait` raises it) before it is raised here.
+
+        Args:
+            handle: A handle from :meth:`zenflow_adam_create`, with its groups registered.
+            control_ptr: The control block's address in this process (the same shared tensor
+                the training process prepared with :meth:`zenflow_adam_ctrl_init`).
+
+        Raises:
+            KeyError: ``handle`` is unknown.
+            ValueError: ``control_ptr`` is not the address of a prepared control block, or a
+                step carries a number of groups other than those registered.
+            RuntimeError: A group's step failed (the message names the group and the error), or
+                the training process exited without the exit command.
+        """
         worker = self._zenflow_worker(handle)
         parent = os.getppid()
         threads = torch.get_num_threads()
