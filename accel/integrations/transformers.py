@@ -78,6 +78,17 @@ def render_spec(accelerator: Accelerator | None = None) -> str:
     ``accelerator`` defaults to :func:`accel.get_accelerator`; the file selects it again
     when transformers imports it (so the process that runs the tests needs the same
     backend: the same ``ACCEL_BACKEND``, or the same auto-detected device).
+
+    Args:
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        The file's Python source: ``DEVICE_NAME`` and a line for each hook of
+        :data:`HOOKS`, a comment instead where the backend lacks the member behind it.
+
+    Raises:
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = accel.get_accelerator() if accelerator is None else accelerator
     lines: list[str] = []
@@ -95,8 +106,16 @@ def render_spec(accelerator: Accelerator | None = None) -> str:
 def spec_accelerator(device_type: str) -> Accelerator:
     """The selected accelerator, checked to run on ``device_type`` (called by spec files).
 
+    Args:
+        device_type: The device type the spec file was written for, e.g. ``"cuda"``.
+
+    Returns:
+        :func:`~accel.get_accelerator`'s accelerator.
+
     Raises:
-        ValueError: the selected backend runs on another device type.
+        ValueError: The selected backend runs on another device type.
+        RuntimeError: No backend can be selected (see :func:`~accel.get_accelerator` for
+            this and its other errors).
     """
     acc = accel.get_accelerator()
     actual = acc.device().type

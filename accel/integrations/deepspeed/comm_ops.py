@@ -78,7 +78,14 @@ def direct_inference_all_reduce(backend: type) -> None:
     without torch's dispatcher calling back into Python (~1.4 us a call, a quarter of a
     4 KiB all-reduce). Code being compiled by ``torch.compile`` still calls the op, and
     everything else (one rank, DeepSpeed's op, a module without the kernel level DeepSpeed
-    requires) takes DeepSpeed's method unchanged. Idempotent."""
+    requires) takes DeepSpeed's method unchanged. Idempotent.
+
+    Args:
+        backend: The class whose ``inference_all_reduce`` method is replaced, in place.
+
+    Raises:
+        AttributeError: ``backend`` has no ``inference_all_reduce``.
+    """
     # DeepSpeed is untyped: its method is Any to the checkers.
     original: Any = getattr(backend, "inference_all_reduce")  # noqa: B009
     if getattr(original, "__accel_direct__", False):
@@ -123,7 +130,16 @@ class ShmCommKernels(DeepSpeedModule):
 
     def initialize(self, size: int, rank: int) -> None:
         """Check the job's shape. The segment itself is set up by the first all-reduce
-        (a collective every rank makes), so nothing here depends on ``LOCAL_SIZE``."""
+        (a collective every rank makes), so nothing here depends on ``LOCAL_SIZE``.
+
+        Args:
+            size: The number of ranks, an ``int`` >= 1.
+            rank: This process's rank, an ``int`` in ``[0, size)``.
+
+        Raises:
+            ValueError: ``size`` is not an ``int`` >= 1, or ``rank`` is not an ``int`` in
+                ``[0, size)``.
+        """
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"initialize: size must be an integer >= 1, got {size!r}")
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < size:  # pyright: ignore[reportUnnecessaryIsInstance]

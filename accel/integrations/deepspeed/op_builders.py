@@ -57,7 +57,14 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
 
     def is_compatible(self, verbose: bool = False) -> bool:
         """Whether :meth:`load` will succeed (prints the reason when ``verbose``, as
-        DeepSpeed's builders do)."""
+        DeepSpeed's builders do).
+
+        Args:
+            verbose: Print why not, through DeepSpeed's builder ``warning``.
+
+        Returns:
+            ``True`` when :meth:`incompatibility_reason` is ``None``.
+        """
         reason = self.incompatibility_reason()
         if reason is not None and verbose:
             self.warning(f"{self.NAME} is not compatible: {reason}")
@@ -67,14 +74,14 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
         """The kernels, with DeepSpeed's module API.
 
         Args:
-            verbose: unused; DeepSpeed passes it to every builder.
+            verbose: Not used; DeepSpeed passes it to every builder.
 
         Returns:
             One object per builder per process, as a compiled module is one object: an
             instance of the row's ``deepspeed.kernels`` class.
 
         Raises:
-            RuntimeError: the kernels cannot load here; the message says why.
+            RuntimeError: The kernels cannot load here; the message says why.
         """
         reason = self.incompatibility_reason()
         if reason is not None:
@@ -82,7 +89,17 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
         return _single(self.spec)
 
     def jit_load(self, verbose: bool = True) -> Any:
-        """Same as :meth:`load`: there is nothing to compile."""
+        """Same as :meth:`load`: there is nothing to compile.
+
+        Args:
+            verbose: Not used; DeepSpeed passes it to every builder.
+
+        Returns:
+            :meth:`load`'s kernels object.
+
+        Raises:
+            RuntimeError: The kernels cannot load here; the message says why.
+        """
         return self.load(verbose)
 
     def builder(self) -> Any:
@@ -170,13 +187,13 @@ def builder_class(op: PrebuiltOp) -> type[AccelOpBuilder]:
     """The DeepSpeed builder class of one catalog row, named ``op.builder``, in this module.
 
     Args:
-        op: the op's row.
+        op: The op's row.
 
     Returns:
         A new subclass of :class:`AccelOpBuilder` whose ``spec`` is ``op``.
 
     Raises:
-        LookupError: the row has no ``deepspeed`` column (DeepSpeed keeps its builder).
+        LookupError: The row has no ``deepspeed`` column (DeepSpeed keeps its builder).
     """
     deepspeed = _deepspeed_op(op)
 
@@ -197,12 +214,30 @@ _ALL: dict[str, type[AccelOpBuilder]] = {
 
 def accel_builders(device_type: str) -> dict[str, type[AccelOpBuilder]]:
     """accel's builders for DeepSpeed on ``device_type``, by DeepSpeed class name (which
-    ones: :func:`accel.ops.catalog.deepspeed_builders`)."""
+    ones: :func:`accel.ops.catalog.deepspeed_builders`).
+
+    Args:
+        device_type: The device type DeepSpeed runs on, e.g. ``"cpu"``.
+
+    Returns:
+        A new ``dict`` of :class:`AccelOpBuilder` subclasses by DeepSpeed class name, one
+        for each catalog op with a ``deepspeed`` column: every such op on the CPU, the ops
+        whose kernels run on the host (``host``) on other device types.
+    """
     return {name: _ALL[name] for name in deepspeed_builders(device_type)}
 
 
 def accel_builder(device_type: str, class_name: str) -> type[AccelOpBuilder] | None:
-    """accel's builder named ``class_name`` for ``device_type``, or ``None``."""
+    """accel's builder named ``class_name`` for ``device_type``, or ``None``.
+
+    Args:
+        device_type: The device type DeepSpeed runs on, e.g. ``"cpu"``.
+        class_name: DeepSpeed's name of the builder class, e.g. ``"CPUAdamBuilder"``.
+
+    Returns:
+        The :class:`AccelOpBuilder` subclass from :func:`accel_builders`; ``None`` where
+        accel serves no builder of that name on the device.
+    """
     return accel_builders(device_type).get(class_name)
 
 

@@ -34,7 +34,17 @@ class DeepSpeedStatus:
 
 
 def collect(device_type: str) -> DeepSpeedStatus:
-    """The status for the selected device type (reads metadata; imports no deepspeed)."""
+    """The status for the selected device type (reads metadata; imports no deepspeed).
+
+    Args:
+        device_type: The selected backend's device type, e.g. ``"cpu"``.
+
+    Returns:
+        The installed deepspeed version, whether accel supports it (and why not, or the
+        supported range), ``ACCEL_DEEPSPEED``, whether the integration is active in this
+        process, and (for a supported version) the builders accel serves on
+        ``device_type``, sorted.
+    """
     version = installed_version()
     reason = unsupported_reason(version)
     names = sorted(deepspeed_builders(device_type)) if reason is None else []
@@ -49,7 +59,15 @@ def collect(device_type: str) -> DeepSpeedStatus:
 
 
 def describe(status: DeepSpeedStatus) -> tuple[str, ...]:
-    """``status`` as the lines of ``accel report``."""
+    """``status`` as the lines of ``accel report``.
+
+    Args:
+        status: A status from :func:`collect`.
+
+    Returns:
+        The version and its support; for a supported version, also whether the integration
+        is active, ``ACCEL_DEEPSPEED``, and the builders accel serves.
+    """
     version = status.version or "not installed"
     lines = [f"deepspeed: {version} ({status.reason})"]
     if not status.supported:
