@@ -37,7 +37,7 @@ from accel.mixins import (
     TensorPlacementMixin,
 )
 from accel.mixins.dtype import matmul_runs
-from accel.ops.prebuilt import CPU_OP_BUILDERS
+from accel.ops.table import PrebuiltOpBuilders
 from accel.protocols.device import DeviceLike, DeviceProperties
 from accel.protocols.op_builder import OpBuilder
 
@@ -110,7 +110,7 @@ class CPUAccelerator(
     device_type: ClassVar[str] = "cpu"
     indexed_device_names: ClassVar[bool] = False
     visible_devices_env_names: ClassVar[tuple[str, ...]] = (VISIBLE_NODES_ENV,)
-    op_builders: ClassVar[Mapping[str, type[OpBuilder]]] = CPU_OP_BUILDERS
+    op_builders: ClassVar[Mapping[str, type[OpBuilder]]] = PrebuiltOpBuilders("cpu")
     exported_env_prefixes: ClassVar[tuple[str, ...]] = (
         "MASTER",
         "OMP",

@@ -30,7 +30,7 @@ from accel.mixins import (
     TorchStreamMixin,
 )
 from accel.mixins.dtype import triton_runs_on
-from accel.ops.prebuilt import HOST_OP_BUILDERS
+from accel.ops.table import PrebuiltOpBuilders
 from accel.protocols.op_builder import OpBuilder
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class CUDAAccelerator(
     device_type: ClassVar[str] = "cuda"
     visible_devices_env_names: ClassVar[tuple[str, ...]] = ("CUDA_VISIBLE_DEVICES",)
     exported_env_prefixes: ClassVar[tuple[str, ...]] = ("NCCL", "CUDA", "TORCH_NCCL")
-    op_builders: ClassVar[Mapping[str, type[OpBuilder]]] = HOST_OP_BUILDERS
+    op_builders: ClassVar[Mapping[str, type[OpBuilder]]] = PrebuiltOpBuilders("cuda")
 
     @classmethod
     @override
