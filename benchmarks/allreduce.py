@@ -10,6 +10,12 @@ call is reported; a ratio column is the median of the per-round ratios. Bus band
 all-reduce of the same number of bytes in fp32, bf16 and fp16 instead, interleaved, and
 reports each 16-bit dtype's bus bandwidth over fp32's. The header names the kernels'
 instruction-set level (``ACCEL_CPU_ISA`` caps it; accel/ops/isa.py).
+
+The bound: every rank also times ``copy_`` of the same bytes into a buffer of its own, in
+the same rounds, while the other ranks do the same (the ranks leave each collective
+together). An all-reduce moves at least the bytes of such a copy, so "copy_ / accel"
+(copy time over all-reduce time, median of the rounds' ratios) is the fraction of the
+copy rate the all-reduce reaches; 1.0 would be an all-reduce as fast as a copy.
 """
 
 from __future__ import annotations
@@ -169,13 +175,15 @@ def main() -> None:
     for size in SIZES:
         tensor = torch.ones(size // dtype.itemsize, dtype=dtype)
         calls = {name: functools.partial(method, tensor) for name, method in methods.items()}
+        # The bound: the same bytes copied by every rank at once (see the module docstring).
+        calls["copy_"] = functools.partial(torch.empty_like(tensor).copy_, tensor)
         rows.append((size, *_interleaved(calls, size, args, "accel shm")))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, {args.dtype}, kernels: {isa.describe()}, "
             f"median of {args.rounds} rounds (ratios: median of the rounds' ratios)"
         )
-        names = list(methods)
+        names = [*methods, "copy_"]
         peers = [n for n in names if n != "accel shm"]
         columns = " | ".join(f"{n} (us)" for n in names)
         ratios = " | ".join(f"{n} / accel" for n in peers)
