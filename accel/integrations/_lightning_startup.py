@@ -21,14 +21,35 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
 
+    from _typeshed.importlib import MetaPathFinderProtocol
+
 TARGET = "lightning"
 
 
-def lightning_spec(path: Sequence[str] | None, target: ModuleType | None) -> ModuleSpec | None:
-    """Lightning's own spec, from the finders after the .pth's (which has removed itself),
-    set to register accel's names once the package has executed; None where no finder
-    knows ``lightning`` (the import then fails as it would without accel)."""
+def lightning_spec(
+    hook: MetaPathFinderProtocol, path: Sequence[str] | None, target: ModuleType | None
+) -> ModuleSpec | None:
+    """Lightning's own spec, from the finders other than ``hook`` (the .pth's finder), set
+    to register accel's names once the package has executed; None where no finder knows
+    ``lightning`` (the import then fails as it would without accel).
+
+    ``hook`` stays on ``sys.meta_path`` until a spec it returned is executed: a probe such
+    as ``importlib.util.find_spec("lightning")`` gets a spec that is never executed, and
+    the ``import lightning`` after it must still find the hook.
+
+    Args:
+        hook: The finder ``accel-lightning.pth`` put on ``sys.meta_path``.
+        path: The ``path`` the import system passed to the hook's ``find_spec``.
+        target: The ``target`` the import system passed to the hook's ``find_spec``.
+
+    Returns:
+        Lightning's spec with its loader's ``exec_module`` wrapped, the spec unchanged
+        where its loader has no ``exec_module``, or None where no finder knows
+        ``lightning``.
+    """
     for finder in list(sys.meta_path):
+        if finder is hook:
+            continue
         find_spec: Any = getattr(finder, "find_spec", None)
         spec: ModuleSpec | None = find_spec(TARGET, path, target) if find_spec else None
         if spec is not None:
@@ -41,6 +62,8 @@ def lightning_spec(path: Sequence[str] | None, target: ModuleType | None) -> Mod
     execute = loader.exec_module
 
     def exec_module(module: ModuleType) -> None:
+        if hook in sys.meta_path:  # Lightning is being imported: the hook's work is done
+            sys.meta_path.remove(hook)
         execute(module)
         register()
 

@@ -70,6 +70,37 @@ def test_fabric_and_the_trainer_accept_accel_with_no_import(site_dir: pathlib.Pa
     }
 
 
+def test_a_probe_for_lightning_before_its_import_leaves_the_hook_in_place(
+    site_dir: pathlib.Path,
+) -> None:
+    # find_spec without an import (what "is lightning installed?" checks do) returns a
+    # spec nobody executes: the hook must still be there for the import that follows.
+    result = _fresh(
+        f"""
+        import importlib.util, json, sys
+        site.addsitedir({str(site_dir)!r})
+        def hooks():
+            return [type(f).__name__ for f in sys.meta_path if "Lightning" in type(f).__name__]
+        found = importlib.util.find_spec("lightning") is not None
+        after_probe = hooks()
+        import lightning
+        fabric = lightning.Fabric(accelerator="accel", devices=1)
+        print(json.dumps({{
+            "found": found, "after_probe": after_probe, "after_import": hooks(),
+            "fabric": type(fabric.accelerator).__name__,
+        }}))
+        """,
+        site_dir,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "found": True,
+        "after_probe": ["AccelLightningHook"],
+        "after_import": [],  # gone once Lightning has been imported
+        "fabric": "AccelAccelerator",
+    }
+
+
 def test_an_accel_that_cannot_be_imported_leaves_lightning_working(
     site_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
