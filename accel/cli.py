@@ -63,13 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain", action="store_true", help="print each finding with its rule and why it is safe"
     )
     port.set_defaults(handler=_port)
-    extensions.add_subcommands(commands)  # what integrations add (accel.extensions)
     run = commands.add_parser(
         "run",
         help="torchrun with NUMA-aware core binding (accel run --help for every option)",
         add_help=False,
     )
     run.add_argument("torchrun_args", nargs=argparse.REMAINDER)  # parsed by accel.launch
+    # Last, so that a name an integration takes from accel is an error naming it.
+    extensions.add_subcommands(commands)  # what integrations add (accel.extensions)
     return parser
 
 

@@ -55,8 +55,8 @@ class Subcommands(Protocol):
             The subcommand's parser.
 
         Raises:
-            argparse.ArgumentError: ``name`` or an alias is already a subcommand (from
-                Python 3.11; before, the new parser replaces the old).
+            IntegrationError: ``name`` or an alias is already a subcommand (accel's own or
+                an integration's), naming the integration.
         """
         ...
 
@@ -263,14 +263,34 @@ def add_subcommands(commands: Subcommands) -> None:
         commands: Where to add them: ``accel``'s subparsers.
 
     Raises:
-        IntegrationError: a name already taken (refused from Python 3.11), naming the
-            integration; or the integrations fail to load (see :func:`discover`).
+        IntegrationError: A name or alias already taken (by accel or an integration
+            before it), naming the integration; or the integrations fail to load (see
+            :func:`discover`).
     """
+    taken: set[str] = set(getattr(commands, "choices", None) or ())
     for entry in registered():
-        try:
-            entry.integration.add_subcommands(commands)
-        except argparse.ArgumentError as error:
-            raise IntegrationError(f"{entry.origin}: {error}") from error
+        entry.integration.add_subcommands(_NewNamesOnly(commands, taken, entry.origin))
+
+
+class _NewNamesOnly:
+    """``accel``'s subparsers as one integration sees them: a name or alias that is taken
+    (by accel or an integration before it) is an error naming the integration, on every
+    Python version (argparse refuses one only from 3.11; 3.10 replaces the first quietly)."""
+
+    def __init__(self, commands: Subcommands, taken: set[str], origin: str) -> None:
+        self._commands, self._taken, self._origin = commands, taken, origin
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        names = [name, *kwargs.get("aliases", ())]
+        clash = next((n for n in names if n in self._taken), None)
+        if clash is not None:
+            raise IntegrationError(
+                f"{self._origin}: subcommand {clash!r} is taken (accel's own: "
+                f"report, port, run; or an integration's); expected another name"
+            )
+        parser = self._commands.add_parser(name, **kwargs)
+        self._taken.update(names)
+        return parser
 
 
 def add_launch_arguments(arguments: Arguments) -> None:
@@ -318,12 +338,18 @@ def report_sections(accelerator: Accelerator, taken: frozenset[str]) -> dict[str
         The sections by integration name; an integration that returns ``None`` has none.
 
     Raises:
-        IntegrationError: an integration whose name is one of ``taken`` returns a section;
-            or the integrations fail to load (see :func:`discover`).
+        IntegrationError: An integration's ``report_section`` raises, or one whose name is
+            one of ``taken`` returns a section (both naming the integration); or the
+            integrations fail to load (see :func:`discover`).
     """
     sections: dict[str, ReportSection] = {}
     for entry in registered():
-        section = entry.integration.report_section(accelerator)
+        try:
+            section = entry.integration.report_section(accelerator)
+        except Exception as error:
+            raise IntegrationError(
+                f"{entry.origin}: report_section raised {type(error).__name__}: {error}"
+            ) from error
         if section is None:
             continue
         if entry.name in taken:

@@ -59,6 +59,18 @@ class TakesTheReportCommand(Integration):
         commands.add_parser("report")
 
 
+class TakesTheRunCommand(Integration):
+    @override
+    def add_subcommands(self, commands: Subcommands) -> None:
+        commands.add_parser("run")
+
+
+class ReportSectionFails(Integration):
+    @override
+    def report_section(self, accelerator: Accelerator) -> ReportSection:
+        raise ImportError("no driver")
+
+
 class NamedLikeACoreKey(Integration):
     @override
     def report_section(self, accelerator: Accelerator) -> ReportSection:
@@ -174,10 +186,20 @@ def test_a_launch_flag_that_cannot_be_honoured_is_a_usage_error(
         (
             f"{HERE}:TakesTheReportCommand",
             f"accel integration 'broken' from <unknown distribution> "
-            f"({HERE}:TakesTheReportCommand): argument COMMAND: conflicting subparser: report",
+            f"({HERE}:TakesTheReportCommand): subcommand 'report' is taken",
+        ),
+        (
+            f"{HERE}:TakesTheRunCommand",
+            f"accel integration 'broken' from <unknown distribution> "
+            f"({HERE}:TakesTheRunCommand): subcommand 'run' is taken",
+        ),
+        (
+            f"{HERE}:ReportSectionFails",
+            f"accel integration 'broken' from <unknown distribution> "
+            f"({HERE}:ReportSectionFails): report_section raised ImportError: no driver",
         ),
     ],
-    ids=["import", "not-a-subclass", "constructor", "command-taken"],
+    ids=["import", "not-a-subclass", "constructor", "command-taken", "run-taken", "section-fails"],
 )
 def test_a_broken_integration_is_an_error_naming_it(
     registered: Callable[..., None],
