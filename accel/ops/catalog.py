@@ -42,8 +42,8 @@ class PrebuiltOp:
     """The module that must import for the op to be usable here."""
     module: str | None
     """The module accel's ``load()`` returns: the validating front door, never raw
-    kernels. None: accel has no kernels of its own, and ``load()`` returns what DeepSpeed's
-    builder of the same class name builds."""
+    kernels. None: accel has no kernels of its own, and ``load()`` returns what DeepSpeed's CPU
+    builder of the same class name builds (so such a row is CPU-only: ``host`` False)."""
     host: bool
     """True: the kernels run on the host, so every device backend offers the op (ZeRO-Offload
     steps optimizers on the host whatever the accelerator); False: only the CPU backend."""

@@ -80,7 +80,7 @@ class PrebuiltOpBuilder:
 
         Returns:
             ``module_name``, imported; where accel has no kernels of its own (``module_name``
-            is None), the module DeepSpeed's builder of the same class name builds.
+            is None), the module DeepSpeed's CPU builder of the same class name builds.
 
         Raises:
             RuntimeError: the op is incompatible here; the message says why.
