@@ -51,9 +51,15 @@ def require(accelerator: object, capability: type) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the `gpu` group cleanly on machines without a CUDA GPU."""
+    """Leave the `soak` reruns out unless the ``-m`` expression names them (so ``-m "not
+    gpu"`` does not bring them in), and skip the `gpu` group cleanly without a CUDA GPU."""
     import torch
 
+    if "soak" not in str(config.getoption("markexpr", "")):
+        soak = [item for item in items if "soak" in item.keywords]
+        if soak:
+            config.hook.pytest_deselected(items=soak)
+            items[:] = [item for item in items if "soak" not in item.keywords]
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none is visible to torch)")
