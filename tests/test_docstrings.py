@@ -1,5 +1,5 @@
 """The API reference documents every parameter: each public function or method that takes
-parameters has a Google-style ``Args:`` section naming all of them.
+parameters has a Google-style ``Args:`` section naming all of them, and no other.
 
 "Public" is what mkdocstrings renders: no leading underscore on the name, the class or any
 module on the path. Methods marked ``@override`` are left out: the base they override
@@ -71,12 +71,13 @@ def _undocumented(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if node.name.startswith("_") or _is_override(node):
                     continue
-                missing = set(_parameters(node)) - _documented_parameters(
-                    ast.get_docstring(node) or ""
-                )
-                if missing:
-                    where = f"{path.relative_to(root)}:{node.lineno} {owner}{node.name}"
+                documented = _documented_parameters(ast.get_docstring(node) or "")
+                parameters = set(_parameters(node))
+                where = f"{path.relative_to(root)}:{node.lineno} {owner}{node.name}"
+                if missing := parameters - documented:
                     problems.append(f"{where}: no Args entry for {', '.join(sorted(missing))}")
+                if stale := documented - parameters:
+                    problems.append(f"{where}: Args names no parameter {', '.join(sorted(stale))}")
 
     visit(ast.parse(path.read_text()).body, "")
     return problems
@@ -89,7 +90,7 @@ def test_every_public_function_documents_each_parameter() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_the_check_finds_a_parameter_the_args_section_leaves_out(tmp_path: pathlib.Path) -> None:
+def test_the_check_finds_parameters_left_out_and_entries_for_none(tmp_path: pathlib.Path) -> None:
     source = '''
 def documented(size: int, *, name: str) -> None:
     """Do a thing.
@@ -112,8 +113,21 @@ def half_documented(size: int, count: int) -> None:
 class Public:
     def method(self, value: float) -> None:
         """No sections."""
+
+
+def renamed(count: int) -> None:
+    """Do a thing.
+
+    Args:
+        size: The parameter's old name.
+        count: How many.
+    """
 '''
     path = tmp_path / "example.py"
     path.write_text(source)
     problems = [p.split(": ", 1)[1] for p in _undocumented(path, root=tmp_path)]
-    assert problems == ["no Args entry for count", "no Args entry for value"]
+    assert problems == [
+        "no Args entry for count",
+        "no Args entry for value",
+        "Args names no parameter size",
+    ]
