@@ -80,7 +80,7 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
         Pybind11Extension(
             "accel.ops._shm_comm",
             ["csrc/shm_comm/shm_comm.cpp"],
-            depends=COMMON_HEADERS,
+            depends=[*COMMON_HEADERS, "csrc/shm_comm/sum2_f32.h"],
             cxx_std=17,
             extra_compile_args=[flag for flag in UNIX_FLAGS if flag != "-fopenmp"],
         )

@@ -1,9 +1,10 @@
 // accel's native kernels alone, per instruction-set level, on data in cache, where their
 // arithmetic (not memory) sets the time: what the 16-bit conversions cost against fp32.
 //
-// - The shared-memory all-reduce's two-rank sum, out = a + b, fp32 against bf16 and fp16
-//   (summed in fp32, rounded once: csrc/common/vec_level.inc's add_rounded, the kernel
-//   shm_comm.cpp runs), on buffers of equal bytes: the ratio is the cost per byte.
+// - The shared-memory all-reduce's two-rank sum, out = a + b, fp32 (csrc/shm_comm/sum2_f32.h)
+//   against bf16 and fp16 (summed in fp32, rounded once: csrc/common/vec_level.inc's
+//   add_rounded), the kernels shm_comm.cpp runs, on buffers of equal bytes: the ratio is the
+//   cost per byte.
 // - The Adam step (csrc/cpu_optim/adam_level.inc, the kernel cpu_optim.cpp runs) on 64Ki
 //   parameters, one thread, with bf16 or fp16 parameters and gradients (with fp32 states,
 //   then with states of their dtype) against fp32 ones: the ratio is the cost per
@@ -16,12 +17,14 @@
 //
 // Every 16-bit result is first checked: the sums against half.h's scalar conversions, the
 // 16-bit Adam step (fp32 or 16-bit states) against the fp32 step rounded.
+// Each vector level's fp32 sum must also be no slower than the baseline's (1.25x at most).
 #include "common/dtypes.h"
 #include "common/half.h"
 #include "common/simd.h"
 #include "common/vec.h"
 #include "cpu_optim/adam_levels.h"
 #include "cpu_optim/adam_scalars.h"
+#include "shm_comm/sum2_f32.h"
 
 #include <algorithm>
 #include <chrono>
@@ -45,15 +48,17 @@ using accel::kBFloat16;
 using accel::kFloat16;
 using accel::kFloat32;
 
-// shm_comm.cpp's add_f32_body, compiled for each level.
-ACCEL_TARGET_V4 __attribute__((noinline)) void add_f32_v4(float* __restrict out, const float* __restrict a,
-                                                          const float* __restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
-ACCEL_TARGET_V3 __attribute__((noinline)) void add_f32_v3(float* __restrict out, const float* __restrict a,
-                                                          const float* __restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
+// shm_comm.cpp's two-rank fp32 sum (shm_comm/sum2_f32.h), compiled for each level as
+// shm_comm.cpp compiles it; out = a + b.
+#define SUM2_F32_LEVEL(NAME, TARGET)                                                              \
+  TARGET __attribute__((noinline, optimize("no-tree-loop-distribute-patterns"))) void NAME(       \
+      float* out, const float* a, const float* b, int64_t n) {                                    \
+    accel::sum2_f32_body(out, nullptr, a, b, n);                                                  \
+  }
+SUM2_F32_LEVEL(add_f32_v4, ACCEL_TARGET_V4)
+SUM2_F32_LEVEL(add_f32_v3, ACCEL_TARGET_V3)
+SUM2_F32_LEVEL(add_f32_baseline, )
+#undef SUM2_F32_LEVEL
 
 template <int D>
 ACCEL_TARGET_V4 __attribute__((noinline)) void add_16_v4(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -196,6 +201,23 @@ bool adam_is_exact(const Level& level, int dtype, bool sixteen_bit_states) {
   return true;
 }
 
+// A vector level's fp32 sum must not be slower than the baseline's on the same data in
+// cache (best of interleaved calls): a kernel whose vectors gcc takes apart through the
+// stack at one level (sum2_f32.h says how) runs several times slower there.
+bool fp32_sum_is_not_slower_than_the_baseline(const Level& level) {
+  const int64_t n = 4096;  // 16 KiB per buffer
+  std::vector<float> a(static_cast<size_t>(n), 1.5f), b(static_cast<size_t>(n), 2.25f), out(static_cast<size_t>(n));
+  double vector = 1e30, baseline = 1e30;
+  for (int r = 0; r < 2000; ++r) {
+    vector = std::min(vector, timed([&] { level.add_f32(out.data(), a.data(), b.data(), n); }));
+    baseline = std::min(baseline, timed([&] { add_f32_baseline(out.data(), a.data(), b.data(), n); }));
+  }
+  if (vector <= 1.25 * baseline) return true;
+  std::printf("%s: the fp32 two-rank sum takes %.0f ns for 16 KiB, the baseline's %.0f ns\n", level.name,
+              vector * 1e9, baseline * 1e9);
+  return false;
+}
+
 void time_sums(const Level& level, const std::vector<int64_t>& sizes, bool quick) {
   for (const int64_t bytes : sizes) {
     const int64_t floats = bytes / 4, halves = bytes / 2;
@@ -258,6 +280,7 @@ int main(int argc, char** argv) {
     for (const int dtype : {kBFloat16, kFloat16})
       exact = sums_are_exact(level, dtype) && adam_is_exact(level, dtype, false) && adam_is_exact(level, dtype, true) &&
               exact;
+    exact = fp32_sum_is_not_slower_than_the_baseline(level) && exact;
     levels.push_back(&level);
   }
   if (!exact) return 1;

@@ -23,6 +23,7 @@
 #include "../common/bindings.h"
 #include "../common/convert.h"
 #include "../common/simd.h"
+#include "sum2_f32.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -153,27 +154,9 @@ void sum_f32(float* out, const float* const* slots, int world, int64_t n) {
   for (int r = 2; r < world; ++r) accumulate_f32(out, slots[r], n);
 }
 
-// Two fp32 terms, the common case of two ranks: out (and a non-null out2) = a + b in one
-// pass, 64 bytes at a time through registers (out may be a or b, element for element:
-// each piece is read whole before it is written). The same single addition as sum_f32,
-// so the same bits, without sum_f32_blocked's buffer and its second read.
-// (The optimize attribute keeps gcc from turning the 64-byte copies into memcpy calls.)
-ACCEL_KERNEL_BODY void sum2_f32_body(float* out, float* out2, const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    float x[16], y[16];
-    std::memcpy(x, a + i, sizeof x);
-    std::memcpy(y, b + i, sizeof y);
-    for (int k = 0; k < 16; ++k) x[k] += y[k];
-    std::memcpy(out + i, x, sizeof x);
-    if (out2 != nullptr) std::memcpy(out2 + i, x, sizeof x);
-  }
-  for (; i < n; ++i) {
-    const float sum = a[i] + b[i];
-    out[i] = sum;
-    if (out2 != nullptr) out2[i] = sum;
-  }
-}
+// Two fp32 terms, the common case of two ranks (sum2_f32.h).
+using accel::sum2_f32_body;
+// (The optimize attribute keeps gcc from turning the 32-byte copies into memcpy calls.)
 ACCEL_DISPATCHED_WITH(__attribute__((optimize("no-tree-loop-distribute-patterns"))), sum2_f32,
                       (float* out, float* out2, const float* a, const float* b, int64_t n), (out, out2, a, b, n))
 
