@@ -52,10 +52,14 @@ namespace {
 constexpr uint64_t kMagic = 0x6163636c73686d33ull;  // "acclshm3" (Control gained op, root)
 // Calls from this many elements on split the arithmetic across the ranks (reduce_share);
 // smaller ones are latency-bound, and the extra barrier would cost more than it saves.
-// Counted in elements, not bytes: the sums' cost grows with elements (a 16-bit element
-// costs about as much arithmetic as an fp32 one: two conversions), the copies' with bytes.
-// 32Ki elements = 128 KiB of fp32, 64 KiB of bf16/fp16.
-constexpr int64_t kSplitElements = 32 << 10;
+// Where the split starts to win was measured with both paths alternating in one job, 2
+// ranks, and is the same at x86-64-v4 and v3 (docs/benchmarks.md, "How the segment
+// sums"): fp32 from 160-192 KiB, where an element is one addition; bf16 and fp16 from
+// 8 KiB, where an element also costs two conversions and a rounding.
+constexpr int64_t kSplitElementsF32 = 48 << 10;  // 192 KiB
+constexpr int64_t kSplitElements16 = 4 << 10;    // 8 KiB
+
+int64_t split_elements(int dtype) { return dtype == accel::kFloat32 ? kSplitElementsF32 : kSplitElements16; }
 
 // Element types the segment cannot sum, named so that ranks can still compare what they
 // pass: codes kOtherBase + i. A rank whose tensor cannot use the segment (one of these, or
@@ -330,7 +334,7 @@ class Communicator {
         char* slot = buffer(rank_, seq);
         char* tensor = reinterpret_cast<char*>(data) + begin * element;
         // Ranks agree on count and dtype (announce checks it), so they agree on the split.
-        const bool split = count >= kSplitElements && world_ > 1;
+        const bool split = count >= split_elements(dtype) && world_ > 1;
         if (split) {
           copy_other_shares(slot, tensor, count, element);
         } else if (count > 0) {
