@@ -48,17 +48,11 @@ using accel::kBFloat16;
 using accel::kFloat16;
 using accel::kFloat32;
 
-// shm_comm.cpp's two-rank fp32 sum (shm_comm/sum2_f32.h), compiled for each level as
-// shm_comm.cpp compiles it; out = a + b.
-#define SUM2_F32_LEVEL(NAME, TARGET)                                                              \
-  TARGET __attribute__((noinline, optimize("no-tree-loop-distribute-patterns"))) void NAME(       \
-      float* out, const float* a, const float* b, int64_t n) {                                    \
-    accel::sum2_f32_body(out, nullptr, a, b, n);                                                  \
-  }
-SUM2_F32_LEVEL(add_f32_v4, ACCEL_TARGET_V4)
-SUM2_F32_LEVEL(add_f32_v3, ACCEL_TARGET_V3)
-SUM2_F32_LEVEL(add_f32_baseline, )
-#undef SUM2_F32_LEVEL
+// shm_comm.cpp's two-rank fp32 sum (shm_comm/sum2_f32.h), its variants made by the same
+// macro with the same attribute: sum2_f32_v4, sum2_f32_v3 and sum2_f32_baseline.
+using accel::sum2_f32_body;
+ACCEL_DISPATCHED_WITH(__attribute__((optimize("no-tree-loop-distribute-patterns"))), sum2_f32,
+                      (float* out, float* out2, const float* a, const float* b, int64_t n), (out, out2, a, b, n))
 
 template <int D>
 ACCEL_TARGET_V4 __attribute__((noinline)) void add_16_v4(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
@@ -69,7 +63,7 @@ ACCEL_TARGET_V3 __attribute__((noinline)) void add_16_v3(uint16_t* out, const ui
   accel::vec::v3::add_rounded<D>(out, a, b, n);
 }
 
-using AddF32 = void (*)(float*, const float*, const float*, int64_t);
+using AddF32 = void (*)(float*, float*, const float*, const float*, int64_t);
 using Add16 = void (*)(uint16_t*, const uint16_t*, const uint16_t*, int64_t);
 using AdamStep = bool (*)(int, int, int, void*, const void*, void*, void*, int64_t, const AdamScalars&);
 
@@ -82,8 +76,8 @@ struct Level {
 };
 
 const Level kLevels[] = {
-    {"x86-64-v4", add_f32_v4, add_16_v4<kBFloat16>, add_16_v4<kFloat16>, accel::adam_v4::adam_step},
-    {"x86-64-v3", add_f32_v3, add_16_v3<kBFloat16>, add_16_v3<kFloat16>, accel::adam_v3::adam_step},
+    {"x86-64-v4", sum2_f32_v4, add_16_v4<kBFloat16>, add_16_v4<kFloat16>, accel::adam_v4::adam_step},
+    {"x86-64-v3", sum2_f32_v3, add_16_v3<kBFloat16>, add_16_v3<kFloat16>, accel::adam_v3::adam_step},
 };
 
 bool supported(const Level& level) {
@@ -209,8 +203,8 @@ bool fp32_sum_is_not_slower_than_the_baseline(const Level& level) {
   std::vector<float> a(static_cast<size_t>(n), 1.5f), b(static_cast<size_t>(n), 2.25f), out(static_cast<size_t>(n));
   double vector = 1e30, baseline = 1e30;
   for (int r = 0; r < 2000; ++r) {
-    vector = std::min(vector, timed([&] { level.add_f32(out.data(), a.data(), b.data(), n); }));
-    baseline = std::min(baseline, timed([&] { add_f32_baseline(out.data(), a.data(), b.data(), n); }));
+    vector = std::min(vector, timed([&] { level.add_f32(out.data(), nullptr, a.data(), b.data(), n); }));
+    baseline = std::min(baseline, timed([&] { sum2_f32_baseline(out.data(), nullptr, a.data(), b.data(), n); }));
   }
   if (vector <= 1.25 * baseline) return true;
   std::printf("%s: the fp32 two-rank sum takes %.0f ns for 16 KiB, the baseline's %.0f ns\n", level.name,
@@ -228,7 +222,7 @@ void time_sums(const Level& level, const std::vector<int64_t>& sizes, bool quick
     const int repetitions = quick ? 3 : static_cast<int>(std::max<int64_t>(20, (int64_t{2} << 30) / (bytes * 256)));
     double f32 = 1e30, bf16 = 1e30, f16 = 1e30;
     for (int r = 0; r < repetitions; ++r) {  // interleaved: a busy spell slows all three
-      f32 = std::min(f32, timed([&] { level.add_f32(fout.data(), fa.data(), fb.data(), floats); }));
+      f32 = std::min(f32, timed([&] { level.add_f32(fout.data(), nullptr, fa.data(), fb.data(), floats); }));
       bf16 = std::min(bf16, timed([&] { level.add_bf16(hout.data(), ha.data(), hb.data(), halves); }));
       f16 = std::min(f16, timed([&] { level.add_f16(hout.data(), ha.data(), hb.data(), halves); }));
     }

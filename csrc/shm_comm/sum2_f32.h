@@ -1,6 +1,6 @@
 // The two-rank fp32 sum of the shared-memory all-reduce, shared by shm_comm.cpp and
-// benchmarks/native_kernels.cpp (which times it per level and fails if a vector level is
-// slower than the baseline).
+// benchmarks/native_kernels.cpp (which times it per level and fails if a vector level takes
+// over 1.25x the baseline's time).
 #pragma once
 
 #include "../common/simd.h"
