@@ -27,7 +27,9 @@ safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -37,8 +39,10 @@ from accel.comm import _torch_dist as tdist
 from accel.comm._link import TorchGroup
 from accel.comm._release import run_released
 from accel.comm._segment import (
+    POOL_ENV,
     SLOT_BYTES,
     ShmGroup,
+    pooled_empty,
     reduce,
     shm_group,
     shm_timeout,
@@ -53,6 +57,7 @@ __all__ = [
     "barrier",
     "broadcast_",
     "reduce_scatter_tensor_",
+    "shared_empty",
     "uses_shared_memory",
 ]
 
@@ -76,6 +81,87 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
         RuntimeError: No process group is initialised.
     """
     return shm_group(group, "uses_shared_memory") is not None
+
+
+def shared_empty(
+    size: int | Sequence[int],
+    *,
+    dtype: torch.dtype = torch.float32,
+    group: dist.ProcessGroup | None = None,
+) -> torch.Tensor:
+    """An uninitialised CPU tensor in ``group``'s shared segment, where collectives move
+    each byte once.
+
+    When every rank's tensor of an all-reduce (``all_reduce_``, or the ``"accel"``
+    backend's ``all_reduce``) was made here, each rank sums its share straight from the
+    other ranks' tensors into all of them: each byte is read and written once per rank,
+    instead of being copied into the segment and back out. When only some ranks' tensors
+    were, every rank takes the copying path (the same bits either way). In every other
+    respect the tensor is a CPU tensor like any other; its memory goes back to the group's
+    pool when it is garbage.
+
+    Each rank's pool is ``ACCEL_SHM_POOL_BYTES`` of address space (default 1 GiB, 0 turns
+    pools off), memory only where tensors have been; pages a tensor touched stay with the
+    pool for the next one until the group is destroyed.
+
+    Collective the first time on a group: it sets the group's segment up, as
+    ``uses_shared_memory`` does.
+
+    Args:
+        size: The shape: an int or a sequence of ints >= 0.
+        dtype: The element type (any; float32, bfloat16 and float16 are the ones the
+            segment sums).
+        group: The process group; ``None`` for the default (world) group.
+
+    Returns:
+        A contiguous tensor of ``size`` and ``dtype``: in the segment when the group has one
+        (every rank on this node) and this rank's pool has room; from ``torch.empty``
+        otherwise (a group across nodes, no pool, an empty tensor, or, with a warning, a
+        full pool).
+
+    Raises:
+        TypeError: ``size`` is not an int or a sequence of ints, or ``dtype`` is not a
+            ``torch.dtype``.
+        ValueError: A dimension is negative; or ``ACCEL_SHM_POOL_BYTES`` is not a number of
+            bytes >= 0 and a multiple of 4096.
+        RuntimeError: No process group is initialised.
+    """
+    shape = _shape(size)
+    _check_dtype(dtype)
+    _check_call("shared_empty", None)
+    shm = shm_group(group, "shared_empty")
+    if shm is None or shm.communicator.pool_bytes == 0 or 0 in shape:
+        return torch.empty(shape, dtype=dtype)
+    tensor = pooled_empty(shm, shape, dtype)
+    if tensor is None:
+        warnings.warn(
+            f"accel.comm.shared_empty: the group's shared pool has no room for {shape} "
+            f"{dtype} ({shm.communicator.pool_free_bytes} of {shm.communicator.pool_bytes} "
+            f"bytes free; {POOL_ENV} sets its size); this tensor is an ordinary one",
+            stacklevel=2,
+        )
+        return torch.empty(shape, dtype=dtype)
+    return tensor
+
+
+def _shape(size: object) -> tuple[int, ...]:
+    """``shared_empty``'s ``size`` as a shape, checked (callers may pass anything)."""
+    dims: object = (size,) if isinstance(size, int) else size
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
+        raise TypeError(f"size must be an int or a sequence of ints, got {size!r}")
+    shape: list[int] = []
+    for dim in cast("Sequence[object]", dims):
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise TypeError(f"size must be an int or a sequence of ints, got {size!r}")
+        if dim < 0:
+            raise ValueError(f"size must not have a negative dimension, got {size!r}")
+        shape.append(dim)
+    return tuple(shape)
+
+
+def _check_dtype(dtype: object) -> None:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
 
 
 def _check_call(call: str, timeout: object, **tensors: object) -> None:

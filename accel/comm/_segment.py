@@ -16,6 +16,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
+import logging
+import math
 import os
 import secrets
 import threading
@@ -33,10 +35,34 @@ from accel.comm._nodes import node_identity
 from accel.comm._spanning import Spanning, build, placement
 from accel.ops._dtypes import dtype_codes
 
+_log = logging.getLogger("accel.comm")
+
 # Per rank and buffer; larger messages go in chunks, with two rank barriers per chunk.
 # Fewer, larger chunks mean fewer barriers (docs/benchmarks.md, "Slot size"); the segment
 # (2 buffers x world x this) is memfd memory, allocated only where touched.
 SLOT_BYTES = 16 << 20
+
+POOL_ENV = "ACCEL_SHM_POOL_BYTES"
+# Each rank's pool, where accel.comm.shared_empty places tensors: address space only until
+# a tensor touches it (memfd pages come on first write), so a generous default costs nothing.
+DEFAULT_POOL_BYTES = 1 << 30
+
+
+def pool_bytes() -> int:
+    """Each rank's pool in a group's segment, in bytes: ``ACCEL_SHM_POOL_BYTES`` (0: no
+    pool), else 1 GiB. Rank 0's value sizes a group's segment.
+
+    Raises:
+        ValueError: The variable is not a decimal number of bytes >= 0, a multiple of 4096.
+    """
+    raw = os.environ.get(POOL_ENV, str(DEFAULT_POOL_BYTES))
+    text = raw.strip()  # ASCII decimal digits only, as every integer variable of accel's
+    if text.isascii() and text.isdigit() and int(text) % 4096 == 0:
+        return int(text)
+    raise ValueError(
+        f"environment variable {POOL_ENV} must be a decimal number of bytes >= 0 and a "
+        f"multiple of 4096, got {raw!r}"
+    )
 
 
 class GroupOwner(Protocol):
@@ -89,6 +115,7 @@ class ShmGroup:
     # A group whose queued reductions run on its worker thread: a call made straight to
     # accel.comm with it waits for them (one order on the segment).
     owner: weakref.ref[GroupOwner] | None = None
+    pooled: bool = False  # whether a tensor was placed in this rank's pool yet (for the log)
 
     def finish_queued(self) -> None:
         """Wait for the owning group's queued reductions, if any."""
@@ -155,14 +182,14 @@ def _gather_text(text: str, members: Members) -> list[str]:
 
 
 def _open(
-    path: str, create: bool, rank: int, world: int, session: int, pids: list[int]
+    path: str, create: bool, rank: int, world: int, session: int, pids: list[int], pool: int
 ) -> tuple[Any, str]:
     try:
         from accel.ops import _shm_comm
 
         communicator = _shm_comm.Communicator(
             path=path, create=create, rank=rank, world=world, slot_bytes=SLOT_BYTES,
-            session=session, pids=pids,
+            session=session, pids=pids, pool_bytes=pool,
         )  # fmt: skip
         return communicator, ""
     except (ImportError, RuntimeError, OSError) as failure:
@@ -227,22 +254,24 @@ def _attach(members: Members, pids: list[int], timeout: float) -> ShmGroup | Non
     """Map one segment shared by ``members`` (all on this node; ``pids`` their process
     ids, in member order), or None on every member if any of them cannot. Collective."""
     rank, world = members.rank(), members.size()
-    offer = torch.zeros(2, dtype=torch.int64)  # rank 0's descriptor, the session id
+    pool = pool_bytes()  # every rank checks its variable before the first exchange
+    offer = torch.zeros(3, dtype=torch.int64)  # rank 0's descriptor, session id, pool size
     communicator: Any = None
     error = ""
     if rank == 0:
         # Create before announcing: the broadcast is what lets peers attach.
         session = secrets.randbits(63)
-        communicator, error = _open("", True, rank, world, session, pids)
+        communicator, error = _open("", True, rank, world, session, pids, pool)
         if communicator is not None:
             offer[0] = int(communicator.path().rsplit("/", 1)[1])
             offer[1] = session
+            offer[2] = pool
         else:
             offer[0] = -1  # tells the peers not to attach
     members.broadcast(offer, 0)
     if rank != 0 and int(offer[0]) >= 0:
         path = f"/proc/{pids[0]}/fd/{int(offer[0])}"
-        communicator, error = _open(path, False, rank, world, int(offer[1]), pids)
+        communicator, error = _open(path, False, rank, world, int(offer[1]), pids, int(offer[2]))
     elif rank != 0:
         error = "rank 0 could not create the segment"
     # Everyone must agree: one rank without the segment means all fall back.
@@ -359,3 +388,21 @@ def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
         shm.members.all_reduce(tensor)
     elif work is not tensor:
         tensor.copy_(work)
+
+
+def pooled_empty(shm: ShmGroup, size: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """An uninitialised tensor in this rank's pool of ``shm``'s segment, or None when the
+    pool has no free range that large. The tensor holds its block (and the mapping) until
+    it is garbage; the block then goes back to the pool."""
+    numel = math.prod(size)
+    block = shm.communicator.allocate(numel * dtype.itemsize)
+    if block is None:
+        return None
+    if not shm.pooled:
+        shm.pooled = True
+        _log.debug(
+            "accel.comm: tensors of group %d live in its segment (pools of %d MiB); an "
+            "all-reduce whose tensors all do sums straight between them",
+            shm.key, shm.communicator.pool_bytes >> 20,
+        )  # fmt: skip
+    return torch.frombuffer(block, dtype=dtype, count=numel).view(size)

@@ -15,6 +15,18 @@ def isa() -> str:
 def cpu_isa() -> str:
     """The best instruction-set level this CPU runs."""
 
+class PoolBlock:
+    """Bytes of a rank's pool in the segment, exposed through the buffer protocol (for
+    ``torch.frombuffer``); back to the pool when garbage."""
+
+    @property
+    def nbytes(self) -> int:
+        """The block's size in bytes."""
+
+    @property
+    def offset(self) -> int:
+        """Where the block starts in its pool."""
+
 class Communicator:
     """One node-local group's shared segment (see csrc/shm_comm/shm_comm.cpp)."""
 
@@ -27,7 +39,22 @@ class Communicator:
         slot_bytes: int,
         session: int,
         pids: list[int],
+        pool_bytes: int = 0,
     ) -> None: ...
+    def allocate(self, nbytes: int) -> PoolBlock | None:
+        """nbytes (> 0) of this rank's pool, or None when no free range is large enough."""
+
+    @property
+    def pool_bytes(self) -> int:
+        """Each rank's pool size in bytes."""
+
+    @property
+    def pool_free_bytes(self) -> int:
+        """This rank's free pool bytes."""
+
+    @property
+    def pooled_all_reduces(self) -> int:
+        """How many all_reduce calls summed straight between pooled tensors."""
     def path(self) -> str:
         """Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only)."""
 
@@ -36,7 +63,8 @@ class Communicator:
 
     def all_reduce(self, data: int, numel: int, dtype: int, eligible: bool, timeout: float) -> bool:
         """Sum a buffer across the ranks in place; False (nothing done) if any rank is not
-        eligible. A size or dtype mismatch between ranks raises on every rank."""
+        eligible. A size or dtype mismatch between ranks raises on every rank. When every
+        rank's buffer is in its pool, the sums go straight between the buffers."""
 
     def all_gather(
         self, data: int, out: int, nbytes: int, dtype: int, eligible: bool, timeout: float

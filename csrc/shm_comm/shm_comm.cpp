@@ -15,7 +15,12 @@
 //   (a hung peer is reported after `timeout` seconds) instead of spinning forever;
 // - sums run in rank order, in fp32 (small messages: every rank sums everything; large
 //   ones: each share is summed by one rank and copied by the others): all ranks get
-//   identical results.
+//   identical results;
+// - each rank also has a pool in the segment that tensors can live in (allocate()). When
+//   every rank's tensor of an all-reduce is in its pool, each rank sums its share straight
+//   from the peers' tensors into all of them: each byte is read and written once, with no
+//   copy through the slots. A peer's tensor is read only at the offset that peer announced
+//   for this call, checked against the bounds of that peer's pool.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -35,6 +40,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <cerrno>
 #include <chrono>
@@ -49,7 +57,8 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr uint64_t kMagic = 0x6163636c73686d33ull;  // "acclshm3" (Control gained op, root)
+constexpr size_t kPage = 4096;
+constexpr uint64_t kMagic = 0x6163636c73686d34ull;  // "acclshm4" (pools; Control gained offset)
 // Calls from this many elements on split the arithmetic across the ranks (reduce_share);
 // smaller ones are latency-bound, and the extra barrier would cost more than it saves.
 // Where the split starts to win was measured with both paths alternating in one job, 2
@@ -92,6 +101,7 @@ struct alignas(64) Control {
   int32_t eligible[2];  // 0: this rank's tensor cannot use the segment (see all_reduce)
   int32_t op[2];        // which collective (Op): ranks in different collectives is an error
   int32_t root[2];      // broadcast's source rank (0 for the others)
+  int64_t offset[2];    // where this rank's tensor starts in its pool; -1: not in the pool
 };
 
 // The collectives, as announced in Control::op.
@@ -113,6 +123,7 @@ struct alignas(64) Header {
   uint64_t session;
   uint32_t world;
   uint64_t slot_bytes;
+  uint64_t pool_bytes;
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -251,17 +262,114 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The segment's mapping, shared by the communicator and the pool blocks handed out from
+// it: a tensor in a pool keeps the memory mapped after its group is gone.
+struct Mapping {
+  char* base = nullptr;
+  size_t size = 0;
+  Mapping(char* where, size_t bytes) : base(where), size(bytes) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (base != nullptr) munmap(base, size);
+  }
+};
+
+// This rank's pool: first fit over free ranges, neighbours merged when a block comes back.
+// Blocks come back from Python's deallocator on any thread, hence the mutex. The pages a
+// block touched stay with the pool until the segment is unmapped, as a caching allocator
+// keeps them: taking the same sizes again costs no page faults.
+class Pool {
+ public:
+  static constexpr uint64_t kAlign = 64;  // cache lines: shares never split one
+
+  explicit Pool(uint64_t bytes) {
+    if (bytes > 0) free_[0] = bytes;
+  }
+
+  // The offset of `bytes` (> 0) taken from the pool, or -1 when no free range fits.
+  int64_t take(uint64_t bytes) {
+    bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+    std::lock_guard<std::mutex> hold(mutex_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < bytes) continue;
+      const uint64_t offset = it->first;
+      const uint64_t left = it->second - bytes;
+      free_.erase(it);
+      if (left > 0) free_[offset + bytes] = left;
+      return static_cast<int64_t>(offset);
+    }
+    return -1;
+  }
+
+  void give_back(uint64_t offset, uint64_t bytes) {
+    bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+    std::lock_guard<std::mutex> hold(mutex_);
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && offset + bytes == next->first) {  // merge with the range after
+      bytes += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {  // and with the range before
+      auto before = std::prev(next);
+      if (before->first + before->second == offset) {
+        before->second += bytes;
+        return;
+      }
+    }
+    free_[offset] = bytes;
+  }
+
+  uint64_t free_bytes() {
+    std::lock_guard<std::mutex> hold(mutex_);
+    uint64_t total = 0;
+    for (const auto& range : free_) total += range.second;
+    return total;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<uint64_t, uint64_t> free_;  // offset -> size
+};
+
+// Bytes of a rank's pool, exposed to Python through the buffer protocol (torch.frombuffer
+// keeps the block, and so the mapping, alive as long as the tensor); back to the pool when
+// Python drops it.
+class PoolBlock {
+ public:
+  PoolBlock(std::shared_ptr<Mapping> mapping, std::shared_ptr<Pool> pool, char* data, uint64_t offset, uint64_t bytes)
+      : mapping_(std::move(mapping)), pool_(std::move(pool)), data_(data), offset_(offset), bytes_(bytes) {}
+  PoolBlock(const PoolBlock&) = delete;
+  PoolBlock& operator=(const PoolBlock&) = delete;
+  ~PoolBlock() { pool_->give_back(offset_, bytes_); }
+
+  char* data() const { return data_; }
+  uint64_t nbytes() const { return bytes_; }
+  uint64_t offset() const { return offset_; }
+
+ private:
+  std::shared_ptr<Mapping> mapping_;
+  std::shared_ptr<Pool> pool_;
+  char* data_;
+  uint64_t offset_;
+  uint64_t bytes_;
+};
+
 class Communicator {
  public:
   // create: a new anonymous segment (rank 0); else attach to `path`, rank 0's
   // /proc/<pid>/fd/<fd> of it.
   Communicator(const std::string& path, bool create, int rank, int world, uint64_t slot_bytes,
-               uint64_t session, std::vector<int64_t> pids)
+               uint64_t session, std::vector<int64_t> pids, uint64_t pool_bytes)
       : rank_(rank), world_(world), pids_(std::move(pids)) {
     if (world < 1 || rank < 0 || rank >= world) throw std::invalid_argument("rank must be in [0, world)");
     if (static_cast<int>(pids_.size()) != world) throw std::invalid_argument("pids must have one entry per rank");
     if (slot_bytes == 0 || slot_bytes % 64 != 0) throw std::invalid_argument("slot_bytes must be a positive multiple of 64");
-    size_ = sizeof(Header) + world * sizeof(Control) + static_cast<size_t>(world) * 2 * slot_bytes;
+    if (pool_bytes % kPage != 0) throw std::invalid_argument("pool_bytes must be a multiple of 4096");
+    // The pools start on a page, as tensors from torch's allocator of that size would.
+    pools_at_ = (sizeof(Header) + world * sizeof(Control) + static_cast<size_t>(world) * 2 * slot_bytes + kPage - 1) /
+                kPage * kPage;
+    size_ = pools_at_ + static_cast<size_t>(world) * (pool_bytes + kPage);
     const int fd = create ? memfd_create("accel-shm-comm", MFD_CLOEXEC) : open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0)
       throw std::runtime_error(std::string(create ? "memfd_create" : "opening " + path) + " failed: " + std::strerror(errno));
@@ -278,6 +386,7 @@ class Communicator {
     void* base = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) fail("mmap of the shared segment failed: " + std::string(std::strerror(errno)));
     base_ = static_cast<char*>(base);
+    mapping_ = std::make_shared<Mapping>(base_, size_);
     if (create) {
       fd_ = fd;  // kept open until every peer has mapped it (release())
       // Start the lifetime of the shared objects here (ftruncate zero-filled the bytes, but
@@ -287,25 +396,40 @@ class Communicator {
       header->session = session;
       header->world = static_cast<uint32_t>(world);
       header->slot_bytes = slot_bytes;
+      header->pool_bytes = pool_bytes;
       header->magic.store(kMagic, std::memory_order_release);
     } else {
       close(fd);
       const Header* header = reinterpret_cast<const Header*>(base_);
       const uint64_t magic = header->magic.load(std::memory_order_acquire);
       if (magic != kMagic || header->session != session || header->world != static_cast<uint32_t>(world) ||
-          header->slot_bytes != slot_bytes) {
-        munmap(base_, size_);
+          header->slot_bytes != slot_bytes || header->pool_bytes != pool_bytes) {
+        mapping_.reset();
         base_ = nullptr;
         throw std::runtime_error("shared segment " + path + " does not belong to this job (magic, session or size differ)");
       }
     }
     slot_bytes_ = slot_bytes;
+    pool_bytes_ = pool_bytes;
+    pool_ = std::make_shared<Pool>(pool_bytes);
   }
 
   ~Communicator() {
-    if (base_ != nullptr) munmap(base_, size_);
     if (fd_ >= 0) close(fd_);
   }
+
+  // `nbytes` (> 0) of this rank's pool, or None when no free range is large enough.
+  std::unique_ptr<PoolBlock> allocate(int64_t nbytes) {
+    if (nbytes <= 0) throw std::invalid_argument("nbytes must be > 0, got " + std::to_string(nbytes));
+    const int64_t offset = pool_->take(static_cast<uint64_t>(nbytes));
+    if (offset < 0) return nullptr;
+    return std::make_unique<PoolBlock>(mapping_, pool_, pool(rank_) + offset, static_cast<uint64_t>(offset),
+                                       static_cast<uint64_t>(nbytes));
+  }
+
+  uint64_t pool_bytes() const { return pool_bytes_; }
+  uint64_t pool_free_bytes() const { return pool_->free_bytes(); }
+  uint64_t pooled_all_reduces() const { return pooled_all_reduces_; }
 
   // Where peers open the segment (rank 0 only, before release()).
   std::string path() const {
@@ -322,40 +446,27 @@ class Communicator {
   // Sum `numel` elements of `dtype` at `data` across the ranks, in place. `eligible` false
   // says this rank's tensor cannot go through the segment (data is then not read). Every
   // rank first checks that all ranks pass the same numel and dtype (an error on every rank
-  // otherwise); if any rank is not eligible, all return false, touching no data.
+  // otherwise); if any rank is not eligible, all return false, touching no data. When every
+  // rank's tensor is in its pool, the sums go straight between the tensors (one step);
+  // when only some are, every rank starts over on the staged path.
   bool all_reduce(uintptr_t data, int64_t numel, int dtype, bool eligible, double timeout) {
     check_usable("numel", numel, dtype, eligible, data, data);
     check_summable(dtype, eligible);
     const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
+    const int64_t offset = eligible ? pool_offset(data, numel * element) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
-      return for_each_chunk(numel, per_chunk, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
-        char* slot = buffer(rank_, seq);
-        char* tensor = reinterpret_cast<char*>(data) + begin * element;
-        // Ranks agree on count and dtype (announce checks it), so they agree on the split.
-        const bool split = count >= split_elements(dtype) && world_ > 1;
-        if (split) {
-          copy_other_shares(slot, tensor, count, element);
-        } else if (count > 0) {
-          copy_bytes(slot, tensor, static_cast<size_t>(count * element));
-        }
-        announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout);
-        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);  // every rank reads the same announcements
-        if (split) {
-          // Each rank sums its own share of the elements (its tensor's part and the peers'
-          // copies of it) into its tensor and its slot, then copies the peers' summed
-          // shares from their slots: the arithmetic is done once, and every byte is
-          // copied into and out of the segment once, not world times.
-          reduce_share(tensor, seq, count, dtype);
-          control(rank_).reduced.store(seq, std::memory_order_release);
-          wait_all(&Control::reduced, seq, timeout, seq);
-          gather_other_shares(tensor, seq, count, element);
-        } else if (count > 0) {
-          reduce(tensor, seq, count, dtype);
-        }
+      if (offset < 0) return staged_all_reduce(data, numel, dtype, element, eligible, timeout, true);
+      const uint64_t seq = begin_step(timeout);
+      announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout, offset);
+      if (!all_eligible(seq)) return finish_step(seq, false);
+      if (all_pooled(seq, numel * element)) {
+        reduce_in_pools(seq, numel, dtype, timeout);
+        ++pooled_all_reduces_;
         return finish_step(seq, true);
-      });
+      }
+      finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
+      return staged_all_reduce(data, numel, dtype, element, eligible, timeout, false);
     });
   }
 
@@ -453,6 +564,112 @@ class Communicator {
       throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
   }
 
+  // all_reduce through the slots, a chunk at a time. `may_meet_pooled`: this rank's tensor
+  // is not in its pool, and a peer's may be (then every rank returns here to start over).
+  bool staged_all_reduce(uintptr_t data, int64_t numel, int dtype, int64_t element, bool eligible, double timeout,
+                         bool may_meet_pooled) {
+    bool peer_pooled = false;
+    const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
+    const bool done = for_each_chunk(numel, per_chunk, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+      char* slot = buffer(rank_, seq);
+      char* tensor = reinterpret_cast<char*>(data) + begin * element;
+      // Ranks agree on count and dtype (announce checks it), so they agree on the split.
+      const bool split = count >= split_elements(dtype) && world_ > 1;
+      if (split) {
+        copy_other_shares(slot, tensor, count, element);
+      } else if (count > 0) {
+        copy_bytes(slot, tensor, static_cast<size_t>(count * element));
+      }
+      announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout, -1);
+      if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);  // every rank reads the same announcements
+      if (c == 0 && may_meet_pooled && any_pooled(seq)) {
+        peer_pooled = true;
+        return finish_step(seq, false);
+      }
+      if (split) {
+        // Each rank sums its own share of the elements (its tensor's part and the peers'
+        // copies of it) into its tensor and its slot, then copies the peers' summed
+        // shares from their slots: the arithmetic is done once, and every byte is
+        // copied into and out of the segment once, not world times.
+        reduce_share(tensor, seq, count, dtype);
+        control(rank_).reduced.store(seq, std::memory_order_release);
+        wait_all(&Control::reduced, seq, timeout, seq);
+        gather_other_shares(tensor, seq, count, element);
+      } else if (count > 0) {
+        reduce(tensor, seq, count, dtype);
+      }
+      return finish_step(seq, true);
+    });
+    if (peer_pooled) return staged_all_reduce(data, numel, dtype, element, eligible, timeout, false);
+    return done;
+  }
+
+  // Where [data, data + bytes) starts in this rank's pool, or -1 when it is not all in it.
+  int64_t pool_offset(uintptr_t data, int64_t bytes) {
+    const uintptr_t start = reinterpret_cast<uintptr_t>(pool(rank_));
+    if (bytes <= 0 || data < start || data - start > pool_bytes_ || static_cast<uint64_t>(bytes) > pool_bytes_ - (data - start))
+      return -1;
+    return static_cast<int64_t>(data - start);
+  }
+
+  // Rank r's pool starts r pages and r * 17 cache lines (mod a page) further than the pool
+  // size alone would put it, so that no two ranks' pools are a large power of two apart:
+  // ranks that allocate alike get tensors at the same offset in their pools, and two fp32
+  // tensors exactly 1 GiB apart (the default pool) took 4-5x as long to all-reduce as the
+  // same tensors 1 GiB + 5184 bytes apart, on an AMD EPYC (`benchmarks/pool_spacing.py`).
+  char* pool(int rank) {
+    const size_t skew = static_cast<size_t>(rank) * 17 * 64 % kPage;
+    return base_ + pools_at_ + static_cast<size_t>(rank) * (pool_bytes_ + kPage) + skew;
+  }
+
+  // Whether every rank announced a tensor in its pool, each inside its pool's bounds (the
+  // offsets come from other processes: checked before any is used).
+  bool all_pooled(uint64_t seq, int64_t bytes) {
+    for (int r = 0; r < world_; ++r) {
+      const int64_t offset = control(r).offset[seq % 2];
+      if (offset < 0) return false;
+      if (static_cast<uint64_t>(offset) > pool_bytes_ || static_cast<uint64_t>(bytes) > pool_bytes_ - offset)
+        throw std::runtime_error("rank " + std::to_string(r) + " announced " + std::to_string(bytes) +
+                                 " bytes at offset " + std::to_string(offset) + " of its pool of " +
+                                 std::to_string(pool_bytes_) + " bytes");
+    }
+    return true;
+  }
+
+  bool any_pooled(uint64_t seq) {
+    for (int r = 0; r < world_; ++r)
+      if (control(r).offset[seq % 2] >= 0) return true;
+    return false;
+  }
+
+  // The pooled all-reduce: each rank sums its share straight from every rank's tensor (in
+  // rank order, as the staged path does: the same bits) into every rank's tensor, then
+  // waits until every share is written. Shares are disjoint, so no byte is written while
+  // another rank may still read it.
+  void reduce_in_pools(uint64_t seq, int64_t numel, int dtype, double timeout) {
+    const auto [begin, end] = share(rank_, numel);
+    if (end > begin) {
+      const int64_t element = accel::dtype_size(dtype);
+      const int64_t count = end - begin;
+      std::vector<char*> shares(world_);
+      std::vector<const char*> terms(world_);
+      for (int r = 0; r < world_; ++r) {
+        shares[r] = pool(r) + control(r).offset[seq % 2] + begin * element;
+        terms[r] = shares[r];
+      }
+      char* mine = shares[rank_];
+      if (world_ == 2) {
+        sum_terms(mine, shares[1 - rank_], terms, count, dtype);  // both tensors in one pass
+      } else {
+        sum_terms(mine, nullptr, terms, count, dtype);
+        for (int r = 0; r < world_; ++r)
+          if (r != rank_) copy_bytes(shares[r], mine, static_cast<size_t>(count * element));
+      }
+    }
+    control(rank_).reduced.store(seq, std::memory_order_release);
+    wait_all(&Control::reduced, seq, timeout, seq);
+  }
+
   // Run a collective's steps; any failure leaves the communicator unusable (peers may be
   // anywhere in the protocol), so later calls fail at once instead of deadlocking.
   template <typename Steps>
@@ -493,8 +710,10 @@ class Communicator {
   }
 
   // Publish this rank's view of the step, wait for every rank's, and check they agree.
-  void announce(uint64_t seq, int32_t op, int64_t numel, int dtype, bool eligible, int root, double timeout) {
+  void announce(uint64_t seq, int32_t op, int64_t numel, int dtype, bool eligible, int root, double timeout,
+                int64_t offset = -1) {
     Control& mine = control(rank_);
+    mine.offset[seq % 2] = offset;
     mine.numel[seq % 2] = static_cast<uint64_t>(numel);
     mine.dtype[seq % 2] = dtype;
     mine.eligible[seq % 2] = eligible ? 1 : 0;
@@ -656,7 +875,12 @@ class Communicator {
   std::vector<int64_t> pids_;
   char* base_ = nullptr;
   size_t size_ = 0;
+  std::shared_ptr<Mapping> mapping_;  // unmaps base_ when the last user (this, a block) goes
+  size_t pools_at_ = 0;               // where rank 0's pool starts in the segment
   uint64_t slot_bytes_ = 0;
+  uint64_t pool_bytes_ = 0;
+  std::shared_ptr<Pool> pool_;
+  uint64_t pooled_all_reduces_ = 0;
   uint64_t sequence_ = 0;
   std::string broken_;
 };
@@ -671,10 +895,23 @@ PYBIND11_MODULE(_shm_comm, m) {
   for (int i = 0; i < kOtherCount; ++i) others[kOtherDTypes[i]] = kOtherBase + i;
   m.attr("OTHER_DTYPES") = others;
   m.attr("UNKNOWN_DTYPE") = kUnknownDType;
+  py::class_<PoolBlock>(m, "PoolBlock", py::buffer_protocol())
+      .def_buffer([](PoolBlock& block) {
+        return py::buffer_info(block.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(block.nbytes())}, {1});
+      })
+      .def_property_readonly("nbytes", &PoolBlock::nbytes, "The block's size in bytes.")
+      .def_property_readonly("offset", &PoolBlock::offset, "Where the block starts in its pool.");
   py::class_<Communicator>(m, "Communicator")
-      .def(py::init<const std::string&, bool, int, int, uint64_t, uint64_t, std::vector<int64_t>>(),
+      .def(py::init<const std::string&, bool, int, int, uint64_t, uint64_t, std::vector<int64_t>, uint64_t>(),
            py::arg("path"), py::arg("create"), py::arg("rank"), py::arg("world"), py::arg("slot_bytes"),
-           py::arg("session"), py::arg("pids"))
+           py::arg("session"), py::arg("pids"), py::arg("pool_bytes") = 0)
+      .def("allocate", &Communicator::allocate, py::arg("nbytes"),
+           "nbytes of this rank's pool (a buffer), or None when no free range is large enough.")
+      .def_property_readonly("pool_bytes", &Communicator::pool_bytes, "Each rank's pool size in bytes.")
+      .def_property_readonly("pool_free_bytes", &Communicator::pool_free_bytes, "This rank's free pool bytes.")
+      .def_property_readonly("pooled_all_reduces", &Communicator::pooled_all_reduces,
+                             "How many all_reduce calls summed straight between pooled tensors.")
       .def("path", &Communicator::path, "Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only).")
       .def("release", &Communicator::release, "Close the creating rank's descriptor (the mappings stay).")
       .def("all_reduce", &Communicator::all_reduce, py::arg("data"), py::arg("numel"), py::arg("dtype"),

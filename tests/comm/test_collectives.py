@@ -147,13 +147,32 @@ RANK_SCRIPT = textwrap.dedent(
                 reduce_scatter_tensor_(y[rank * n:(rank + 1) * n], y)
                 scattered &= torch.equal(y[rank * n:(rank + 1) * n], block)
         result["reduce_scatter_exact"] = scattered
-    elif scenario in ("dead", "hung", "killed"):
+        # Tensors in the segment's pools (shared_empty): summed straight between the ranks'
+        # tensors, in one step of any size; gloo's bits.
+        from accel.comm import _segment, shared_empty
+        communicator = _segment.shm_group(None, "test").communicator
+        before = communicator.pooled_all_reduces
+        pooled = True
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for n in (1, 1000, 100_000, SLOT_BYTES // 2 + 3):
+                x = torch.randn(n, generator=g).to(dtype)
+                ref = x.clone()
+                dist.all_reduce(ref)
+                y = all_reduce_(shared_empty(n, dtype=dtype).copy_(x))
+                pooled &= torch.equal(y.view(torch.uint8), ref.view(torch.uint8))
+        result["pooled_exact"] = pooled
+        result["pooled_calls"] = communicator.pooled_all_reduces - before
+    elif scenario in ("dead", "hung", "killed", "killed-pooled"):
         x = torch.ones(1024)
         all_reduce_(x)                # set up and prove the path works
+        if scenario == "killed-pooled":  # the path that sums straight between pooled tensors
+            from accel.comm import shared_empty
+            x = shared_empty(1 << 20).fill_(1.0)
+            all_reduce_(x)
         if rank == 1:
             if scenario == "hung":
                 time.sleep(60)
-            os.kill(os.getpid(), 9) if scenario == "killed" else os._exit(3)
+            os.kill(os.getpid(), 9) if scenario.startswith("killed") else os._exit(3)
         started = time.monotonic()
         try:
             all_reduce_(x, timeout=1.5)
@@ -238,6 +257,8 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     assert [r["exact"] for r in reports] == [True, True]
     assert [r["reduce_scatter_exact"] for r in reports] == [True, True]
     assert [r["every_pattern"] for r in reports] == [True, True]
+    assert [r["pooled_exact"] for r in reports] == [True, True]
+    assert [r["pooled_calls"] for r in reports] == [12, 12]
     assert [r["shm"] for r in reports] == [True, True]
     assert shm_names() <= before  # nothing left in /dev/shm
 
@@ -253,9 +274,10 @@ def test_a_dead_peer_is_reported_within_seconds_and_leaves_nothing(tmp_path: Pat
     assert shm_names() <= before
 
 
-def test_a_killed_peer_leaves_nothing_in_dev_shm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scenario", ["killed", "killed-pooled"])
+def test_a_killed_peer_leaves_nothing_in_dev_shm(tmp_path: Path, scenario: str) -> None:
     before = shm_names()
-    survivor = _spawn(tmp_path, "killed")[0]
+    survivor = _spawn(tmp_path, scenario)[0]
     assert survivor["shm"] is True
     assert "exited while rank 0 waited" in str(survivor["error"])
     assert shm_names() <= before

@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import accel.process_group
+from accel import comm
+from accel.comm import _segment
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64]
 same_everywhere = settings(
@@ -68,11 +70,16 @@ def main() -> None:
 
     @same_everywhere
     @given(numel=st.integers(1, 300_000), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999),
-           op=st.sampled_from([dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.AVG]))  # fmt: skip
-    def all_reduce(numel: int, dtype: torch.dtype, seed: int, op: dist.ReduceOp) -> None:
+           op=st.sampled_from([dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.AVG]),
+           pooled=st.booleans())  # fmt: skip
+    def all_reduce(
+        numel: int, dtype: torch.dtype, seed: int, op: dist.ReduceOp, pooled: bool
+    ) -> None:
         if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
             op = dist.ReduceOp.SUM  # gloo refuses to average integers, and so does accel
         ours, theirs = _data(numel, dtype, rank, seed), _data(numel, dtype, rank, seed)
+        if pooled:  # in the segment's pool: summed straight between the ranks' tensors
+            ours = comm.shared_empty(numel, dtype=dtype).copy_(ours)
         dist.all_reduce(ours, op=op)
         dist.all_reduce(theirs, op=op, group=gloo)
         assert torch.equal(ours, theirs), (numel, dtype, op)
@@ -138,7 +145,6 @@ def main() -> None:
     world_group = dist.group.WORLD
     assert isinstance(world_group, accel.process_group.AccelProcessGroup)
     before_fsdp = world_group.shared_collectives
-    from accel import comm
 
     # FSDP2 averages gradients with reduce_scatter_tensor(op=AVG): count those that reach
     # shared memory (the group calls accel.comm's, looked up on each call).
@@ -190,6 +196,8 @@ def main() -> None:
     assert shared_reduce_scatters >= 8, shared_reduce_scatters
 
     shared = comm.uses_shared_memory(dist.group.WORLD)
+    segment = _segment.shm_group(dist.group.WORLD, "process_group_check")
+    pooled_all_reduces = segment.communicator.pooled_all_reduces if segment else 0
     # DDP's buckets and the float sums above really went through shared memory.
     assert world_group.shared_reductions >= 10, world_group.shared_reductions
     # all_gather_into_tensor, reduce_scatter_tensor, broadcast and barrier (40 examples
@@ -206,6 +214,7 @@ def main() -> None:
                         fsdp_losses["accel"], fsdp_losses["gloo"], world
                     ),
                     "shared_memory": shared,
+                    "pooled_all_reduces": pooled_all_reduces,
                     "functional_match": functional_match,
                 }
             )

@@ -1,0 +1,249 @@
+"""Tensors in the segment's pools: the all-reduce that sums straight between them.
+
+The ranks here are communicators of one segment in this process, one thread each (the
+native calls release the GIL, so the threads run the protocol concurrently, as processes
+would). Every result is compared bit for bit with the staged path (through the slots) on
+the same inputs, which tests/comm/test_collectives.py compares with gloo.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accel.comm import _segment, shared_empty
+
+_shm_comm = pytest.importorskip("accel.ops._shm_comm")
+
+POOL = 16 << 20
+SLOT = 1 << 20  # small slots: the staged path goes in several chunks from 256Ki fp32
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _ranks(world: int, pool: int = POOL) -> list[Any]:
+    """The communicators of one segment, rank 0 first (all in this process)."""
+    pids = [os.getpid()] * world
+    owner = _shm_comm.Communicator("", True, 0, world, SLOT, 42, pids, pool)
+    peers = [
+        _shm_comm.Communicator(owner.path(), False, r, world, SLOT, 42, pids, pool)
+        for r in range(1, world)
+    ]
+    owner.release()
+    return [owner, *peers]
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2 ranks", "3 ranks"])
+def ranks(request: pytest.FixtureRequest) -> list[Any]:
+    return _ranks(request.param)
+
+
+def _together(ranks: list[Any], call: Callable[[int, Any], object]) -> list[object]:
+    """``call(rank, communicator)`` on one thread per rank; every result (or error)."""
+    results: list[object] = [None] * len(ranks)
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = call(rank, ranks[rank])
+        except Exception as error:  # the test looks at it
+            results[rank] = error
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(ranks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a rank hung"
+    return results
+
+
+def _pooled(communicator: Any, values: torch.Tensor) -> torch.Tensor:
+    """A copy of ``values`` in ``communicator``'s pool."""
+    block = communicator.allocate(values.numel() * values.element_size())
+    assert block is not None
+    tensor = torch.frombuffer(block, dtype=values.dtype, count=values.numel())
+    return tensor.copy_(values)
+
+
+def _all_reduce(ranks: list[Any], tensors: list[torch.Tensor]) -> list[object]:
+    code = _shm_comm.DTYPES[str(tensors[0].dtype).removeprefix("torch.")]
+    return _together(
+        ranks,
+        lambda r, c: c.all_reduce(tensors[r].data_ptr(), tensors[r].numel(), code, True, 20.0),
+    )
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.view(torch.uint8)
+
+
+# Sizes around where the sums split across the ranks (4Ki 16-bit, 48Ki fp32 elements) and
+# past one slot's chunk (256Ki fp32, 512Ki 16-bit).
+SIZES = st.one_of(
+    st.integers(1, 300),
+    st.integers(3_900, 4_300),
+    st.integers(48_000, 50_000),
+    st.integers(255_000, 600_000),
+)
+
+
+@given(numel=SIZES, dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**31))
+def test_pooled_tensors_end_with_the_staged_paths_bits(
+    ranks: list[Any], numel: int, dtype: torch.dtype, seed: int
+) -> None:
+    world = len(ranks)
+    generator = torch.Generator().manual_seed(seed)
+    values = [torch.randn(numel, generator=generator).to(dtype) for _ in range(world)]
+    staged = [v.clone() for v in values]
+    pooled = [_pooled(c, v) for c, v in zip(ranks, values, strict=True)]
+    before = [c.pooled_all_reduces for c in ranks]
+    assert _all_reduce(ranks, staged) == [True] * world
+    assert _all_reduce(ranks, pooled) == [True] * world
+    assert [c.pooled_all_reduces - b for c, b in zip(ranks, before, strict=True)] == [1] * world
+    for tensor in [*staged, *pooled]:
+        assert torch.equal(_bits(tensor), _bits(staged[0]))
+
+
+def test_a_view_into_a_pooled_tensor_is_pooled(ranks: list[Any]) -> None:
+    world = len(ranks)
+    bases = [_pooled(c, torch.full((1000,), float(r + 1))) for r, c in enumerate(ranks)]
+    views = [base[100:600] for base in bases]  # at offset 400 bytes, not a cache line
+    before = ranks[0].pooled_all_reduces
+    assert _all_reduce(ranks, views) == [True] * world
+    assert ranks[0].pooled_all_reduces == before + 1
+    total = float(sum(range(1, world + 1)))
+    for r, base in enumerate(bases):
+        assert torch.equal(base[100:600], torch.full((500,), total))
+        assert torch.equal(base[:100], torch.full((100,), float(r + 1)))  # untouched
+        assert torch.equal(base[600:], torch.full((400,), float(r + 1)))
+
+
+@pytest.mark.parametrize("plain_rank", [0, -1], ids=["rank 0 plain", "last rank plain"])
+def test_one_plain_tensor_takes_every_rank_to_the_staged_path(
+    ranks: list[Any], plain_rank: int
+) -> None:
+    world = len(ranks)
+    generator = torch.Generator().manual_seed(7)
+    values = [torch.randn(70_000, generator=generator) for _ in range(world)]
+    reference = [v.clone() for v in values]
+    assert _all_reduce(ranks, reference) == [True] * world
+    mixed = [_pooled(c, v) for c, v in zip(ranks, values, strict=True)]
+    mixed[plain_rank] = values[plain_rank].clone()
+    before = [c.pooled_all_reduces for c in ranks]
+    assert _all_reduce(ranks, mixed) == [True] * world
+    assert [c.pooled_all_reduces for c in ranks] == before  # nobody summed between pools
+    for tensor in mixed:
+        assert torch.equal(tensor, reference[0])
+    # The ranks still agree on every later step.
+    again = [_pooled(c, torch.ones(10)) for c in ranks]
+    assert _all_reduce(ranks, again) == [True] * world
+    assert all(torch.equal(t, torch.full((10,), float(world))) for t in again)
+
+
+def test_a_rank_that_cannot_use_the_segment_makes_every_rank_fall_back(
+    ranks: list[Any],
+) -> None:
+    world = len(ranks)
+    pooled = [_pooled(c, torch.ones(64)) for c in ranks]
+    fp32 = _shm_comm.DTYPES["float32"]
+
+    def call(rank: int, communicator: Any) -> object:
+        eligible = rank != 1  # rank 1's tensor is, say, on another device
+        return communicator.all_reduce(pooled[rank].data_ptr(), 64, fp32, eligible, 20.0)
+
+    assert _together(ranks, call) == [False] * world
+    assert all(torch.equal(t, torch.ones(64)) for t in pooled)  # nothing was touched
+
+
+def test_a_silent_peer_times_out_on_the_pooled_path() -> None:
+    ranks = _ranks(2)
+    tensor = _pooled(ranks[0], torch.ones(1000))
+    fp32 = _shm_comm.DTYPES["float32"]
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.2.*rank 1 did not reach"):
+        ranks[0].all_reduce(tensor.data_ptr(), 1000, fp32, True, 0.2)
+    with pytest.raises(RuntimeError, match="this communicator failed earlier"):
+        ranks[0].all_reduce(tensor.data_ptr(), 1000, fp32, True, 0.2)
+
+
+def test_blocks_come_back_to_the_pool_and_free_ranges_merge() -> None:
+    (owner,) = _ranks(1, pool=1 << 20)
+    assert owner.pool_bytes == owner.pool_free_bytes == 1 << 20
+    blocks = [owner.allocate(100_000) for _ in range(10)]  # 100,032 bytes each, aligned
+    assert all(b is not None for b in blocks)
+    assert owner.allocate(100_000) is None  # 1 MiB - 10 * 100,032 bytes left: too few
+    offsets = [b.offset for b in blocks]
+    assert offsets == sorted(offsets)
+    assert all(o % 64 == 0 for o in offsets)
+    del blocks[2:5]  # three neighbours back: one range that takes 300,000 bytes
+    gc.collect()
+    big = owner.allocate(300_000)
+    assert big is not None
+    assert big.offset == offsets[2]
+    del blocks, big
+    gc.collect()
+    assert owner.pool_free_bytes == 1 << 20
+    assert owner.allocate(1 << 20) is not None  # everything merged into one range again
+
+
+def test_a_pooled_tensor_outlives_its_communicator() -> None:
+    (owner,) = _ranks(1, pool=1 << 20)
+    tensor = _pooled(owner, torch.arange(1000.0))
+    del owner
+    gc.collect()
+    tensor += 1  # still mapped: the block holds the mapping
+    assert torch.equal(tensor, torch.arange(1000.0) + 1)
+
+
+def test_the_extension_refuses_bad_pool_requests() -> None:
+    with pytest.raises(ValueError, match="pool_bytes must be a multiple of 4096"):
+        _shm_comm.Communicator("", True, 0, 1, SLOT, 1, [os.getpid()], 1000)
+    (owner,) = _ranks(1, pool=0)
+    for nbytes in (0, -5):
+        with pytest.raises(ValueError, match=f"nbytes must be > 0, got {nbytes}"):
+            owner.allocate(nbytes)
+    assert owner.allocate(64) is None  # no pool at all
+
+
+@pytest.mark.parametrize("raw", ["-4096", "1000", "lots", "1.5e9"])
+def test_a_bad_pool_size_names_the_variable(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_segment.POOL_ENV, raw)
+    with pytest.raises(ValueError, match=f"{_segment.POOL_ENV} must be .* got '{raw}'"):
+        _segment.pool_bytes()
+
+
+def test_the_pool_size_defaults_to_a_gibibyte(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_segment.POOL_ENV, raising=False)
+    assert _segment.pool_bytes() == 1 << 30
+    monkeypatch.setenv(_segment.POOL_ENV, "0")
+    assert _segment.pool_bytes() == 0
+
+
+@pytest.mark.parametrize(
+    ("size", "dtype", "error", "message"),
+    [
+        ("3", torch.float32, TypeError, "size must be an int or a sequence of ints, got '3'"),
+        ([2, 1.5], torch.float32, TypeError, r"size must be .* got \[2, 1\.5\]"),
+        (True, torch.float32, TypeError, "size must be .* got True"),
+        ((4, -1), torch.float32, ValueError, r"negative dimension, got \(4, -1\)"),
+        (4, "float32", TypeError, "dtype must be a torch.dtype, got 'float32'"),
+    ],
+)  # fmt: skip
+def test_shared_empty_names_a_bad_argument(
+    size: object, dtype: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        shared_empty(size, dtype=dtype)  # type: ignore[arg-type]
+
+
+def test_shared_empty_needs_a_process_group() -> None:
+    if torch.distributed.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    with pytest.raises(RuntimeError, match=r"shared_empty\(\) needs torch.distributed"):
+        shared_empty(4)
