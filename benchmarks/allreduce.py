@@ -16,6 +16,14 @@ the same rounds, while the other ranks do the same (the ranks leave each collect
 together). An all-reduce moves at least the bytes of such a copy, so "copy_ / accel"
 (copy time over all-reduce time, median of the rounds' ratios) is the fraction of the
 copy rate the all-reduce reaches; 1.0 would be an all-reduce as fast as a copy.
+
+"accel pooled" is ``all_reduce_`` on a tensor made by ``accel.comm.shared_empty`` (in the
+segment's pool on every rank): the sums go straight between the ranks' tensors. Calls on
+the same tensor, back to back, find each rank's share of every tensor in that rank's cache
+(it wrote it last), which no training step does: ``--fresh`` writes every rank's tensor
+(``copy_`` from another buffer) before each call, as a backward pass writes gradients, and
+reports each method's time less the time of that write alone (timed in the same rounds).
+"copy_ / accel pooled" is the copy-rate fraction of the pooled all-reduce.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import importlib.util
 import os
 import statistics
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
@@ -34,7 +42,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from _collective_timing import seconds_per_call  # noqa: E402  # beside this script
 
-from accel.comm import all_reduce_, uses_shared_memory  # noqa: E402
+from accel.comm import all_reduce_, shared_empty, uses_shared_memory  # noqa: E402
 from accel.ops import isa  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -76,6 +84,18 @@ def _native_call() -> Callable[[torch.Tensor], object]:
     return call
 
 
+def _after_writing(
+    tensor: torch.Tensor, source: torch.Tensor, call: Callable[[], object]
+) -> Callable[[], object]:
+    """``call`` preceded by writing ``tensor`` (``--fresh``)."""
+
+    def written() -> object:
+        tensor.copy_(source)
+        return call()
+
+    return written
+
+
 def _microseconds(seconds: float) -> str:
     """One decimal where whole microseconds would hide the difference (small messages)."""
     micro = seconds * 1e6
@@ -83,12 +103,18 @@ def _microseconds(seconds: float) -> str:
 
 
 def _interleaved(
-    calls: Mapping[str, Callable[[], object]], size: int, args: argparse.Namespace, base: str
+    calls: Mapping[str, Callable[[], object]],
+    size: int,
+    args: argparse.Namespace,
+    base: str,
+    after_write: Collection[str] = (),
+    pair: tuple[str, str] | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Each call's median seconds per call, and its time over ``base``'s as the median of
     the rounds' ratios: the calls take turns within each round (one warm-up each), and
     the machine flips between quiet and busy spells lasting seconds, which shift a whole
-    round alike."""
+    round alike. The calls named in ``after_write`` are timed less the ``"write"`` call's
+    time of the same round. ``pair`` (a, b) adds the ratio "a / b" the same way."""
     iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for call in calls.values():
@@ -96,11 +122,20 @@ def _interleaved(
     for _ in range(args.rounds):
         for name, call in calls.items():
             samples[name].append(seconds_per_call(call, iters))
+    if "write" in samples:  # --fresh: these calls wrote their tensor first; take that away
+        written = samples.pop("write")
+        for name in after_write:
+            samples[name] = [max(t - w, 1e-9) for t, w in zip(samples[name], written, strict=True)]
     medians = {name: statistics.median(times) for name, times in samples.items()}
     ratios = {
         name: statistics.median(a / b for a, b in zip(times, samples[base], strict=True))
         for name, times in samples.items()
     }
+    if pair is not None:
+        a, b = pair
+        ratios[f"{a} / {b}"] = statistics.median(
+            x / y for x, y in zip(samples[a], samples[b], strict=True)
+        )
     return medians, ratios
 
 
@@ -150,6 +185,11 @@ def main() -> None:
         help="also time the native call alone (the floor under all_reduce_'s Python entry)",
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="write each rank's tensor before every call, and report times less that write",
+    )
+    parser.add_argument(
         "--compare-dtypes",
         action="store_true",
         help="time accel's all-reduce in fp32, bf16 and fp16 (same bytes) instead of the peers",
@@ -174,27 +214,42 @@ def main() -> None:
     rows = []
     for size in SIZES:
         tensor = torch.ones(size // dtype.itemsize, dtype=dtype)
-        calls = {name: functools.partial(method, tensor) for name, method in methods.items()}
+        pooled = shared_empty(tensor.numel(), dtype=dtype).fill_(1)
+        calls: dict[str, Callable[[], object]] = {
+            name: functools.partial(method, tensor) for name, method in methods.items()
+        }
+        calls["accel pooled"] = functools.partial(all_reduce_, pooled)
+        written = list(calls) if args.fresh else []
+        if args.fresh:
+            source = torch.ones_like(tensor)
+            targets = {name: tensor for name in calls} | {"accel pooled": pooled}
+            calls = {
+                name: _after_writing(targets[name], source, call) for name, call in calls.items()
+            }
+            calls["write"] = functools.partial(tensor.copy_, source)
         # The bound: the same bytes copied by every rank at once (see the module docstring).
         calls["copy_"] = functools.partial(torch.empty_like(tensor).copy_, tensor)
-        rows.append((size, *_interleaved(calls, size, args, "accel shm")))
+        pair = ("copy_", "accel pooled")
+        rows.append((size, *_interleaved(calls, size, args, "accel shm", written, pair)))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, {args.dtype}, kernels: {isa.describe()}, "
             f"median of {args.rounds} rounds (ratios: median of the rounds' ratios)"
+            + (", each call after writing its tensor, less that write" if args.fresh else "")
         )
-        names = [*methods, "copy_"]
+        names = [*methods, "accel pooled", "copy_"]
         peers = [n for n in names if n != "accel shm"]
         columns = " | ".join(f"{n} (us)" for n in names)
         ratios = " | ".join(f"{n} / accel" for n in peers)
-        print(f"| size | {columns} | {ratios} | accel bus GB/s |")
-        print("|---|" + "---|" * (len(names) + len(peers) + 1))
+        print(f"| size | {columns} | {ratios} | copy_ / accel pooled | accel bus GB/s |")
+        print("|---|" + "---|" * (len(names) + len(peers) + 2))
         for size, medians, paired in rows:
             label = _label(size)
             times = " | ".join(_microseconds(medians[n]) for n in names)
             speedups = " | ".join(f"{paired[n]:.2f}x" for n in peers)
+            pooled_bound = paired["copy_ / accel pooled"]
             bus = 2 * (world - 1) / world * size / medians["accel shm"] / 1e9
-            print(f"| {label} | {times} | {speedups} | {bus:.1f} |")
+            print(f"| {label} | {times} | {speedups} | {pooled_bound:.2f}x | {bus:.1f} |")
     dist.destroy_process_group()
 
 
