@@ -254,7 +254,9 @@ def _attach(members: Members, pids: list[int], timeout: float) -> ShmGroup | Non
     """Map one segment shared by ``members`` (all on this node; ``pids`` their process
     ids, in member order), or None on every member if any of them cannot. Collective."""
     rank, world = members.rank(), members.size()
-    pool = pool_bytes()  # every rank checks its variable before the first exchange
+    # Every rank checks its own variable, so a bad value raises on every rank alike (at the
+    # same point: nobody is left waiting in the broadcast); rank 0's sizes the segment.
+    pool = pool_bytes()
     offer = torch.zeros(3, dtype=torch.int64)  # rank 0's descriptor, session id, pool size
     communicator: Any = None
     error = ""
