@@ -53,8 +53,9 @@ class Communicator:
         """This rank's free pool bytes."""
 
     @property
-    def pooled_all_reduces(self) -> int:
-        """How many all_reduce calls summed straight between pooled tensors."""
+    def pooled_calls(self) -> dict[str, int]:
+        """How many calls of each collective went straight between pooled tensors."""
+
     def path(self) -> str:
         """Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only)."""
 
@@ -70,19 +71,23 @@ class Communicator:
         self, data: int, out: int, nbytes: int, dtype: int, eligible: bool, timeout: float
     ) -> bool:
         """Gather nbytes from every rank into out, in rank order; False (nothing done) if any
-        rank is not eligible. Mismatched sizes or dtypes raise on every rank."""
+        rank is not eligible. Mismatched sizes or dtypes raise on every rank. When every
+        rank's data is in its pool (out apart from it, or holding it as this rank's block),
+        each rank copies straight from the others' pools."""
 
     def broadcast(
         self, data: int, nbytes: int, dtype: int, root: int, eligible: bool, timeout: float
     ) -> bool:
-        """Copy nbytes from rank root to every rank; False if any rank is not eligible."""
+        """Copy nbytes from rank root to every rank; False if any rank is not eligible. When
+        the root's data is in its pool, the others copy straight from it."""
 
     def reduce_scatter(
         self, data: int, out: int, numel: int, dtype: int, eligible: bool, timeout: float
     ) -> bool:
         """Sum block r (numel elements) of every rank's data into rank r's out, in rank
         order; False (nothing done) if any rank is not eligible. Mismatched sizes or dtypes
-        raise on every rank."""
+        raise on every rank. When every rank's data is in its pool, each rank sums its block
+        straight from the others' pools."""
 
     def barrier(self, timeout: float) -> None:
         """Return once every rank has entered."""

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -429,7 +430,12 @@ class Communicator {
 
   uint64_t pool_bytes() const { return pool_bytes_; }
   uint64_t pool_free_bytes() const { return pool_->free_bytes(); }
-  uint64_t pooled_all_reduces() const { return pooled_all_reduces_; }
+  // How many calls of each collective went straight between pooled tensors, by name.
+  std::map<std::string, uint64_t> pooled_calls() const {
+    std::map<std::string, uint64_t> calls;
+    for (const int32_t op : {kAllReduce, kAllGather, kBroadcast, kReduceScatter}) calls[op_name(op)] = pooled_calls_[op];
+    return calls;
+  }
 
   // Where peers open the segment (rank 0 only, before release()).
   std::string path() const {
@@ -462,7 +468,7 @@ class Communicator {
       if (!all_eligible(seq)) return finish_step(seq, false);
       if (all_pooled(seq, numel * element)) {
         reduce_in_pools(seq, numel, dtype, timeout);
-        ++pooled_all_reduces_;
+        ++pooled_calls_[kAllReduce];
         return finish_step(seq, true);
       }
       finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
@@ -473,35 +479,56 @@ class Communicator {
   // Gather `nbytes` from every rank into `out` (rank r's bytes at r * nbytes), in rank
   // order. As all_reduce: ranks must agree on nbytes and dtype (an error on every rank
   // otherwise) and return false together, touching nothing, when any is not eligible.
+  // When every rank's `data` is in its pool (and `out` is apart from it or has it as this
+  // rank's block), each rank copies the others' bytes straight from their pools into
+  // `out` in one step; when only some are, every rank starts over on the staged path.
   bool all_gather(uintptr_t data, uintptr_t out, int64_t nbytes, int dtype, bool eligible, double timeout) {
     check_usable("nbytes", nbytes, dtype, eligible, data, out);
+    const bool apart = eligible && own_block_or_apart(out, data, nbytes);
+    const int64_t offset = apart ? pool_offset(data, nbytes) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      return for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
-        if (count > 0) copy_bytes(buffer(rank_, seq), reinterpret_cast<const char*>(data) + begin, static_cast<size_t>(count));
-        announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout);
-        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
-        for (int r = 0; r < world_ && count > 0; ++r)
-          copy_bytes(reinterpret_cast<char*>(out) + r * nbytes + begin, buffer(r, seq), static_cast<size_t>(count));
+      if (offset < 0) return staged_all_gather(data, out, nbytes, dtype, eligible, timeout, true);
+      const uint64_t seq = begin_step(timeout);
+      announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout, offset);
+      if (!all_eligible(seq)) return finish_step(seq, false);
+      if (all_pooled(seq, nbytes)) {
+        gather_from_pools(seq, reinterpret_cast<char*>(out), nbytes, timeout);
+        ++pooled_calls_[kAllGather];
         return finish_step(seq, true);
-      });
+      }
+      finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
+      return staged_all_gather(data, out, nbytes, dtype, eligible, timeout, false);
     });
   }
 
-  // Copy `nbytes` at `data` from rank `root` to every rank (agreement as all_gather).
+  // Copy `nbytes` at `data` from rank `root` to every rank (agreement as all_gather). When
+  // the root's tensor is in its pool, the others copy straight from it in one step (only
+  // the root's tensor decides: the others' are written, never read by a peer).
   bool broadcast(uintptr_t data, int64_t nbytes, int dtype, int root, bool eligible, double timeout) {
     if (root < 0 || root >= world_) throw std::invalid_argument("root must be in [0, world)");
     check_usable("nbytes", nbytes, dtype, eligible, data, data);
+    const int64_t offset = eligible && rank_ == root ? pool_offset(data, nbytes) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      return for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+      bool pooled = false;
+      const bool done = for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
         char* bytes = reinterpret_cast<char*>(data) + begin;
-        if (rank_ == root && count > 0) copy_bytes(buffer(rank_, seq), bytes, static_cast<size_t>(count));
-        announce(seq, kBroadcast, nbytes, dtype, eligible, root, timeout);
+        if (rank_ == root && offset < 0 && count > 0) copy_bytes(buffer(rank_, seq), bytes, static_cast<size_t>(count));
+        announce(seq, kBroadcast, nbytes, dtype, eligible, root, timeout, c == 0 ? offset : -1);
         if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
+        if (c == 0 && control(root).offset[seq % 2] >= 0) {  // the root's tensor is in its pool
+          const char* source = pool(root) + checked_offset(root, seq, nbytes);
+          if (rank_ != root) copy_bytes(reinterpret_cast<char*>(data), source, static_cast<size_t>(nbytes));
+          all_done_reading(seq, timeout);
+          ++pooled_calls_[kBroadcast];
+          pooled = true;
+          return finish_step(seq, false);  // no more chunks
+        }
         if (rank_ != root && count > 0) copy_bytes(bytes, buffer(root, seq), static_cast<size_t>(count));
         return finish_step(seq, true);
       });
+      return done || pooled;
     });
   }
 
@@ -510,30 +537,34 @@ class Communicator {
   // rank copies the pieces the others sum into its slot, then sums its own piece (its
   // term from `data`) into `out`; one barrier per step. Agreement as all_reduce. `out` may
   // be this rank's own block of `data`.
+  //
+  // When every rank's `data` is in its pool (and `out` is apart from it or its own
+  // block), each rank sums its block straight from every rank's `data` into `out` in one
+  // step; when only some are, every rank starts over on the staged path.
   bool reduce_scatter(uintptr_t data, uintptr_t out, int64_t numel, int dtype, bool eligible, double timeout) {
     check_usable("numel", numel, dtype, eligible, data, out);
     check_summable(dtype, eligible);
     const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
-    const char* input = reinterpret_cast<const char*>(data);
+    const int64_t block = numel * element;
+    const bool apart = eligible && own_block_or_apart(out, data, block);
+    const int64_t offset = apart ? pool_offset(data, world_ * block) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      const int64_t per_piece = static_cast<int64_t>(slot_bytes_) / (world_ * element);
-      return for_each_chunk(numel, per_piece, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
-        char* slot = buffer(rank_, seq);
-        for (int q = 0; q < world_ && count > 0; ++q)
-          if (q != rank_)
-            copy_bytes(slot + q * per_piece * element, input + (q * numel + begin) * element,
-                       static_cast<size_t>(count * element));
-        announce(seq, kReduceScatter, numel, dtype, eligible, 0, timeout);
-        if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
-        if (count > 0) {
-          std::vector<const char*> terms(world_);
-          for (int r = 0; r < world_; ++r)
-            terms[r] = r == rank_ ? input + (rank_ * numel + begin) * element : buffer(r, seq) + rank_ * per_piece * element;
-          sum_terms(reinterpret_cast<char*>(out) + begin * element, nullptr, terms, count, dtype);
-        }
+      if (offset < 0) return staged_reduce_scatter(data, out, numel, dtype, element, eligible, timeout, true);
+      const uint64_t seq = begin_step(timeout);
+      announce(seq, kReduceScatter, numel, dtype, eligible, 0, timeout, offset);
+      if (!all_eligible(seq)) return finish_step(seq, false);
+      if (all_pooled(seq, world_ * block)) {
+        // In rank order, as the staged path sums: the same bits.
+        std::vector<const char*> terms(world_);
+        for (int r = 0; r < world_; ++r) terms[r] = pool(r) + control(r).offset[seq % 2] + rank_ * block;
+        sum_terms(reinterpret_cast<char*>(out), nullptr, terms, numel, dtype);
+        all_done_reading(seq, timeout);
+        ++pooled_calls_[kReduceScatter];
         return finish_step(seq, true);
-      });
+      }
+      finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
+      return staged_reduce_scatter(data, out, numel, dtype, element, eligible, timeout, false);
     });
   }
 
@@ -604,6 +635,99 @@ class Communicator {
     return done;
   }
 
+  // reduce_scatter through the slots. Each step carries a piece of every block: a rank
+  // copies the pieces the others sum into its slot, then sums its own piece (its term
+  // from `data`) into `out`; one barrier per step. `may_meet_pooled` as staged_all_reduce.
+  bool staged_reduce_scatter(uintptr_t data, uintptr_t out, int64_t numel, int dtype, int64_t element, bool eligible,
+                             double timeout, bool may_meet_pooled) {
+    const char* input = reinterpret_cast<const char*>(data);
+    const int64_t per_piece = static_cast<int64_t>(slot_bytes_) / (world_ * element);
+    bool peer_pooled = false;
+    const bool done = for_each_chunk(numel, per_piece, eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+      char* slot = buffer(rank_, seq);
+      for (int q = 0; q < world_ && count > 0; ++q)
+        if (q != rank_)
+          copy_bytes(slot + q * per_piece * element, input + (q * numel + begin) * element,
+                     static_cast<size_t>(count * element));
+      announce(seq, kReduceScatter, numel, dtype, eligible, 0, timeout);
+      if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
+      if (c == 0 && may_meet_pooled && any_pooled(seq)) {
+        peer_pooled = true;
+        return finish_step(seq, false);
+      }
+      if (count > 0) {
+        std::vector<const char*> terms(world_);
+        for (int r = 0; r < world_; ++r)
+          terms[r] = r == rank_ ? input + (rank_ * numel + begin) * element : buffer(r, seq) + rank_ * per_piece * element;
+        sum_terms(reinterpret_cast<char*>(out) + begin * element, nullptr, terms, count, dtype);
+      }
+      return finish_step(seq, true);
+    });
+    if (peer_pooled) return staged_reduce_scatter(data, out, numel, dtype, element, eligible, timeout, false);
+    return done;
+  }
+
+  // all_gather through the slots: each step, every rank copies a chunk of its bytes into
+  // its slot and then every slot's chunk into `out`.
+  bool staged_all_gather(uintptr_t data, uintptr_t out, int64_t nbytes, int dtype, bool eligible, double timeout,
+                         bool may_meet_pooled) {
+    bool peer_pooled = false;
+    const bool done = for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
+      if (count > 0) copy_bytes(buffer(rank_, seq), reinterpret_cast<const char*>(data) + begin, static_cast<size_t>(count));
+      announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout);
+      if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
+      if (c == 0 && may_meet_pooled && any_pooled(seq)) {
+        peer_pooled = true;
+        return finish_step(seq, false);
+      }
+      for (int r = 0; r < world_ && count > 0; ++r)
+        copy_bytes(reinterpret_cast<char*>(out) + r * nbytes + begin, buffer(r, seq), static_cast<size_t>(count));
+      return finish_step(seq, true);
+    });
+    if (peer_pooled) return staged_all_gather(data, out, nbytes, dtype, eligible, timeout, false);
+    return done;
+  }
+
+  // Whether `whole` (world_ blocks of `block` bytes) has `part` as this rank's block or
+  // shares no byte with it: with any other overlap, writing `whole` could change `part`
+  // while a peer still reads it from the pool.
+  bool own_block_or_apart(uintptr_t whole, uintptr_t part, int64_t block) const {
+    const uintptr_t whole_end = whole + static_cast<uintptr_t>(world_) * block;
+    return part == whole + static_cast<uintptr_t>(rank_) * block || whole_end <= part || part + block <= whole;
+  }
+
+  // The offset rank r announced for step `seq`, checked to hold `bytes` inside its pool
+  // (offsets come from other processes: checked before any is used).
+  int64_t checked_offset(int r, uint64_t seq, int64_t bytes) {
+    const int64_t offset = control(r).offset[seq % 2];
+    if (offset < 0 || static_cast<uint64_t>(offset) > pool_bytes_ || static_cast<uint64_t>(bytes) > pool_bytes_ - offset)
+      throw std::runtime_error("rank " + std::to_string(r) + " announced " + std::to_string(bytes) +
+                               " bytes at offset " + std::to_string(offset) + " of its pool of " +
+                               std::to_string(pool_bytes_) + " bytes");
+    return offset;
+  }
+
+  // Say this rank has finished reading the peers' pooled tensors in step `seq`, and wait
+  // until every rank has: no rank may return (and let its caller change its tensor) while
+  // another still reads it.
+  void all_done_reading(uint64_t seq, double timeout) {
+    control(rank_).reduced.store(seq, std::memory_order_release);
+    wait_all(&Control::reduced, seq, timeout, seq);
+  }
+
+  // Copy every peer's pooled bytes into its block of `out`, starting with the next rank's
+  // (ranks read different pools at the same time); this rank's own block too, unless
+  // `out` already holds it there.
+  void gather_from_pools(uint64_t seq, char* out, int64_t nbytes, double timeout) {
+    for (int i = 0; i < world_; ++i) {
+      const int r = (rank_ + i) % world_;
+      const char* source = pool(r) + control(r).offset[seq % 2];
+      char* target = out + r * nbytes;
+      if (source != target) copy_bytes(target, source, static_cast<size_t>(nbytes));
+    }
+    all_done_reading(seq, timeout);
+  }
+
   // Where [data, data + bytes) starts in this rank's pool, or -1 when it is not all in it.
   int64_t pool_offset(uintptr_t data, int64_t bytes) {
     const uintptr_t start = reinterpret_cast<uintptr_t>(pool(rank_));
@@ -625,14 +749,9 @@ class Communicator {
   // Whether every rank announced a tensor in its pool, each inside its pool's bounds (the
   // offsets come from other processes: checked before any is used).
   bool all_pooled(uint64_t seq, int64_t bytes) {
-    for (int r = 0; r < world_; ++r) {
-      const int64_t offset = control(r).offset[seq % 2];
-      if (offset < 0) return false;
-      if (static_cast<uint64_t>(offset) > pool_bytes_ || static_cast<uint64_t>(bytes) > pool_bytes_ - offset)
-        throw std::runtime_error("rank " + std::to_string(r) + " announced " + std::to_string(bytes) +
-                                 " bytes at offset " + std::to_string(offset) + " of its pool of " +
-                                 std::to_string(pool_bytes_) + " bytes");
-    }
+    for (int r = 0; r < world_; ++r)
+      if (control(r).offset[seq % 2] < 0) return false;
+    for (int r = 0; r < world_; ++r) checked_offset(r, seq, bytes);
     return true;
   }
 
@@ -666,8 +785,7 @@ class Communicator {
           if (r != rank_) copy_bytes(shares[r], mine, static_cast<size_t>(count * element));
       }
     }
-    control(rank_).reduced.store(seq, std::memory_order_release);
-    wait_all(&Control::reduced, seq, timeout, seq);
+    all_done_reading(seq, timeout);
   }
 
   // Run a collective's steps; any failure leaves the communicator unusable (peers may be
@@ -880,7 +998,7 @@ class Communicator {
   uint64_t slot_bytes_ = 0;
   uint64_t pool_bytes_ = 0;
   std::shared_ptr<Pool> pool_;
-  uint64_t pooled_all_reduces_ = 0;
+  std::array<uint64_t, kReduceScatter + 1> pooled_calls_{};  // by Op
   uint64_t sequence_ = 0;
   std::string broken_;
 };
@@ -910,8 +1028,8 @@ PYBIND11_MODULE(_shm_comm, m) {
            "nbytes of this rank's pool (a buffer), or None when no free range is large enough.")
       .def_property_readonly("pool_bytes", &Communicator::pool_bytes, "Each rank's pool size in bytes.")
       .def_property_readonly("pool_free_bytes", &Communicator::pool_free_bytes, "This rank's free pool bytes.")
-      .def_property_readonly("pooled_all_reduces", &Communicator::pooled_all_reduces,
-                             "How many all_reduce calls summed straight between pooled tensors.")
+      .def_property_readonly("pooled_calls", &Communicator::pooled_calls,
+                             "How many calls of each collective went straight between pooled tensors.")
       .def("path", &Communicator::path, "Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only).")
       .def("release", &Communicator::release, "Close the creating rank's descriptor (the mappings stay).")
       .def("all_reduce", &Communicator::all_reduce, py::arg("data"), py::arg("numel"), py::arg("dtype"),

@@ -151,7 +151,7 @@ RANK_SCRIPT = textwrap.dedent(
         # tensors, in one step of any size; gloo's bits.
         from accel.comm import _segment, shared_empty
         communicator = _segment.shm_group(None, "test").communicator
-        before = communicator.pooled_all_reduces
+        before = communicator.pooled_calls['all_reduce']
         pooled = True
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             for n in (1, 1000, 100_000, SLOT_BYTES // 2 + 3):
@@ -161,7 +161,7 @@ RANK_SCRIPT = textwrap.dedent(
                 y = all_reduce_(shared_empty(n, dtype=dtype).copy_(x))
                 pooled &= torch.equal(y.view(torch.uint8), ref.view(torch.uint8))
         result["pooled_exact"] = pooled
-        result["pooled_calls"] = communicator.pooled_all_reduces - before
+        result["pooled_calls"] = communicator.pooled_calls['all_reduce'] - before
     elif scenario in ("dead", "hung", "killed", "killed-pooled"):
         x = torch.ones(1024)
         all_reduce_(x)                # set up and prove the path works

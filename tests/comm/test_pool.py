@@ -1,4 +1,4 @@
-"""Tensors in the segment's pools: the all-reduce that sums straight between them.
+"""Tensors in the segment's pools: the collectives that go straight between them.
 
 The ranks here are communicators of one segment in this process, one thread each (the
 native calls release the GIL, so the threads run the protocol concurrently, as processes
@@ -103,10 +103,12 @@ def test_pooled_tensors_end_with_the_staged_paths_bits(
     values = [torch.randn(numel, generator=generator).to(dtype) for _ in range(world)]
     staged = [v.clone() for v in values]
     pooled = [_pooled(c, v) for c, v in zip(ranks, values, strict=True)]
-    before = [c.pooled_all_reduces for c in ranks]
+    before = [c.pooled_calls["all_reduce"] for c in ranks]
     assert _all_reduce(ranks, staged) == [True] * world
     assert _all_reduce(ranks, pooled) == [True] * world
-    assert [c.pooled_all_reduces - b for c, b in zip(ranks, before, strict=True)] == [1] * world
+    assert [c.pooled_calls["all_reduce"] - b for c, b in zip(ranks, before, strict=True)] == [
+        1
+    ] * world
     for tensor in [*staged, *pooled]:
         assert torch.equal(_bits(tensor), _bits(staged[0]))
 
@@ -115,9 +117,9 @@ def test_a_view_into_a_pooled_tensor_is_pooled(ranks: list[Any]) -> None:
     world = len(ranks)
     bases = [_pooled(c, torch.full((1000,), float(r + 1))) for r, c in enumerate(ranks)]
     views = [base[100:600] for base in bases]  # at offset 400 bytes, not a cache line
-    before = ranks[0].pooled_all_reduces
+    before = ranks[0].pooled_calls["all_reduce"]
     assert _all_reduce(ranks, views) == [True] * world
-    assert ranks[0].pooled_all_reduces == before + 1
+    assert ranks[0].pooled_calls["all_reduce"] == before + 1
     total = float(sum(range(1, world + 1)))
     for r, base in enumerate(bases):
         assert torch.equal(base[100:600], torch.full((500,), total))
@@ -136,9 +138,9 @@ def test_one_plain_tensor_takes_every_rank_to_the_staged_path(
     assert _all_reduce(ranks, reference) == [True] * world
     mixed = [_pooled(c, v) for c, v in zip(ranks, values, strict=True)]
     mixed[plain_rank] = values[plain_rank].clone()
-    before = [c.pooled_all_reduces for c in ranks]
+    before = [c.pooled_calls["all_reduce"] for c in ranks]
     assert _all_reduce(ranks, mixed) == [True] * world
-    assert [c.pooled_all_reduces for c in ranks] == before  # nobody summed between pools
+    assert [c.pooled_calls["all_reduce"] for c in ranks] == before  # nobody summed between pools
     for tensor in mixed:
         assert torch.equal(tensor, reference[0])
     # The ranks still agree on every later step.
@@ -170,6 +172,164 @@ def test_a_silent_peer_times_out_on_the_pooled_path() -> None:
         ranks[0].all_reduce(tensor.data_ptr(), 1000, fp32, True, 0.2)
     with pytest.raises(RuntimeError, match="this communicator failed earlier"):
         ranks[0].all_reduce(tensor.data_ptr(), 1000, fp32, True, 0.2)
+
+
+def _code(dtype: torch.dtype) -> int:
+    return _segment.wire_code(dtype)
+
+
+def _counts(ranks: list[Any], op: str) -> list[int]:
+    return [int(c.pooled_calls[op]) for c in ranks]
+
+
+def _all_gather(ranks: list[Any], parts: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+    nbytes = parts[0].numel() * parts[0].element_size()
+    code = _code(parts[0].dtype)
+    results = _together(
+        ranks,
+        lambda r, c: c.all_gather(
+            parts[r].data_ptr(), outs[r].data_ptr(), nbytes, code, True, 20.0
+        ),
+    )
+    assert results == [True] * len(ranks)
+
+
+def _reduce_scatter(ranks: list[Any], inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+    numel, code = outs[0].numel(), _code(outs[0].dtype)
+    results = _together(
+        ranks,
+        lambda r, c: c.reduce_scatter(
+            inputs[r].data_ptr(), outs[r].data_ptr(), numel, code, True, 20.0
+        ),
+    )
+    assert results == [True] * len(ranks)
+
+
+def _broadcast(ranks: list[Any], tensors: list[torch.Tensor], root: int) -> None:
+    nbytes = tensors[0].numel() * tensors[0].element_size()
+    code = _code(tensors[0].dtype)
+    results = _together(
+        ranks, lambda r, c: c.broadcast(tensors[r].data_ptr(), nbytes, code, root, True, 20.0)
+    )
+    assert results == [True] * len(ranks)
+
+
+def _pooled_empty(communicator: Any, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    return _pooled(communicator, torch.zeros(numel, dtype=dtype))
+
+
+# Byte counts on both sides of one slot (1 MiB here), and sizes that are no whole number of
+# cache lines; any dtype travels (bytes are copied).
+GATHER_SIZES = st.one_of(st.integers(1, 300), st.integers(1_040_000, 2_200_000))
+
+
+@given(numel=GATHER_SIZES, dtype=st.sampled_from([torch.uint8, torch.float32, torch.int64]),
+       in_place=st.booleans(), seed=st.integers(0, 2**31))  # fmt: skip
+def test_pooled_all_gather_ends_with_the_staged_paths_bytes(
+    ranks: list[Any], numel: int, dtype: torch.dtype, in_place: bool, seed: int
+) -> None:
+    world = len(ranks)
+    numel = max(1, numel // torch.empty(0, dtype=dtype).element_size())
+    generator = torch.Generator().manual_seed(seed)
+    parts = [
+        torch.randint(0, 100, (numel + 1,), generator=generator).to(dtype)[1:] for _ in range(world)
+    ]
+    staged_outs = [torch.empty(world * numel, dtype=dtype) for _ in range(world)]
+    _all_gather(ranks, parts, staged_outs)
+    assert torch.equal(staged_outs[0], torch.cat(parts))
+    if in_place:  # FSDP2's way: each rank's part is its own block of a pooled output
+        outs = [_pooled_empty(c, world * numel, dtype) for c in ranks]
+        pooled = [
+            out[r * numel : (r + 1) * numel].copy_(p)
+            for r, (out, p) in enumerate(zip(outs, parts, strict=True))
+        ]
+    else:
+        outs = [torch.empty(world * numel, dtype=dtype) for _ in range(world)]
+        pooled = [_pooled(c, p) for c, p in zip(ranks, parts, strict=True)]
+    before = _counts(ranks, "all_gather")
+    _all_gather(ranks, pooled, outs)
+    assert [a - b for a, b in zip(_counts(ranks, "all_gather"), before, strict=True)] == [1] * world
+    for out in outs:
+        assert torch.equal(out, staged_outs[0])
+    for part, original in zip(pooled, parts, strict=True):
+        assert torch.equal(part, original)  # the inputs are only read
+
+
+@given(
+    numel=SIZES, dtype=st.sampled_from(DTYPES), own_block=st.booleans(), seed=st.integers(0, 2**31)
+)
+def test_pooled_reduce_scatter_ends_with_the_staged_paths_bits(
+    ranks: list[Any], numel: int, dtype: torch.dtype, own_block: bool, seed: int
+) -> None:
+    world = len(ranks)
+    generator = torch.Generator().manual_seed(seed)
+    inputs = [torch.randn(world * numel, generator=generator).to(dtype) for _ in range(world)]
+    staged = [torch.empty(numel, dtype=dtype) for _ in range(world)]
+    _reduce_scatter(ranks, inputs, staged)
+    pooled = [_pooled(c, i) for c, i in zip(ranks, inputs, strict=True)]
+    if own_block:  # the sum lands in this rank's own block of its input
+        outs = [p[r * numel : (r + 1) * numel] for r, p in enumerate(pooled)]
+    else:
+        outs = [torch.empty(numel, dtype=dtype) for _ in range(world)]
+    before = _counts(ranks, "reduce_scatter")
+    _reduce_scatter(ranks, pooled, outs)
+    assert [a - b for a, b in zip(_counts(ranks, "reduce_scatter"), before, strict=True)] == [
+        1
+    ] * world
+    for r in range(world):
+        assert torch.equal(_bits(outs[r]), _bits(staged[r]))
+        others = [q for q in range(world) if q != r or not own_block]
+        for q in others:  # the blocks the peers read are untouched
+            block = slice(q * numel, (q + 1) * numel)
+            assert torch.equal(_bits(pooled[r][block]), _bits(inputs[r][block]))
+
+
+@pytest.mark.parametrize("root", [0, -1], ids=["root 0", "last rank root"])
+def test_a_pooled_root_broadcasts_straight_from_its_pool(ranks: list[Any], root: int) -> None:
+    world = len(ranks)
+    root %= world
+    values = torch.randn(700_000)  # 2.8 MB: three slot-sized chunks on the staged path
+    tensors = [torch.zeros(700_000) for _ in range(world)]
+    tensors[root] = _pooled(ranks[root], values)
+    before = _counts(ranks, "broadcast")
+    _broadcast(ranks, tensors, root)
+    assert [a - b for a, b in zip(_counts(ranks, "broadcast"), before, strict=True)] == [1] * world
+    assert all(torch.equal(t, values) for t in tensors)
+    # Pooled receivers and a plain root: the staged path, the same bytes.
+    tensors = [_pooled_empty(c, 700_000, torch.float32) for c in ranks]
+    tensors[root] = values.clone()
+    _broadcast(ranks, tensors, root)
+    assert _counts(ranks, "broadcast") == [b + 1 for b in before]
+    assert all(torch.equal(t, values) for t in tensors)
+
+
+def test_one_plain_input_takes_every_rank_to_the_staged_gather_and_scatter(
+    ranks: list[Any],
+) -> None:
+    world = len(ranks)
+    numel = 300_000  # several chunks on the staged path
+    inputs = [torch.randn(world * numel) for _ in range(world)]
+    expected = torch.stack(inputs).sum(0)  # float32 sums in rank order (exact for 2 ranks only)
+    pooled = [_pooled(c, i) for c, i in zip(ranks, inputs, strict=True)]
+    pooled[-1] = inputs[-1].clone()
+    outs = [torch.empty(numel) for _ in range(world)]
+    before = {op: _counts(ranks, op) for op in ("all_gather", "reduce_scatter")}
+    _reduce_scatter(ranks, pooled, outs)
+    for r, out in enumerate(outs):
+        torch.testing.assert_close(out, expected[r * numel : (r + 1) * numel])
+    gathered = [torch.empty(world * world * numel) for _ in range(world)]
+    _all_gather(ranks, pooled, gathered)
+    assert all(torch.equal(g, torch.cat(inputs)) for g in gathered)
+    assert {op: _counts(ranks, op) for op in before} == before  # nothing went between pools
+
+
+def test_a_silent_peer_times_out_on_the_pooled_gather() -> None:
+    ranks = _ranks(2)
+    part = _pooled(ranks[0], torch.ones(1000))
+    out = torch.empty(2000)
+    fp32 = _code(torch.float32)
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.2.*rank 1 did not reach"):
+        ranks[0].all_gather(part.data_ptr(), out.data_ptr(), 4000, fp32, True, 0.2)
 
 
 def test_blocks_come_back_to_the_pool_and_free_ranges_merge() -> None:
