@@ -32,15 +32,19 @@ import argparse
 import functools
 import importlib.util
 import os
-import statistics
 import warnings
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from _collective_timing import seconds_per_call  # noqa: E402  # beside this script
+from _collective_timing import (  # noqa: E402  # beside this script
+    after_writing,
+    interleaved,
+    label,
+    microseconds,
+)
 
 from accel.comm import all_reduce_, shared_empty, uses_shared_memory  # noqa: E402
 from accel.ops import isa  # noqa: E402
@@ -84,65 +88,6 @@ def _native_call() -> Callable[[torch.Tensor], object]:
     return call
 
 
-def _after_writing(
-    tensor: torch.Tensor, source: torch.Tensor, call: Callable[[], object]
-) -> Callable[[], object]:
-    """``call`` preceded by writing ``tensor`` (``--fresh``)."""
-
-    def written() -> object:
-        tensor.copy_(source)
-        return call()
-
-    return written
-
-
-def _microseconds(seconds: float) -> str:
-    """One decimal where whole microseconds would hide the difference (small messages)."""
-    micro = seconds * 1e6
-    return f"{micro:.1f}" if micro < 100 else f"{micro:.0f}"
-
-
-def _interleaved(
-    calls: Mapping[str, Callable[[], object]],
-    size: int,
-    args: argparse.Namespace,
-    base: str,
-    after_write: Collection[str] = (),
-    pair: tuple[str, str] | None = None,
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Each call's median seconds per call, and its time over ``base``'s as the median of
-    the rounds' ratios: the calls take turns within each round (one warm-up each), and
-    the machine flips between quiet and busy spells lasting seconds, which shift a whole
-    round alike. The calls named in ``after_write`` are timed less the ``"write"`` call's
-    time of the same round. ``pair`` (a, b) adds the ratio "a / b" the same way."""
-    iters = max(3, args.iters * (1 << 20) // max(size, 1 << 20))
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for call in calls.values():
-        call()
-    for _ in range(args.rounds):
-        for name, call in calls.items():
-            samples[name].append(seconds_per_call(call, iters))
-    if "write" in samples:  # --fresh: these calls wrote their tensor first; take that away
-        written = samples.pop("write")
-        for name in after_write:
-            samples[name] = [max(t - w, 1e-9) for t, w in zip(samples[name], written, strict=True)]
-    medians = {name: statistics.median(times) for name, times in samples.items()}
-    ratios = {
-        name: statistics.median(a / b for a, b in zip(times, samples[base], strict=True))
-        for name, times in samples.items()
-    }
-    if pair is not None:
-        a, b = pair
-        ratios[f"{a} / {b}"] = statistics.median(
-            x / y for x, y in zip(samples[a], samples[b], strict=True)
-        )
-    return medians, ratios
-
-
-def _label(size: int) -> str:
-    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-
-
 def compare_dtypes(args: argparse.Namespace) -> None:
     """accel's all-reduce of the same bytes in each dtype, interleaved; rank 0 prints."""
     world = dist.get_world_size()
@@ -150,7 +95,7 @@ def compare_dtypes(args: argparse.Namespace) -> None:
     for size in SIZES:
         tensors = {name: torch.ones(size // d.itemsize, dtype=d) for name, d in DTYPES.items()}
         calls = {name: functools.partial(all_reduce_, t) for name, t in tensors.items()}
-        rows.append((size, *_interleaved(calls, size, args, "float32")))
+        rows.append((size, *interleaved(calls, size, args, "float32")))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, kernels: {isa.describe()}, "
@@ -160,11 +105,11 @@ def compare_dtypes(args: argparse.Namespace) -> None:
               "bf16 / fp32 bus bandwidth | fp16 / fp32 bus bandwidth |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
         for size, medians, ratios in rows:
-            label = _label(size)
-            times = " | ".join(_microseconds(medians[name]) for name in DTYPES)
+            size_label = label(size)
+            times = " | ".join(microseconds(medians[name]) for name in DTYPES)
             bus = 2 * (world - 1) / world * size / medians["float32"] / 1e9
             # Same bytes, so bandwidth ratio = fp32 time / 16-bit time.
-            print(f"| {label} | {times} | {bus:.1f} | {1 / ratios['bfloat16']:.2f}x | "
+            print(f"| {size_label} | {times} | {bus:.1f} | {1 / ratios['bfloat16']:.2f}x | "
                   f"{1 / ratios['float16']:.2f}x |")  # fmt: skip
 
 
@@ -224,13 +169,13 @@ def main() -> None:
             source = torch.ones_like(tensor)
             targets = {name: tensor for name in calls} | {"accel pooled": pooled}
             calls = {
-                name: _after_writing(targets[name], source, call) for name, call in calls.items()
+                name: after_writing(targets[name], source, call) for name, call in calls.items()
             }
             calls["write"] = functools.partial(tensor.copy_, source)
         # The bound: the same bytes copied by every rank at once (see the module docstring).
         calls["copy_"] = functools.partial(torch.empty_like(tensor).copy_, tensor)
         pair = ("copy_", "accel pooled")
-        rows.append((size, *_interleaved(calls, size, args, "accel shm", written, pair)))
+        rows.append((size, *interleaved(calls, size, args, "accel shm", written, pair)))
     if dist.get_rank() == 0:
         print(
             f"{world} ranks, torch {torch.__version__}, {args.dtype}, kernels: {isa.describe()}, "
@@ -244,12 +189,12 @@ def main() -> None:
         print(f"| size | {columns} | {ratios} | copy_ / accel pooled | accel bus GB/s |")
         print("|---|" + "---|" * (len(names) + len(peers) + 2))
         for size, medians, paired in rows:
-            label = _label(size)
-            times = " | ".join(_microseconds(medians[n]) for n in names)
+            size_label = label(size)
+            times = " | ".join(microseconds(medians[n]) for n in names)
             speedups = " | ".join(f"{paired[n]:.2f}x" for n in peers)
             pooled_bound = paired["copy_ / accel pooled"]
             bus = 2 * (world - 1) / world * size / medians["accel shm"] / 1e9
-            print(f"| {label} | {times} | {speedups} | {pooled_bound:.2f}x | {bus:.1f} |")
+            print(f"| {size_label} | {times} | {speedups} | {pooled_bound:.2f}x | {bus:.1f} |")
     dist.destroy_process_group()
 
 

@@ -95,8 +95,10 @@ def shared_empty(
     When every rank's tensor of an all-reduce (``all_reduce_``, or the ``"accel"``
     backend's ``all_reduce``) was made here, each rank sums its share straight from the
     other ranks' tensors into all of them: each byte is read and written once per rank,
-    instead of being copied into the segment and back out. When only some ranks' tensors
-    were, every rank takes the copying path (the same bits either way). In every other
+    instead of being copied into the segment and back out. All-gather and reduce-scatter
+    do the same when every rank's input was made here, and broadcast when the root's
+    tensor was (:mod:`accel.comm.fsdp` gives FSDP2 such buffers). When only some ranks'
+    tensors were, every rank takes the copying path (the same bits either way). In every other
     respect the tensor is a CPU tensor like any other; its memory goes back to the group's
     pool when it is garbage.
 

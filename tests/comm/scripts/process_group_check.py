@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import accel.process_group
 from accel import comm
 from accel.comm import _segment
+from accel.comm.fsdp import share_fsdp_buffers
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64]
 same_everywhere = settings(
@@ -86,9 +87,15 @@ def main() -> None:
         checked["all_reduce"] += 1
 
     @same_everywhere
-    @given(numel=st.integers(1, 50_000), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999))
-    def others(numel: int, dtype: torch.dtype, seed: int) -> None:
-        mine = _data(numel, dtype, rank, seed)
+    @given(numel=st.integers(1, 50_000), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 999),
+           pooled=st.booleans())  # fmt: skip
+    def others(numel: int, dtype: torch.dtype, seed: int, pooled: bool) -> None:
+        # pooled: the inputs (and the broadcast tensor) live in the segment's pool, so the
+        # collectives go straight between the ranks' tensors.
+        def placed(tensor: torch.Tensor) -> torch.Tensor:
+            return comm.shared_empty(tensor.shape, dtype=dtype).copy_(tensor) if pooled else tensor
+
+        mine = placed(_data(numel, dtype, rank, seed))
         ours = [torch.empty_like(mine) for _ in range(world)]
         theirs = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(ours, mine)
@@ -108,16 +115,17 @@ def main() -> None:
         dist.reduce_scatter(out, chunks)
         dist.reduce_scatter(ref, chunks, group=gloo)
         assert torch.equal(out, ref)
-        dist.reduce_scatter_tensor(out, torch.cat(chunks))
+        whole = placed(torch.cat(chunks))
+        dist.reduce_scatter_tensor(out, whole)
         dist.reduce_scatter_tensor(ref, torch.cat(chunks), group=gloo)
         assert torch.equal(out, ref)
         if dtype.is_floating_point:  # FSDP2 averages its gradients this way
             average = dist.ReduceOp.AVG
-            dist.reduce_scatter_tensor(out, torch.cat(chunks), op=average)
+            dist.reduce_scatter_tensor(out, whole, op=average)
             dist.reduce_scatter_tensor(ref, torch.cat(chunks), op=average, group=gloo)
             assert torch.equal(out, ref), (numel, dtype)
         checked["reduce_scatter"] += 1
-        sent = mine.clone()
+        sent = placed(mine.clone())
         dist.broadcast(sent, src=world - 1)
         expected = _data(numel, dtype, world - 1, seed)
         assert torch.equal(sent, expected)
@@ -159,7 +167,10 @@ def main() -> None:
     comm.reduce_scatter_tensor_ = counting  # type: ignore[assignment]
     fsdp_losses = {}
     full_states: dict[str, dict[str, torch.Tensor]] = {}
-    for name, group in (("accel", world_group), ("gloo", gloo)):
+    segment = _segment.shm_group(dist.group.WORLD, "process_group_check")
+    assert segment is not None
+    pooled_before = dict(segment.communicator.pooled_calls)
+    for name, group in (("accel", world_group), ("accel pooled", world_group), ("gloo", gloo)):
         mesh = DeviceMesh.from_group(group, "cpu")
         torch.manual_seed(0)
         model = torch.nn.Sequential(
@@ -168,11 +179,20 @@ def main() -> None:
         for layer in (model[0], model[2]):
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
+        if name == "accel pooled":  # FSDP2's buffers in the pools (its first ones learn the group)
+            assert share_fsdp_buffers(model) == 3
         fsdp_losses[name] = _train(model, steps=4, width=64, seed=rank)
         # DTensor's full_tensor() takes torch's functional collectives (the coalesced
         # all-gather), as FSDP2's state-dict code and scripts saving checkpoints do.
         full_states[name] = {k: v.full_tensor() for k, v in model.state_dict().items()}
     assert _matching(fsdp_losses["accel"], fsdp_losses["gloo"], world), fsdp_losses
+    assert fsdp_losses["accel pooled"] == fsdp_losses["accel"], fsdp_losses  # the same bits
+    fsdp_pooled = {
+        op: segment.communicator.pooled_calls[op] - pooled_before[op]
+        for op in ("all_gather", "reduce_scatter")
+    }  # fmt: skip
+    # Every all-gather and reduce-scatter after each module's first went between the pools.
+    assert all(calls >= 6 for calls in fsdp_pooled.values()), fsdp_pooled
     functional_match = full_states["accel"].keys() == full_states["gloo"].keys() and all(
         torch.allclose(full_states["accel"][k], full_states["gloo"][k], rtol=1e-5, atol=1e-6)
         for k in full_states["gloo"]
@@ -196,8 +216,6 @@ def main() -> None:
     assert shared_reduce_scatters >= 8, shared_reduce_scatters
 
     shared = comm.uses_shared_memory(dist.group.WORLD)
-    segment = _segment.shm_group(dist.group.WORLD, "process_group_check")
-    pooled_all_reduces = segment.communicator.pooled_all_reduces if segment else 0
     # DDP's buckets and the float sums above really went through shared memory.
     assert world_group.shared_reductions >= 10, world_group.shared_reductions
     # all_gather_into_tensor, reduce_scatter_tensor, broadcast and barrier (40 examples
@@ -214,7 +232,7 @@ def main() -> None:
                         fsdp_losses["accel"], fsdp_losses["gloo"], world
                     ),
                     "shared_memory": shared,
-                    "pooled_all_reduces": pooled_all_reduces,
+                    "pooled_calls": segment.communicator.pooled_calls,
                     "functional_match": functional_match,
                 }
             )
