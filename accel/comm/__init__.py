@@ -98,7 +98,10 @@ def shared_empty(
     instead of being copied into the segment and back out. All-gather and reduce-scatter
     do the same when every rank's input was made here, and broadcast when the root's
     tensor was (:mod:`accel.comm.fsdp` gives FSDP2 such buffers). When only some ranks'
-    tensors were, every rank takes the copying path (the same bits either way). In every other
+    tensors were, every rank takes the copying path (the same bits either way). For a
+    group across nodes the tensor is in its node's segment: the steps inside each node
+    of an all-reduce (its reduce-scatter and all-gather) and of a broadcast then go
+    straight between the node's tensors. In every other
     respect the tensor is a CPU tensor like any other; its memory goes back to the group's
     pool when it is garbage.
 
@@ -117,9 +120,9 @@ def shared_empty(
 
     Returns:
         A contiguous tensor of ``size`` and ``dtype``: in the segment when the group has one
-        (every rank on this node) and this rank's pool has room; from ``torch.empty``
-        otherwise (a group across nodes, no pool, an empty tensor, or, with a warning, a
-        full pool).
+        (every rank on this node, or, across nodes, every rank of this node) and this
+        rank's pool has room; from ``torch.empty`` otherwise (one rank per node, no pool,
+        an empty tensor, or, with a warning, a full pool).
 
     Raises:
         TypeError: ``size`` is not an int or a sequence of ints, or ``dtype`` is not a
@@ -132,6 +135,9 @@ def shared_empty(
     _check_dtype(dtype)
     _check_call("shared_empty", None)
     shm = shm_group(group, "shared_empty")
+    if shm is None:  # a group across nodes: its node level's segment, if it has one
+        spanning = spanning_of(group)
+        shm = None if spanning is None else spanning.local_shm
     if shm is None or shm.communicator.pool_bytes == 0 or 0 in shape:
         return torch.empty(shape, dtype=dtype)
     tensor = pooled_empty(shm, shape, dtype)

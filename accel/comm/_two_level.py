@@ -55,7 +55,13 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
         if share * size != flat.numel():
             padded = flat.new_zeros(share * size)
             padded[: flat.numel()] = flat
-        mine = flat.new_empty(share)
+        # With a segment, this rank's share is its own block of the tensor: the node's
+        # reduce-scatter sums into it and its all-gather leaves it in place (straight
+        # between the node's tensors when they are in its pools, see shared_empty).
+        # Gloo's collectives take no such aliasing.
+        here = local.rank()
+        in_place = spanning.local_shm is not None
+        mine = padded[here * share : (here + 1) * share] if in_place else flat.new_empty(share)
         _local.reduce_scatter_tensor(mine, padded, spanning.local_shm, local, timeout)
         assert spanning.across is not None  # every rank has a share to send, when even
         spanning.across.all_reduce(mine)

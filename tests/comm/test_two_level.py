@@ -89,6 +89,7 @@ def _check(ranks: list[dict[str, Any]]) -> None:
         assert rank["broadcast_ok"], f"rank {rank['rank']}: a broadcast delivered other bytes"
         assert rank["gathers_ok"], f"rank {rank['rank']}: an all-gather delivered other bytes"
         assert rank["second_group_ok"], f"rank {rank['rank']}: a later group's sum failed"
+        assert rank["pooled_same"], f"rank {rank['rank']}: a pooled sum gave other bits"
         for key, error in rank["errors"].items():
             assert error <= rank["bounds"][key], (key, error, rank["bounds"][key])
         # DDP on the group under test trains as DDP on flat gloo (summation order aside).
@@ -118,6 +119,12 @@ def test_two_nodes_of_two_ranks(backend: str, tmp_path: Path) -> None:
     _took_two_levels(
         ranks, "all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"
     )
+    # The pooled sums' node steps (reduce-scatter into the own block, all-gather in
+    # place) went straight between the node's tensors.
+    for rank in ranks:
+        calls = rank["node_pooled_calls"]
+        assert calls["reduce_scatter"] > 0, calls
+        assert calls["all_gather"] > 0, calls
 
 
 @pytest.mark.slow
@@ -168,6 +175,12 @@ def test_two_nodes_holding_alternate_ranks(tmp_path: Path) -> None:
     _took_two_levels(
         ranks, "all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"
     )
+    # The pooled sums' node steps (reduce-scatter into the own block, all-gather in
+    # place) went straight between the node's tensors.
+    for rank in ranks:
+        calls = rank["node_pooled_calls"]
+        assert calls["reduce_scatter"] > 0, calls
+        assert calls["all_gather"] > 0, calls
 
 
 @pytest.mark.slow
@@ -187,6 +200,12 @@ def test_uneven_nodes_one_and_three(tmp_path: Path) -> None:
     ]  # fmt: skip
     # Gathers and reduce-scatters over uneven nodes are flat gloo's.
     _took_two_levels(ranks, "all_reduce", "broadcast")
+    # On the node of three, the pooled sums' node steps (its all-reduce, the leader's
+    # broadcast) went straight between the node's tensors.
+    for rank in ranks[1:]:
+        calls = rank["node_pooled_calls"]
+        assert calls["all_reduce"] > 0, calls
+        assert calls["broadcast"] > 0, calls
 
 
 @pytest.mark.slow

@@ -10,7 +10,9 @@ all-gather must deliver every rank's bytes exactly, a reduce-scatter the exact s
 this rank's block within the summation bound, and a broadcast from every rank its bytes
 exactly. DDP and FSDP2 models trained on the group under test are compared with the same
 models trained on flat gloo. Calls that took the two levels are counted (the record's
-``two_level``), so the test can tell them from a fallback to flat gloo.
+``two_level``), so the test can tell them from a fallback to flat gloo. Drawn sums are
+also made on tensors from ``comm.shared_empty`` (in the node's segment), which must give
+the plain tensor's bits; the node segment's ``pooled_calls`` are recorded.
 
 Sizes and dtypes: edge cases (empty, one element, not a multiple of the ranks per node, a
 2-D all-gather, float32 past one 16 MiB slot) and examples drawn by hypothesis,
@@ -65,7 +67,7 @@ class Checks:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.errors: dict[str, float] = {}
         self.bounds: dict[str, float] = {}
-        self.identical = self.gathers_ok = True
+        self.identical = self.gathers_ok = self.pooled_same = True
 
     def _record(
         self, key: str, got: torch.Tensor, exact: torch.Tensor, largest: torch.Tensor
@@ -76,17 +78,25 @@ class Checks:
         self.errors[key] = float((got.double() - exact).abs().max()) if got.numel() else 0.0
         self.bounds[key] = float((largest * eps * self.world).max()) if got.numel() else 0.0
 
-    def sum(self, dtype: torch.dtype, size: int) -> None:
-        """All-reduce against the exact sum; every rank's result bit-identical."""
+    def _all_reduce(self, tensor: torch.Tensor) -> None:
+        if self.backend == "accel":
+            dist.all_reduce(tensor)
+        else:
+            comm.all_reduce_(tensor)
+
+    def sum(self, dtype: torch.dtype, size: int, pooled: bool = False) -> None:
+        """All-reduce against the exact sum; every rank's result bit-identical (``pooled``:
+        and the same sum of a copy in the node's segment, bit for bit)."""
         mine = torch.randn(size, generator=torch.Generator().manual_seed(self.rank * 7919 + size))
         mine = mine.to(dtype)
         everyone = [torch.empty(size, dtype=torch.float32) for _ in range(self.world)]
         dist.all_gather(everyone, mine.float(), group=self.flat)
         stacked = torch.stack(everyone).double()
-        if self.backend == "accel":
-            dist.all_reduce(mine)
-        else:
-            comm.all_reduce_(mine)
+        placed = comm.shared_empty(size, dtype=dtype).copy_(mine) if pooled else None
+        self._all_reduce(mine)
+        if placed is not None:
+            self._all_reduce(placed)
+            self.pooled_same &= torch.equal(placed.view(torch.uint8), mine.view(torch.uint8))
         self._record(f"{_name(dtype)}/{size}", mine, stacked.sum(0), stacked.abs().sum(0))
         results = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(results, mine, group=self.flat)
@@ -144,12 +154,14 @@ def _run_checks(checks: Checks) -> None:
         for size in EDGE_SIZES:
             checks.gather(dtype, size)
         checks.gather(dtype, 1003, in_place=True)
+    for dtype in DTYPES:  # in the node's segment: its steps go straight between the tensors
+        checks.sum(dtype, 4096, pooled=True)
 
     @same_everywhere
     @given(size=st.integers(2, 300_000), dtype=st.sampled_from(DTYPES),
-           gather_dtype=st.sampled_from(GATHER_DTYPES))  # fmt: skip
-    def drawn(size: int, dtype: torch.dtype, gather_dtype: torch.dtype) -> None:
-        checks.sum(dtype, size)
+           gather_dtype=st.sampled_from(GATHER_DTYPES), pooled=st.booleans())  # fmt: skip
+    def drawn(size: int, dtype: torch.dtype, gather_dtype: torch.dtype, pooled: bool) -> None:
+        checks.sum(dtype, size, pooled)
         checks.scatter(dtype, size)
         checks.gather(gather_dtype, size)
 
@@ -263,6 +275,10 @@ def main() -> None:
         "identical": checks.identical,
         "broadcast_ok": broadcast_ok,
         "gathers_ok": checks.gathers_ok,
+        "pooled_same": checks.pooled_same,
+        "node_pooled_calls": None
+        if spanning is None or spanning.local_shm is None
+        else spanning.local_shm.communicator.pooled_calls,
         "second_group_ok": second_group_ok,
         "ddp": _ddp_losses(None, rank),
         "ddp_gloo": _ddp_losses(flat, rank),
