@@ -45,6 +45,9 @@ class Report:
     versions: dict[str, str]
     cpu_kernels: str
     """The instruction-set level of the native CPU kernels (:func:`accel.ops.isa.describe`)."""
+    collectives: str
+    """How ``accel.comm`` runs collectives here: shared memory for groups on one node (or
+    why not), and each rank's pool for ``shared_empty`` tensors."""
     selected: str
     how: str
     detail: str
@@ -85,6 +88,28 @@ def _cpu_kernels() -> str:
     from accel.ops import isa  # a bad ACCEL_CPU_ISA raises its ValueError here
 
     return isa.describe()
+
+
+def _collectives() -> str:
+    """The collectives line: the shared-memory module, and the pool size (or what is wrong
+    with its variable). Which path a group takes is decided per call, every rank alike."""
+    try:
+        from accel.ops import _shm_comm  # noqa: F401  # pyright: ignore[reportUnusedImport]
+    except ImportError as error:
+        return f"torch.distributed only (accel.ops._shm_comm does not import: {error})"
+    from accel.comm._segment import POOL_ENV, pool_bytes
+
+    try:
+        pool = pool_bytes()
+    except ValueError as error:
+        return f"shared memory for groups on one node; no pools: {error}"
+    if pool == 0:
+        return f"shared memory for groups on one node; no pools ({POOL_ENV}=0)"
+    return (
+        f"shared memory for groups on one node; pools of {pool >> 20} MiB per rank "
+        f"({POOL_ENV}): all-reduce, all-gather, reduce-scatter and broadcast go straight "
+        "between tensors from accel.comm.shared_empty"
+    )
 
 
 def _capabilities(entry: _registry.Registered, available: bool) -> dict[str, bool | None]:
@@ -153,6 +178,7 @@ def collect() -> Report:
     return Report(
         versions=_versions(),
         cpu_kernels=_cpu_kernels(),
+        collectives=_collectives(),
         selected=backend_label(accelerator),
         how=selection.how,
         detail=selection.detail,
@@ -191,6 +217,7 @@ def render(report: Report, width: int | None = None) -> str:
     )
     console.print("  ".join(f"{name} {version}" for name, version in report.versions.items()))
     console.print(f"cpu kernels: {report.cpu_kernels}")
+    console.print(f"collectives: {report.collectives}", markup=False)
     console.print(f"selected backend: [bold]{report.selected}[/]")
     console.print(f"chosen by: {report.how} ({report.detail})")
     console.print(f"devices: {report.device_count}")

@@ -95,11 +95,30 @@ def test_report_json_is_machine_readable() -> None:
     }  # fmt: skip
     assert builders["CCLCommBuilder"]["compatible"] is False
     assert "oneccl_bindings_for_pytorch" in builders["CCLCommBuilder"]["reason"]
+    assert report["collectives"].startswith("shared memory for groups on one node; pools of")
     assert builders["CPUAdamBuilder"] == {
         "name": "CPUAdamBuilder",
         "compatible": True,
         "reason": "ready",
     }
+
+
+@pytest.mark.parametrize(
+    ("pool", "says"),
+    [
+        ("0", "no pools (ACCEL_SHM_POOL_BYTES=0)"),
+        ("12", "no pools: environment variable ACCEL_SHM_POOL_BYTES must be a decimal"),
+        (str(64 << 20), "pools of 64 MiB per rank (ACCEL_SHM_POOL_BYTES)"),
+    ],
+)  # fmt: skip
+def test_report_says_how_collectives_run(
+    pool: str, says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel import cli
+
+    monkeypatch.setenv("ACCEL_SHM_POOL_BYTES", pool)
+    assert cli.main(["report", "--json"]) == 0  # a bad pool size is reported, not raised
+    assert says in json.loads(capsys.readouterr().out)["collectives"]
 
 
 def test_report_says_how_an_env_choice_was_made() -> None:
