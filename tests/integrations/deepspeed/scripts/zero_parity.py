@@ -14,7 +14,14 @@ then merge the two files into tests/integrations/deepspeed/scripts/zero_referenc
 
 ``--backend accel --configs zero2-fp32,zero2-bf16`` trains only those configurations on the
 "accel" torch.distributed backend and records which collectives took accel.comm's two
-levels (test_training.py runs it on two simulated nodes against ``--backend gloo``).
+levels (test_training.py runs it on two simulated nodes against the same launch with
+``--backend gloo``, recorded in zero2_two_nodes_gloo_reference.json by:
+    for node in 0 1; do ACCEL_DEEPSPEED=1 ACCEL_NODE_ID=n$node PYTHONPATH=. accel run \
+        --nnodes=2 --node-rank=$node --nproc-per-node=2 --master-addr=127.0.0.1 \
+        --master-port=29555 tests/integrations/deepspeed/scripts/zero_parity.py --world 4 \
+        --backend gloo --configs zero2-fp32,zero2-bf16 \
+        --out tests/integrations/deepspeed/scripts/zero2_two_nodes_gloo_reference.json & done; wait
+).
 
 ``--configs zero2-bf16-states-offload,zero3-bf16-states-offload`` trains the configurations
 that only run when named: bf16 master weights and bf16 optimizer states on the CPU
