@@ -105,8 +105,9 @@ def _collectives() -> str:
         return f"shared memory for groups on one node; no pools: {error}"
     if pool == 0:
         return f"shared memory for groups on one node; no pools ({POOL_ENV}=0)"
+    size = f"{pool >> 20} MiB" if pool % (1 << 20) == 0 else f"{pool} bytes"
     return (
-        f"shared memory for groups on one node; pools of {pool >> 20} MiB per rank "
+        f"shared memory for groups on one node; pools of {size} per rank "
         f"({POOL_ENV}): all-reduce, all-gather, reduce-scatter and broadcast go straight "
         "between tensors from accel.comm.shared_empty"
     )

@@ -109,6 +109,7 @@ def test_report_json_is_machine_readable() -> None:
         ("0", "no pools (ACCEL_SHM_POOL_BYTES=0)"),
         ("12", "no pools: environment variable ACCEL_SHM_POOL_BYTES must be a decimal"),
         (str(64 << 20), "pools of 64 MiB per rank (ACCEL_SHM_POOL_BYTES)"),
+        ("8192", "pools of 8192 bytes per rank (ACCEL_SHM_POOL_BYTES)"),
     ],
 )  # fmt: skip
 def test_report_says_how_collectives_run(

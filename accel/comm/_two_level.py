@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from accel.comm import _local
 from accel.comm._link import Link
+from accel.comm._segment import summable_codes
 from accel.comm._spanning import Spanning
 
 
@@ -55,12 +56,13 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
         if share * size != flat.numel():
             padded = flat.new_zeros(share * size)
             padded[: flat.numel()] = flat
-        # With a segment, this rank's share is its own block of the tensor: the node's
-        # reduce-scatter sums into it and its all-gather leaves it in place (straight
-        # between the node's tensors when they are in its pools, see shared_empty).
-        # Gloo's collectives take no such aliasing.
+        # When the segment sums it, this rank's share is its own block of the tensor: the
+        # node's reduce-scatter sums into it and its all-gather leaves it in place (straight
+        # between the node's tensors when they are in its pools, see shared_empty). Gloo
+        # (no segment, or a dtype or device the segment does not take) gets a buffer of its
+        # own: its collectives promise nothing about an output aliasing the input.
         here = local.rank()
-        in_place = spanning.local_shm is not None
+        in_place = spanning.local_shm is not None and flat.is_cpu and flat.dtype in summable_codes()
         mine = padded[here * share : (here + 1) * share] if in_place else flat.new_empty(share)
         _local.reduce_scatter_tensor(mine, padded, spanning.local_shm, local, timeout)
         assert spanning.across is not None  # every rank has a share to send, when even

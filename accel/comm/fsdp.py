@@ -26,12 +26,20 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
-from torch.distributed.fsdp._fully_shard._fsdp_api import (  # pyright: ignore[reportPrivateUsage]
-    AllGather,
-    ReduceScatter,
-)
 from typing_extensions import override
+
+try:
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_api import (  # pyright: ignore[reportPrivateUsage]
+        AllGather,
+        ReduceScatter,
+    )
+except ImportError as error:  # an older torch: FSDP2 without custom-communication hooks
+    raise ImportError(
+        "accel.comm.fsdp needs FSDP2's custom-communication hooks (FSDPModule."
+        "set_custom_all_gather and the AllGather / ReduceScatter classes in torch.distributed."
+        f"fsdp._fully_shard._fsdp_api); torch {torch.__version__} does not have them: {error}"
+    ) from error
 
 from accel.comm import _torch_dist as tdist
 from accel.comm import shared_empty

@@ -546,7 +546,7 @@ class Communicator {
     check_summable(dtype, eligible);
     const int64_t element = eligible ? accel::dtype_size(dtype) : 1;
     const int64_t block = numel * element;
-    const bool apart = eligible && own_block_or_apart(out, data, block);
+    const bool apart = eligible && own_block_or_apart(data, out, block);
     const int64_t offset = apart ? pool_offset(data, world_ * block) : -1;
     py::gil_scoped_release released;
     return guarded([&] {

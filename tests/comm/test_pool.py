@@ -284,6 +284,36 @@ def test_pooled_reduce_scatter_ends_with_the_staged_paths_bits(
             assert torch.equal(_bits(pooled[r][block]), _bits(inputs[r][block]))
 
 
+def test_a_reduce_scatter_output_on_a_peers_block_takes_the_staged_path(ranks: list[Any]) -> None:
+    # Rank 0's out = rank 1's block of rank 0's pooled input: written while rank 1 would read
+    # it from the pool, so the call must go through the slots (which copy first). The other
+    # ranks' outputs are apart from their inputs.
+    world, numel = len(ranks), 70_000
+    generator = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(world * numel, generator=generator) for _ in range(world)]
+    expected = [torch.empty(numel) for _ in range(world)]
+    _reduce_scatter(ranks, inputs, expected)
+    pooled = [_pooled(c, i) for c, i in zip(ranks, inputs, strict=True)]
+    outs = [pooled[0][numel : 2 * numel], *(torch.empty(numel) for _ in range(1, world))]
+    before = _counts(ranks, "reduce_scatter")
+    _reduce_scatter(ranks, pooled, outs)
+    assert _counts(ranks, "reduce_scatter") == before
+    for out, want in zip(outs, expected, strict=True):
+        assert torch.equal(out, want)
+
+
+def test_a_reduce_scatter_output_just_before_its_input_is_pooled(ranks: list[Any]) -> None:
+    # First-fit places a later input after an earlier output: apart, so pooled.
+    world, numel = len(ranks), 4_096
+    outs = [_pooled_empty(c, numel, torch.float32) for c in ranks]
+    inputs = [_pooled(c, torch.full((world * numel,), float(r + 1))) for r, c in enumerate(ranks)]
+    assert all(i.data_ptr() >= o.data_ptr() + 4 * numel for i, o in zip(inputs, outs, strict=True))
+    before = _counts(ranks, "reduce_scatter")
+    _reduce_scatter(ranks, inputs, outs)
+    assert _counts(ranks, "reduce_scatter") == [b + 1 for b in before]
+    assert all(torch.equal(o, torch.full((numel,), world * (world + 1) / 2)) for o in outs)
+
+
 @pytest.mark.parametrize("root", [0, -1], ids=["root 0", "last rank root"])
 def test_a_pooled_root_broadcasts_straight_from_its_pool(ranks: list[Any], root: int) -> None:
     world = len(ranks)

@@ -67,7 +67,7 @@ class Checks:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.errors: dict[str, float] = {}
         self.bounds: dict[str, float] = {}
-        self.identical = self.gathers_ok = self.pooled_same = True
+        self.identical = self.gathers_ok = self.pooled_same = self.ints_ok = True
 
     def _record(
         self, key: str, got: torch.Tensor, exact: torch.Tensor, largest: torch.Tensor
@@ -102,6 +102,14 @@ class Checks:
         dist.all_gather(results, mine, group=self.flat)
         first = results[0].view(torch.uint8)  # bytes: NaN-safe
         self.identical &= all(torch.equal(r.view(torch.uint8), first) for r in results)
+
+    def int_sum(self, size: int) -> None:
+        """An int64 all-reduce (the segment does not sum integers: gloo does, in every
+        step), exactly."""
+        mine = torch.arange(size, dtype=torch.int64) * (self.rank + 1)
+        self._all_reduce(mine)
+        total = self.world * (self.world + 1) // 2
+        self.ints_ok &= torch.equal(mine, torch.arange(size, dtype=torch.int64) * total)
 
     def gather(self, dtype: torch.dtype, size: int, in_place: bool = False) -> None:
         """All-gather: every rank's bytes exactly (size 1001: a 2-D output, rows of 143;
@@ -156,6 +164,8 @@ def _run_checks(checks: Checks) -> None:
         checks.gather(dtype, 1003, in_place=True)
     for dtype in DTYPES:  # in the node's segment: its steps go straight between the tensors
         checks.sum(dtype, 4096, pooled=True)
+    for size in (*EDGE_SIZES, 4096):
+        checks.int_sum(size)
 
     @same_everywhere
     @given(size=st.integers(2, 300_000), dtype=st.sampled_from(DTYPES),
@@ -276,6 +286,7 @@ def main() -> None:
         "broadcast_ok": broadcast_ok,
         "gathers_ok": checks.gathers_ok,
         "pooled_same": checks.pooled_same,
+        "ints_ok": checks.ints_ok,
         "node_pooled_calls": None
         if spanning is None or spanning.local_shm is None
         else spanning.local_shm.communicator.pooled_calls,
