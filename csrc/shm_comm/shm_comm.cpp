@@ -462,17 +462,12 @@ class Communicator {
     const int64_t offset = eligible ? pool_offset(data, numel * element) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      if (offset < 0) return staged_all_reduce(data, numel, dtype, element, eligible, timeout, true);
-      const uint64_t seq = begin_step(timeout);
-      announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout, offset);
-      if (!all_eligible(seq)) return finish_step(seq, false);
-      if (all_pooled(seq, numel * element)) {
-        reduce_in_pools(seq, numel, dtype, timeout);
-        ++pooled_calls_[kAllReduce];
-        return finish_step(seq, true);
-      }
-      finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
-      return staged_all_reduce(data, numel, dtype, element, eligible, timeout, false);
+      return pooled_or_staged(
+          kAllReduce, numel, dtype, eligible, offset, numel * element, timeout,
+          [&](uint64_t seq) { reduce_in_pools(seq, numel, dtype, timeout); },
+          [&](bool may_meet_pooled) {
+            return staged_all_reduce(data, numel, dtype, element, eligible, timeout, may_meet_pooled);
+          });
     });
   }
 
@@ -488,17 +483,12 @@ class Communicator {
     const int64_t offset = apart ? pool_offset(data, nbytes) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      if (offset < 0) return staged_all_gather(data, out, nbytes, dtype, eligible, timeout, true);
-      const uint64_t seq = begin_step(timeout);
-      announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout, offset);
-      if (!all_eligible(seq)) return finish_step(seq, false);
-      if (all_pooled(seq, nbytes)) {
-        gather_from_pools(seq, reinterpret_cast<char*>(out), nbytes, timeout);
-        ++pooled_calls_[kAllGather];
-        return finish_step(seq, true);
-      }
-      finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
-      return staged_all_gather(data, out, nbytes, dtype, eligible, timeout, false);
+      return pooled_or_staged(
+          kAllGather, nbytes, dtype, eligible, offset, nbytes, timeout,
+          [&](uint64_t seq) { gather_from_pools(seq, reinterpret_cast<char*>(out), nbytes, timeout); },
+          [&](bool may_meet_pooled) {
+            return staged_all_gather(data, out, nbytes, dtype, eligible, timeout, may_meet_pooled);
+          });
     });
   }
 
@@ -550,21 +540,18 @@ class Communicator {
     const int64_t offset = apart ? pool_offset(data, world_ * block) : -1;
     py::gil_scoped_release released;
     return guarded([&] {
-      if (offset < 0) return staged_reduce_scatter(data, out, numel, dtype, element, eligible, timeout, true);
-      const uint64_t seq = begin_step(timeout);
-      announce(seq, kReduceScatter, numel, dtype, eligible, 0, timeout, offset);
-      if (!all_eligible(seq)) return finish_step(seq, false);
-      if (all_pooled(seq, world_ * block)) {
-        // In rank order, as the staged path sums: the same bits.
-        std::vector<const char*> terms(world_);
-        for (int r = 0; r < world_; ++r) terms[r] = pool(r) + control(r).offset[seq % 2] + rank_ * block;
-        sum_terms(reinterpret_cast<char*>(out), nullptr, terms, numel, dtype);
-        all_done_reading(seq, timeout);
-        ++pooled_calls_[kReduceScatter];
-        return finish_step(seq, true);
-      }
-      finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
-      return staged_reduce_scatter(data, out, numel, dtype, element, eligible, timeout, false);
+      return pooled_or_staged(
+          kReduceScatter, numel, dtype, eligible, offset, world_ * block, timeout,
+          [&](uint64_t seq) {
+            // In rank order, as the staged path sums: the same bits.
+            std::vector<const char*> terms(world_);
+            for (int r = 0; r < world_; ++r) terms[r] = pool(r) + control(r).offset[seq % 2] + rank_ * block;
+            sum_terms(reinterpret_cast<char*>(out), nullptr, terms, numel, dtype);
+            all_done_reading(seq, timeout);
+          },
+          [&](bool may_meet_pooled) {
+            return staged_reduce_scatter(data, out, numel, dtype, element, eligible, timeout, may_meet_pooled);
+          });
     });
   }
 
@@ -595,6 +582,39 @@ class Communicator {
       throw std::invalid_argument(wire_name(dtype) + " cannot be summed in shared memory (float32, bfloat16, float16 can)");
   }
 
+  // A collective that may go straight between pooled tensors: `offset` is where this
+  // rank's tensor starts in its pool (-1: not there, or not eligible), `pooled_bytes` how
+  // much of each rank's pool the pooled step reads. A rank that is not pooled goes to
+  // `staged(true)` at once; a pooled rank announces, and if every rank is pooled runs
+  // `pooled_step(seq)` (which ends with all_done_reading), else starts over with
+  // `staged(false)`, as the staged ranks do when they meet its announcement.
+  template <typename PooledStep, typename Staged>
+  bool pooled_or_staged(int32_t op, int64_t size, int dtype, bool eligible, int64_t offset, int64_t pooled_bytes,
+                        double timeout, PooledStep pooled_step, Staged staged) {
+    if (offset < 0) return staged(true);
+    const uint64_t seq = begin_step(timeout);
+    announce(seq, op, size, dtype, eligible, 0, timeout, offset);
+    if (!all_eligible(seq)) return finish_step(seq, false);
+    if (all_pooled(seq, pooled_bytes)) {
+      pooled_step(seq);
+      ++pooled_calls_[op];
+      return finish_step(seq, true);
+    }
+    finish_step(seq, true);  // a peer's tensor is not in its pool: all start over, staged
+    return staged(false);
+  }
+
+  // Whether a staged collective ends at chunk `c` of step `seq`: at its first step, when a
+  // rank is not eligible, or (`may_meet_pooled`) when a peer announced a pooled tensor,
+  // which sets `peer_pooled` (the caller then starts over). Every rank reads the same
+  // announcements, so all stop together.
+  bool first_step_stops(uint64_t seq, int64_t c, bool may_meet_pooled, bool& peer_pooled) {
+    if (c != 0) return false;
+    if (!all_eligible(seq)) return true;
+    peer_pooled = may_meet_pooled && any_pooled(seq);
+    return peer_pooled;
+  }
+
   // all_reduce through the slots, a chunk at a time. `may_meet_pooled`: this rank's tensor
   // is not in its pool, and a peer's may be (then every rank returns here to start over).
   bool staged_all_reduce(uintptr_t data, int64_t numel, int dtype, int64_t element, bool eligible, double timeout,
@@ -612,11 +632,7 @@ class Communicator {
         copy_bytes(slot, tensor, static_cast<size_t>(count * element));
       }
       announce(seq, kAllReduce, numel, dtype, eligible, 0, timeout, -1);
-      if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);  // every rank reads the same announcements
-      if (c == 0 && may_meet_pooled && any_pooled(seq)) {
-        peer_pooled = true;
-        return finish_step(seq, false);
-      }
+      if (first_step_stops(seq, c, may_meet_pooled, peer_pooled)) return finish_step(seq, false);
       if (split) {
         // Each rank sums its own share of the elements (its tensor's part and the peers'
         // copies of it) into its tensor and its slot, then copies the peers' summed
@@ -650,11 +666,7 @@ class Communicator {
           copy_bytes(slot + q * per_piece * element, input + (q * numel + begin) * element,
                      static_cast<size_t>(count * element));
       announce(seq, kReduceScatter, numel, dtype, eligible, 0, timeout);
-      if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
-      if (c == 0 && may_meet_pooled && any_pooled(seq)) {
-        peer_pooled = true;
-        return finish_step(seq, false);
-      }
+      if (first_step_stops(seq, c, may_meet_pooled, peer_pooled)) return finish_step(seq, false);
       if (count > 0) {
         std::vector<const char*> terms(world_);
         for (int r = 0; r < world_; ++r)
@@ -675,11 +687,7 @@ class Communicator {
     const bool done = for_each_chunk(nbytes, static_cast<int64_t>(slot_bytes_), eligible, timeout, [&](uint64_t seq, int64_t c, int64_t begin, int64_t count) {
       if (count > 0) copy_bytes(buffer(rank_, seq), reinterpret_cast<const char*>(data) + begin, static_cast<size_t>(count));
       announce(seq, kAllGather, nbytes, dtype, eligible, 0, timeout);
-      if (c == 0 && !all_eligible(seq)) return finish_step(seq, false);
-      if (c == 0 && may_meet_pooled && any_pooled(seq)) {
-        peer_pooled = true;
-        return finish_step(seq, false);
-      }
+      if (first_step_stops(seq, c, may_meet_pooled, peer_pooled)) return finish_step(seq, false);
       for (int r = 0; r < world_ && count > 0; ++r)
         copy_bytes(reinterpret_cast<char*>(out) + r * nbytes + begin, buffer(r, seq), static_cast<size_t>(count));
       return finish_step(seq, true);
