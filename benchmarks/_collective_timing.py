@@ -24,7 +24,8 @@ def seconds_per_call(call: Callable[[], object], iters: int) -> float:
 def after_writing(
     tensor: torch.Tensor, source: torch.Tensor, call: Callable[[], object]
 ) -> Callable[[], object]:
-    """``call`` preceded by writing ``tensor`` (``--fresh``)."""
+    """``call`` preceded by writing ``tensor`` from ``source``, as a backward pass or
+    FSDP2's copy-in writes it before the collective."""
 
     def written() -> object:
         tensor.copy_(source)
