@@ -37,12 +37,14 @@ ISOLATIONS = ("thread", "process")
 # The child answers on a pipe of its own (its descriptor is the first argument), one JSON
 # object per line naming the target it answers for: a probe writes to stdout and stderr,
 # never there, so nothing a probe prints can be taken for an answer or hide one. The child
-# imports what every probe needs, says it is ready (its start-up does not count against a
-# probe's limit), then asks each target in turn.
+# imports what every probe needs (torch included: every built-in backend's probe asks it,
+# and its import takes seconds on a loaded machine), says it is ready (its start-up does
+# not count against a probe's limit), then asks each target in turn.
 _CHILD = """
 import importlib, json, os, sys
 answers = os.fdopen(int(sys.argv[1]), "w", encoding="utf-8")
 os.set_inheritable(answers.fileno(), False)  # a process a probe starts must not hold it open
+import torch
 from accel._probe import raised
 from accel.backends.base import Availability
 
@@ -66,7 +68,7 @@ for target in sys.argv[2:]:
         said = {"raised": raised(error)}
     say(dict(said, target=target))
 """
-# How long the child may take to start (import accel and torch) before its first probe.
+# How long the child may take to start (import torch and accel) before its first probe.
 _START_S = 120.0
 
 
