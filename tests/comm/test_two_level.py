@@ -77,10 +77,23 @@ def _launch(tmp_path: Path, script: Path, nodes: list[str], *args: str) -> None:
         assert process.returncode == 0, stderr[-4000:]
 
 
-def _ranks_by_hand(tmp_path: Path, nodes: list[str], backend: str) -> list[dict[str, Any]]:
-    """``two_level_check.py`` on one process per rank, ``nodes[i]`` the node of rank i."""
-    _launch(tmp_path, CHECK, nodes, backend)
+def _ranks_by_hand(
+    tmp_path: Path, nodes: list[str], backend: str, *then: str
+) -> list[dict[str, Any]]:
+    """``two_level_check.py`` on one process per rank, ``nodes[i]`` the node of rank i
+    (``then``: ``"patterns"`` runs patterns_check.py's patterns first)."""
+    _launch(tmp_path, CHECK, nodes, backend, *then)
     return _results(tmp_path, len(nodes))
+
+
+def _patterns_gave_exact_results(outcomes: dict[str, Any]) -> None:
+    """Every pattern of tests/comm/scripts/patterns_check.py came out right: async work
+    beside direct calls and beside the group's other collectives, sub-groups before DDP,
+    overlapping and local-sync sub-groups, two groups with the same ranks at once,
+    non-contiguous tensors, a seeded stress run against gloo, destroy and init again."""
+    failed = {name: outcome for name, outcome in outcomes.items() if outcome is not True}
+    assert failed == {}, failed
+    assert len(outcomes) == 9, sorted(outcomes)  # every pattern ran
 
 
 def _check(ranks: list[dict[str, Any]]) -> None:
@@ -170,7 +183,9 @@ def test_launchers_meeting_through_a_c10d_rendezvous_are_nodes(tmp_path: Path) -
 def test_two_nodes_holding_alternate_ranks(tmp_path: Path) -> None:
     # Ranks 0 and 2 on one node, 1 and 3 on the other: blocks change places between the
     # levels' order and the group's.
-    ranks = _ranks_by_hand(tmp_path, ["a", "b", "a", "b"], "accel")
+    ranks = _ranks_by_hand(tmp_path, ["a", "b", "a", "b"], "accel", "patterns")
+    for rank in ranks:
+        _patterns_gave_exact_results(rank["patterns"])
     _check(ranks)
     assert all(rank["levels"] == {"even": True, "local": 2} for rank in ranks)
     _took_two_levels(
@@ -194,7 +209,9 @@ def test_two_nodes_of_one_rank_stay_flat_gloo(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_uneven_nodes_one_and_three(tmp_path: Path) -> None:
-    ranks = _ranks_by_hand(tmp_path, ["a", "b", "b", "b"], "accel")
+    ranks = _ranks_by_hand(tmp_path, ["a", "b", "b", "b"], "accel", "patterns")
+    for rank in ranks:
+        _patterns_gave_exact_results(rank["patterns"])
     _check(ranks)
     assert [rank["levels"] for rank in ranks] == [
         {"even": False, "local": 1}, *[{"even": False, "local": 3}] * 3,
@@ -218,19 +235,12 @@ def test_the_ring_between_nodes_sums_each_ranks_row(world: int, tmp_path: Path) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "nodes", [["a", "a", "b", "b"], ["a", "a", "a", "a"], ["a", "b", "b", "b"]],
-    ids=["2x2", "one-node", "1+3"],
-)  # fmt: skip
-def test_the_patterns_real_jobs_use_give_exact_results(nodes: list[str], tmp_path: Path) -> None:
-    # tests/comm/scripts/patterns_check.py: async work beside direct calls and beside the
-    # group's other collectives, sub-groups before DDP, overlapping and local-sync
-    # sub-groups, two groups with the same ranks at once, non-contiguous tensors, a seeded
-    # stress run against gloo, destroy and init again.
-    _launch(tmp_path, CHECK.with_name("patterns_check.py"), nodes)
-    for rank in _results(tmp_path, len(nodes)):
-        failed = {name: outcome for name, outcome in rank.items() if outcome is not True}
-        assert failed == {"rank": rank["rank"]}, failed
+def test_the_patterns_real_jobs_use_give_exact_results_on_one_node(tmp_path: Path) -> None:
+    # Across nodes, the jobs of test_two_nodes_holding_alternate_ranks (2 x 2) and
+    # test_uneven_nodes_one_and_three run the same patterns first.
+    _launch(tmp_path, CHECK.with_name("patterns_check.py"), ["a"] * 4)
+    for rank in _results(tmp_path, 4):
+        _patterns_gave_exact_results({k: v for k, v in rank.items() if k != "rank"})
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(4))))

@@ -284,9 +284,9 @@ def again_after_destroy() -> bool:
     return ok
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    dist.init_process_group("accel", timeout=TIMEOUT)
+def run_patterns() -> dict[str, Any]:
+    """Every pattern on the "accel" world this process has just initialized (before
+    anything else ran on it: see :func:`again_after_destroy`), which is up again after."""
     results: dict[str, Any] = {}
     try:
         results["again_after_destroy"] = again_after_destroy()
@@ -301,8 +301,15 @@ def main() -> None:
         "non_contiguous", "stress",
     ):  # fmt: skip
         patterns.run(name, getattr(patterns, name))
+    return {**results, **patterns.results}
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    dist.init_process_group("accel", timeout=TIMEOUT)
+    results = run_patterns()
     rank = int(os.environ["RANK"])
-    (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **results, **patterns.results}))
+    (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **results}))
     dist.destroy_process_group()
 
 

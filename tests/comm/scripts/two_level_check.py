@@ -1,6 +1,10 @@
 """One rank of a job whose nodes are simulated with ACCEL_NODE_ID; writes OUT/rank<N>.json.
 
-    ACCEL_NODE_ID=a ... python two_level_check.py OUT BACKEND
+    ACCEL_NODE_ID=a ... python two_level_check.py OUT BACKEND [patterns]
+
+With ``patterns`` (BACKEND ``accel``) the job first runs every pattern of
+patterns_check.py (on the same processes: one job start instead of two), and the record's
+``patterns`` holds their outcomes; the counts below are of the checks that follow.
 
 BACKEND ``gloo``: sums go through ``accel.comm.all_reduce_`` on a gloo group; ``accel``:
 through ``dist.all_reduce`` on the "accel" process group. Each sum is checked against the
@@ -244,9 +248,21 @@ def _train(model: torch.nn.Module, rank: int) -> list[float]:
 
 
 def main() -> None:
-    out, backend = Path(sys.argv[1]), sys.argv[2]
-    dist.init_process_group(backend)
+    out, backend, *then = Path(sys.argv[1]), sys.argv[2], *sys.argv[3:]
+    patterns: dict[str, Any] | None = None
+    if then == ["patterns"]:
+        from patterns_check import TIMEOUT, run_patterns  # this script's directory
+
+        dist.init_process_group(backend, timeout=TIMEOUT)
+        patterns = run_patterns()  # first: it destroys the world and makes it again
+        TWO_LEVEL.clear()
+    else:
+        dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    spanning = spanning_of(None)
+    pooled_before = {} if spanning is None or spanning.local_shm is None else dict(
+        spanning.local_shm.communicator.pooled_calls
+    )  # fmt: skip
     flat = dist.new_group(backend="gloo")  # the reference: plain gloo over every rank
     checks = Checks(backend, flat)
     _run_checks(checks)
@@ -289,7 +305,10 @@ def main() -> None:
         "ints_ok": checks.ints_ok,
         "node_pooled_calls": None
         if spanning is None or spanning.local_shm is None
-        else spanning.local_shm.communicator.pooled_calls,
+        else {
+            op: calls - pooled_before.get(op, 0)
+            for op, calls in spanning.local_shm.communicator.pooled_calls.items()
+        },
         "second_group_ok": second_group_ok,
         "ddp": _ddp_losses(None, rank),
         "ddp_gloo": _ddp_losses(flat, rank),
@@ -303,6 +322,7 @@ def main() -> None:
         ) and spanning.even else None,
         "two_level": dict(TWO_LEVEL),
         "ten_reduce_scatters_s": _ten_reduce_scatters_s(backend),
+        "patterns": patterns,
     }  # fmt: skip
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
