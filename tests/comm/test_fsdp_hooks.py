@@ -7,6 +7,8 @@ tests/comm/scripts/process_group_check.py (test_process_group.py).
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -94,3 +96,16 @@ def test_share_fsdp_buffers_names_what_is_wrong() -> None:
         share_fsdp_buffers("model")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"module \(Linear\) has no module wrapped by fully_shard"):
         share_fsdp_buffers(torch.nn.Linear(2, 2))
+
+
+def test_a_torch_without_fsdp2s_hooks_is_named_on_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch before FSDP2's custom-communication hooks: the module that defines them is
+    # missing (None in sys.modules makes its import fail as a missing module does).
+    monkeypatch.setitem(sys.modules, "torch.distributed.fsdp._fully_shard._fsdp_api", None)
+    monkeypatch.delitem(sys.modules, "accel.comm.fsdp")
+    with pytest.raises(
+        ImportError, match=r"accel\.comm\.fsdp needs FSDP2's custom-communication"
+    ) as caught:
+        importlib.import_module("accel.comm.fsdp")
+    assert f"torch {torch.__version__} does not have them" in str(caught.value)
+    assert "AllGather / ReduceScatter classes" in str(caught.value)
