@@ -1,17 +1,23 @@
 """Fabric and the Trainer with ``accelerator="accel"``: the same losses as Lightning's own.
 
-Each run is a fresh process (tests/integrations/lightning/train.py): on the CPU backend
-against Lightning's ``"cpu"`` accelerator, and on the fake PrivateUse1 device
-(tests/support/fake_device.py) against the CPU's numbers, in 1 process and in 2 DDP
-processes. The fake device's autograd engine knows one device index per process (torch's
-Python device guard reports a single device), so its 2-process runs are two one-device
-nodes on this host, as a multi-node job would place them.
+Each run is one fresh process, or 2 DDP processes, of tests/integrations/lightning/train.py
+that trains with Fabric and then with the Trainer (each in a process group of its own), so
+one import of Lightning serves both APIs: on the CPU backend against Lightning's ``"cpu"``
+accelerator, and on the fake PrivateUse1 device (tests/support/fake_device.py) against the
+CPU's numbers. Every comparison is API against the same API: Fabric's records against
+Fabric's, the Trainer's against the Trainer's. Lightning's own ``"cpu"`` runs are made
+once per test process (the ``reference`` fixture): 1 process, and 2 under ``accel run``.
+The refusals run in one process too, each API's error read from its part of stderr. The
+fake device's autograd engine knows one device index per process (torch's Python device
+guard reports a single device), so its 2-process runs are two one-device nodes on this
+host, as a multi-node job would place them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -27,6 +33,7 @@ pytestmark = pytest.mark.slow  # every test starts Lightning in other processes
 
 TRAIN = Path(__file__).resolve().parent / "train.py"
 APIS = ["fabric", "trainer"]
+BOTH = ["--api", *APIS]  # what every training run trains with, in this order
 FAKE = ["--fake", "accelfake"]
 
 
@@ -37,40 +44,49 @@ def _env() -> dict[str, str]:
 
 
 def _out(tmp_path: Path) -> Path:
-    """A fresh directory for one run's rank<N>.json files."""
+    """A fresh directory for one run's rank<N>-<api>.json files."""
     out = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
     out.mkdir()
     return out
 
 
-def _ranks(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
+Records = dict[str, list[dict[str, Any]]]
 
 
-def _run(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+def _records(out: Path, ranks: int) -> Records:
+    """Each API's records, in rank order: one per rank, or the test fails."""
+    records = [json.loads(path.read_text()) for path in out.glob("rank*-*.json")]
+    by_api = {api: [r for r in records if r["api"] == api] for api in APIS}
+    for api, ranked in by_api.items():
+        ranked.sort(key=lambda r: r["rank"])
+        assert [r["rank"] for r in ranked] == list(range(ranks)), f"{api}'s records"
+    return by_api
+
+
+def _run(tmp_path: Path, *args: str) -> Records:
     out = _out(tmp_path)
-    command = [sys.executable, str(TRAIN), "--root", str(out), "--out", str(out), *args]
+    command = [sys.executable, str(TRAIN), "--root", str(out), "--out", str(out), *BOTH, *args]
     result = subprocess.run(
         command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return _ranks(out)
+    return _records(out, 1)
 
 
-def _launch(tmp_path: Path, ranks: int, *args: str) -> list[dict[str, Any]]:
+def _launch(tmp_path: Path, ranks: int, *args: str) -> Records:
     """``accel run`` on this node: Lightning sees torchelastic's environment and joins it."""
     out = _out(tmp_path)
     command = [sys.executable, "-m", "accel", "run", "--standalone", f"--nproc-per-node={ranks}",
                str(TRAIN), "--root", str(out), "--out", str(out), "--devices", str(ranks),
-               *args]  # fmt: skip
+               *BOTH, *args]  # fmt: skip
     result = subprocess.run(
         command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return _ranks(out)
+    return _records(out, ranks)
 
 
-def _two_nodes(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+def _two_nodes(tmp_path: Path, *args: str) -> Records:
     """Two one-device nodes on this host, started by hand as Lightning documents it."""
     port = str(free_port())
     out = _out(tmp_path)
@@ -81,27 +97,39 @@ def _two_nodes(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
                    WORLD_SIZE="2")  # fmt: skip
         processes.append(subprocess.Popen(
             [sys.executable, str(TRAIN), "--root", str(out / f"node{node}"), "--out", str(out),
-             "--devices", "1", "--num-nodes", "2", *args],
+             "--devices", "1", "--num-nodes", "2", *BOTH, *args],
             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
     outputs = [process.communicate(timeout=300) for process in processes]
     for process, (_, stderr) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, stderr[-4000:]
-    return _ranks(out)
+    return _records(out, 2)
 
 
-Reference = Callable[..., list[dict[str, Any]]]
+def _failures(tmp_path: Path, *args: str) -> dict[str, str]:
+    """One process that must fail: each API's stderr (train.py opens it with a line
+    ``train.py: --api <api>``), for each API it ran."""
+    command = [sys.executable, str(TRAIN), "--root", str(tmp_path), "--out", str(tmp_path), *args]
+    result = subprocess.run(
+        command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode != 0
+    parts = re.split(r"^train\.py: --api (\w+)$", result.stderr, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+Reference = Callable[..., Records]
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     """Lightning's own CPU runs, which several tests compare with: ``reference(ranks,
     *args)`` runs each set of arguments once per test process (``_run`` for one rank,
-    ``_launch`` for more) and hands every later caller the same ranks' records."""
+    ``_launch`` for more; both APIs) and hands every later caller the same records."""
     root = tmp_path_factory.mktemp("reference")
-    made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+    made: dict[tuple[object, ...], Records] = {}
 
-    def run(ranks: int, *args: str) -> list[dict[str, Any]]:
+    def run(ranks: int, *args: str) -> Records:
         key = (ranks, *args)
         if key not in made:
             made[key] = _run(root, *args) if ranks == 1 else _launch(root, ranks, *args)
@@ -110,86 +138,76 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return run
 
 
-def _same_training(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
-    assert [r["losses"] for r in ours] == [r["losses"] for r in theirs]
-    assert [r["parameter_sum"] for r in ours] == [r["parameter_sum"] for r in theirs]
-    assert ours[0]["losses"][-1] < ours[0]["losses"][0]  # it trained
+def _same_training(ours: Records, theirs: Records) -> None:
+    """Each API's run against the same API's reference."""
+    for api in APIS:
+        assert [r["losses"] for r in ours[api]] == [r["losses"] for r in theirs[api]], api
+        assert [r["parameter_sum"] for r in ours[api]] == [
+            r["parameter_sum"] for r in theirs[api]
+        ], api
+        assert ours[api][0]["losses"][-1] < ours[api][0]["losses"][0], api  # it trained
 
 
-@pytest.mark.parametrize("api", APIS)
 def test_one_process_on_the_cpu_matches_lightnings_cpu_accelerator(
-    api: str, tmp_path: Path, reference: Reference
+    tmp_path: Path, reference: Reference
 ) -> None:
-    ours = _run(tmp_path, "--api", api, "--accelerator", "accel")
-    theirs = reference(1, "--api", api, "--accelerator", "cpu")
-    _same_training(ours, theirs)
-    assert ours[0]["device"] == "cpu"
+    ours = _run(tmp_path, "--accelerator", "accel")
+    _same_training(ours, reference(1, "--accelerator", "cpu"))
+    for api in APIS:
+        assert ours[api][0]["device"] == "cpu", api
 
 
-@pytest.mark.parametrize("api", APIS)
 def test_ddp_on_the_cpu_uses_accels_backend_and_matches_gloo(
-    api: str, tmp_path: Path, reference: Reference
+    tmp_path: Path, reference: Reference
 ) -> None:
-    ours = _launch(tmp_path, 2, "--api", api, "--accelerator", "accel")
-    theirs = reference(2, "--api", api, "--accelerator", "cpu")
+    ours = _launch(tmp_path, 2, "--accelerator", "accel")
+    theirs = reference(2, "--accelerator", "cpu")
     _same_training(ours, theirs)
-    assert [r["backend"] for r in ours] == ["cpu:accel"] * 2
-    assert all("gloo" in r["backend"] for r in theirs)
-    # DDP averaged the gradients: both ranks end with the same model.
-    assert ours[0]["parameter_sum"] == ours[1]["parameter_sum"]
+    for api in APIS:
+        assert [r["backend"] for r in ours[api]] == ["cpu:accel"] * 2, api
+        assert all("gloo" in r["backend"] for r in theirs[api]), api
+        # DDP averaged the gradients: both ranks end with the same model.
+        assert ours[api][0]["parameter_sum"] == ours[api][1]["parameter_sum"], api
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_one_process_on_a_fake_device_trains_there(
-    api: str, tmp_path: Path, reference: Reference
-) -> None:
-    ours = _run(tmp_path, "--api", api, *FAKE, "--strategy", "accel_single_device")
-    _same_training(ours, reference(1, "--api", api, "--accelerator", "cpu"))
-    assert ours[0]["device"] == "accelfake:0"
+def test_one_process_on_a_fake_device_trains_there(tmp_path: Path, reference: Reference) -> None:
+    ours = _run(tmp_path, *FAKE, "--strategy", "accel_single_device")
+    _same_training(ours, reference(1, "--accelerator", "cpu"))
+    for api in APIS:
+        assert ours[api][0]["device"] == "accelfake:0", api
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_the_default_single_device_strategy_on_a_device_is_refused(
-    api: str, tmp_path: Path
-) -> None:
-    command = [sys.executable, str(TRAIN), "--root", str(tmp_path), "--out", str(tmp_path),
-               "--api", api, *FAKE]  # fmt: skip
-    result = subprocess.run(
-        command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode != 0
-    assert "handed this process cpu" in result.stderr
-    assert "strategy='accel_single_device'" in result.stderr
+def test_the_default_single_device_strategy_on_a_device_is_refused(tmp_path: Path) -> None:
+    failures = _failures(tmp_path, *BOTH, *FAKE)
+    assert list(failures) == APIS
+    for api, stderr in failures.items():
+        assert f"train.py: --api {api} failed" in stderr, api
+        assert "handed this process cpu" in stderr, api
+        assert "strategy='accel_single_device'" in stderr, api
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_ddp_on_a_fake_device_matches_the_cpu(
-    api: str, tmp_path: Path, reference: Reference
-) -> None:
-    ours = _two_nodes(tmp_path, "--api", api, *FAKE, "--strategy", "accel_ddp")
-    _same_training(ours, reference(2, "--api", api, "--accelerator", "cpu"))
-    assert [r["device"] for r in ours] == ["accelfake:0"] * 2
-    # gloo handles the fake device's tensors once named for it; the CPU shares it.
-    assert [r["backend"] for r in ours] == ["cpu:gloo,accelfake:gloo"] * 2
+def test_ddp_on_a_fake_device_matches_the_cpu(tmp_path: Path, reference: Reference) -> None:
+    ours = _two_nodes(tmp_path, *FAKE, "--strategy", "accel_ddp")
+    _same_training(ours, reference(2, "--accelerator", "cpu"))
+    for api in APIS:
+        assert [r["device"] for r in ours[api]] == ["accelfake:0"] * 2, api
+        # gloo handles the fake device's tensors once named for it; the CPU shares it.
+        assert [r["backend"] for r in ours[api]] == ["cpu:gloo,accelfake:gloo"] * 2, api
 
 
-@pytest.mark.parametrize("api", APIS)
 def test_mixed_precision_plugin_autocasts_like_lightnings_cpu(
-    api: str, tmp_path: Path, reference: Reference
+    tmp_path: Path, reference: Reference
 ) -> None:
-    ours = _run(tmp_path, "--api", api, "--accel-precision", "bf16-mixed")
-    theirs = _run(tmp_path, "--api", api, "--accelerator", "cpu", "--precision", "bf16-mixed")
-    full = reference(1, "--api", api, "--accelerator", "cpu")
+    ours = _run(tmp_path, "--accel-precision", "bf16-mixed")
+    theirs = _run(tmp_path, "--accelerator", "cpu", "--precision", "bf16-mixed")
+    full = reference(1, "--accelerator", "cpu")
     _same_training(ours, theirs)
-    assert ours[0]["losses"] != full[0]["losses"]  # bf16 autocast really ran
+    for api in APIS:
+        assert ours[api][0]["losses"] != full[api][0]["losses"], api  # bf16 autocast really ran
 
 
 def test_the_trainer_refuses_mixed_precision_on_another_device(tmp_path: Path) -> None:
-    command = [sys.executable, str(TRAIN), "--root", str(tmp_path), "--out", str(tmp_path),
-               "--api", "trainer", "--precision", "bf16-mixed"]  # fmt: skip
-    result = subprocess.run(
-        command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode != 0
-    assert "autocasts on 'cuda', but accel's backend runs on 'cpu'" in result.stderr
-    assert "trainer_precision('bf16-mixed')" in result.stderr
+    stderr = _failures(tmp_path, "--api", "trainer", "--precision", "bf16-mixed")["trainer"]
+    assert "train.py: --api trainer failed" in stderr
+    assert "autocasts on 'cuda', but accel's backend runs on 'cpu'" in stderr
+    assert "trainer_precision('bf16-mixed')" in stderr

@@ -1,14 +1,18 @@
-"""A small model trained by Lightning (Fabric or the Trainer); one JSON file per rank.
+"""A small model trained by Lightning (Fabric, the Trainer or both); JSON files per rank.
 
-    python train.py --api fabric --accelerator accel [--strategy S] [--devices N]
+    python train.py --api fabric [trainer] --accelerator accel [--strategy S] [--devices N]
                     [--num-nodes N] [--precision P] [--fake NAME]
 
 ``--fake NAME`` installs tests/support/fake_device.py as device ``NAME`` first, so accel
 selects that device's backend. Every rank trains on its own fixed batch, so losses are
 the same whichever accelerator runs them, and DDP's averaged gradients make every
-rank's model the same. ``--out DIR`` gets ``rank<N>.json`` (ranks share stdout, where
-lines would interleave): rank, device, the process group's backend configuration, the
-losses, the dtype the model's output had and the parameters' sum.
+rank's model the same. The APIs run one after another in the same process, each in a
+process group of its own (the one before is destroyed). ``--out DIR`` gets
+``rank<N>-<api>.json`` (ranks share stdout, where lines would interleave): rank, API,
+device, the process group's backend configuration, the losses, the dtype the model's
+output had and the parameters' sum. stderr gets a line ``train.py: --api <api>`` before
+each API's output; an API that raises leaves no file, prints its traceback and
+``train.py: --api <api> failed``, and the next API runs; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +42,18 @@ def _batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _report(
-    out: str, rank: int, device: torch.device, losses: list[float], dtype: str, model: Any
-) -> None:
+    out: str, api: str, rank: int, device: torch.device, losses: list[float], dtype: str,
+    model: Any,
+) -> None:  # fmt: skip
     import torch.distributed as dist
 
     backend = str(dist.get_backend_config()) if dist.is_initialized() else None
     total = sum(float(p.detach().to("cpu", torch.float64).sum()) for p in model.parameters())
     result = {
-        "rank": rank, "device": str(device), "backend": backend, "losses": losses,
+        "rank": rank, "api": api, "device": str(device), "backend": backend, "losses": losses,
         "output_dtype": dtype, "parameter_sum": total,
     }  # fmt: skip
-    (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+    (Path(out) / f"rank{rank}-{api}.json").write_text(json.dumps(result))
 
 
 def _plugins(args: argparse.Namespace, api: str) -> list[Any]:
@@ -84,7 +90,7 @@ def run_fabric(args: argparse.Namespace) -> None:
         fabric.backward(loss)
         optimizer.step()
         losses.append(float(loss))
-    _report(args.out, fabric.global_rank, fabric.device, losses, dtype, model)
+    _report(args.out, "fabric", fabric.global_rank, fabric.device, losses, dtype, model)
 
 
 def run_trainer(args: argparse.Namespace) -> None:
@@ -119,13 +125,42 @@ def run_trainer(args: argparse.Namespace) -> None:
         enable_model_summary=False, default_root_dir=args.root, use_distributed_sampler=False,
     )  # fmt: skip
     trainer.fit(module)
-    _report(args.out, trainer.global_rank, trainer.strategy.root_device, module.losses,
-            module.dtype_seen, module)  # fmt: skip
+    _report(args.out, "trainer", trainer.global_rank, trainer.strategy.root_device,
+            module.losses, module.dtype_seen, module)  # fmt: skip
+
+
+RUNS = {"fabric": run_fabric, "trainer": run_trainer}
+
+
+# Each API's process group's store, kept to the end (see _leave_group).
+_stores: list[object] = []
+
+
+def _leave_group() -> None:
+    """Destroy the process group Lightning left up (gloo's can abort the interpreter at
+    exit: "terminate called without an active exception"), so that the next API
+    initializes its own rather than join this one.
+
+    torch names the next default group "0" again, which gives it this group's store keys:
+    under torchelastic the agent's store outlives the group, and the new gloo group read
+    and dialed this one's stale addresses. Numbering on gives it keys of its own. Started
+    by hand, rank 0's process serves the store, which goes with its last user: kept, it
+    stays up for a rank that meets on it for the next API before rank 0 has left this one.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return
+    _stores.append(c10d._get_default_store())
+    groups = c10d._world.group_count
+    dist.destroy_process_group()
+    c10d._world.group_count = groups
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--api", choices=("fabric", "trainer"), required=True)
+    parser.add_argument("--api", nargs="+", choices=tuple(RUNS), required=True)
     parser.add_argument("--accelerator", default="accel")
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--devices", default="1")
@@ -134,7 +169,7 @@ def main() -> None:
     parser.add_argument("--accel-precision", default=None)
     parser.add_argument("--fake", default=None)
     parser.add_argument("--root", default=".", help="the Trainer's default_root_dir")
-    parser.add_argument("--out", required=True, help="directory for rank<N>.json")
+    parser.add_argument("--out", required=True, help="directory for rank<N>-<api>.json")
     args = parser.parse_args()
     if args.fake:
         import fake_device
@@ -142,13 +177,18 @@ def main() -> None:
         fake_device.install(args.fake)
     import accel.integrations.lightning  # noqa: F401  (registers "accel")
 
-    (run_fabric if args.api == "fabric" else run_trainer)(args)
-    import torch.distributed as dist
-
-    # Lightning leaves the group up; gloo's can abort the interpreter at exit
-    # ("terminate called without an active exception").
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    failed = False
+    for api in args.api:
+        print(f"train.py: --api {api}", file=sys.stderr, flush=True)
+        try:
+            RUNS[api](args)
+        except Exception:
+            traceback.print_exc()
+            print(f"train.py: --api {api} failed", file=sys.stderr, flush=True)
+            failed = True
+        finally:
+            _leave_group()
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
