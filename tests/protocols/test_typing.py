@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 from tests.support import ROOT, TESTS
+from tests.support.once import once_per_session
 
 pytestmark = pytest.mark.slow
 
@@ -45,11 +45,8 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> str:
     across pytest-xdist's workers, which share the base of tmp_path_factory; each test
     reads the lines of its own files. mypy's own cache (.mypy_cache, as `mypy --strict`
     leaves it) makes the run take a second instead of half a minute of reading torch."""
-    shared = tmp_path_factory.getbasetemp().parent / "mypy-output.txt"
-    with FileLock(f"{shared}.lock"):
-        if not shared.exists():
-            shared.write_text(_run_mypy())
-        return shared.read_text()
+    output: str = once_per_session(tmp_path_factory, "mypy", lambda _: _run_mypy())
+    return output
 
 
 def _mypy_error_lines(output: str, path: Path) -> set[int]:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support import ROOT
+from tests.support.once import once_per_session
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow  # every test starts Lightning in other processes
@@ -121,19 +122,20 @@ def _failures(tmp_path: Path, *args: str) -> dict[str, str]:
 Reference = Callable[..., Records]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     """Lightning's own CPU runs, which several tests compare with: ``reference(ranks,
-    *args)`` runs each set of arguments once per test process (``_run`` for one rank,
-    ``_launch`` for more; both APIs) and hands every later caller the same records."""
-    root = tmp_path_factory.mktemp("reference")
-    made: dict[tuple[object, ...], Records] = {}
+    *args)`` runs each set of arguments once per session, whichever xdist worker asks
+    first (``_run`` for one rank, ``_launch`` for more; both APIs), and hands every later
+    caller the same records."""
 
     def run(ranks: int, *args: str) -> Records:
-        key = (ranks, *args)
-        if key not in made:
-            made[key] = _run(root, *args) if ranks == 1 else _launch(root, ranks, *args)
-        return made[key]
+        def make(root: Path) -> Records:
+            return _run(root, *args) if ranks == 1 else _launch(root, ranks, *args)
+
+        name = "_".join(["lightning", str(ranks), *(arg.strip("-") for arg in args)])
+        records: Records = once_per_session(tmp_path_factory, name, make)
+        return records
 
     return run
 
