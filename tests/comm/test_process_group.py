@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import accel.process_group
 from tests.support import ROOT
+from tests.support.once import once_per_session
 from tests.support.shm import shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
@@ -74,26 +75,67 @@ def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_match(ranks: int)
     assert shm_names() <= shm_before
 
 
-def test_mismatched_sizes_are_an_error_on_every_rank(tmp_path: pathlib.Path) -> None:
+@pytest.fixture(scope="session")
+def mismatches(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """What the ranks of one 2-rank job (once per session) printed when they disagreed
+    on a collective (``<case> rank <r> error: ...``): each case on an "accel" group of its
+    own, whose segment a first collective that agrees has set up."""
+    stdout: str = once_per_session(tmp_path_factory, "mismatches", _mismatches)
+    return stdout
+
+
+def _mismatches(directory: pathlib.Path) -> str:
     result = _run(
-        tmp_path,
-        "mismatch.py",
+        directory,
+        "mismatches.py",
         """
-        import torch, torch.distributed as dist
+        import sys, torch, torch.distributed as dist
         import accel.process_group
         dist.init_process_group("accel")
         rank = dist.get_rank()
-        dist.all_reduce(torch.ones(8))  # sets the segment up
-        try:
-            dist.all_reduce(torch.ones(8 + rank))
-            dist.barrier()
-        except Exception as error:
-            print(f"rank {rank} error: {error}", flush=True)
-            raise SystemExit(3)
+        n = 4 + 2 * rank
+        cases = {
+            "sizes": lambda group: dist.all_reduce(torch.ones(8 + rank), group=group),
+            "crossed": lambda group: dist.barrier(group=group) if rank == 0
+            else dist.broadcast(torch.ones(4), src=0, group=group),
+            "scatter-sizes": lambda group: dist.reduce_scatter_single(
+                torch.empty(n), torch.ones(2 * n), group=group
+            ),
+        }
+        for case, disagree in cases.items():
+            group = dist.new_group(backend="accel")
+            dist.barrier(group=group)  # sets the group's segment up
+            try:
+                disagree(group)
+                said = f"{case} rank {rank}: no error"
+            except Exception as error:
+                said = f"{case} rank {rank} error: {error}"
+            sys.stdout.write(said.splitlines()[0] + "\\n")  # one write: ranks share stdout
+            sys.stdout.flush()
+        # No destroy_process_group: a group whose reduction failed raises that error
+        # again when it shuts down.
     """,
     )
-    assert result.returncode != 0
-    assert "error:" in result.stdout
+    return result.stdout
+
+
+def test_mismatched_sizes_are_an_error_on_every_rank(mismatches: str) -> None:
+    assert "sizes rank 0 error:" in mismatches, mismatches
+    assert "sizes rank 1 error:" in mismatches
+
+
+def test_ranks_in_different_collectives_get_an_error_naming_both(mismatches: str) -> None:
+    crossed = [line for line in mismatches.splitlines() if line.startswith("crossed rank")]
+    assert any("collective mismatch" in line for line in crossed), mismatches
+    assert any("barrier" in line and "broadcast" in line for line in crossed), crossed
+
+
+def test_ranks_that_reduce_scatter_different_sizes_get_an_error_naming_both(
+    mismatches: str,
+) -> None:
+    assert (
+        "reduce_scatter mismatch: rank 0 has 4 elements of float32, rank 1 has 6" in mismatches
+    ), mismatches
 
 
 def test_a_killed_peer_is_an_error_not_a_hang(tmp_path: pathlib.Path) -> None:
@@ -229,30 +271,6 @@ def test_work_wait_returns_within_its_timeout(tmp_path: pathlib.Path) -> None:
     assert "rank 1 sum [2.0, 2.0, 2.0, 2.0]" in result.stdout
 
 
-def test_ranks_in_different_collectives_get_an_error_naming_both(tmp_path: pathlib.Path) -> None:
-    result = _run(
-        tmp_path,
-        "crossed.py",
-        """
-        import torch, torch.distributed as dist
-        import accel.process_group
-        dist.init_process_group("accel")
-        rank = dist.get_rank()
-        dist.barrier()  # sets the segment up
-        try:
-            if rank == 0:
-                dist.barrier()
-            else:
-                dist.broadcast(torch.ones(4), src=0)
-        except Exception as error:
-            print(f"rank {rank} error: {error}", flush=True)
-    """,
-    )
-    assert "collective mismatch" in result.stdout, result.stderr[-3000:]
-    assert "barrier" in result.stdout
-    assert "broadcast" in result.stdout
-
-
 def test_bad_arguments_to_the_node_local_collectives_name_the_problem(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -297,30 +315,6 @@ def test_bad_arguments_to_the_node_local_collectives_name_the_problem(
         comm.barrier()  # one rank: nothing to wait for
     finally:
         dist.destroy_process_group()
-
-
-def test_ranks_that_reduce_scatter_different_sizes_get_an_error_naming_both(
-    tmp_path: pathlib.Path,
-) -> None:
-    result = _run(
-        tmp_path,
-        "sizes.py",
-        """
-        import torch, torch.distributed as dist
-        import accel.process_group
-        dist.init_process_group("accel")
-        rank = dist.get_rank()
-        dist.barrier()  # sets the segment up
-        n = 4 + 2 * rank
-        try:
-            dist.reduce_scatter_single(torch.empty(n), torch.ones(2 * n))
-        except Exception as error:
-            print(f"rank {rank} error: {error}", flush=True)
-    """,
-    )
-    assert "reduce_scatter mismatch: rank 0 has 4 elements of float32, rank 1 has 6" in (
-        result.stdout
-    ), result.stderr[-3000:]
 
 
 def test_accel_comm_called_straight_with_an_accel_group_sets_up_and_keeps_order(
