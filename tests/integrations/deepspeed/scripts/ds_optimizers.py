@@ -43,6 +43,9 @@ class _Lion:
 
 
 def main() -> None:
+    from zero_parity import ask_for_cpu_info_once  # this script's directory is on sys.path
+
+    ask_for_cpu_info_once()
     from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
     from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
     from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion

@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 
-from zero_parity import run_steps  # this script's directory is on sys.path
+from zero_parity import ask_for_cpu_info_once, run_steps  # this script's directory is on sys.path
 
 STEPS = 5
 
@@ -73,6 +73,7 @@ def train(device: str, swap: str) -> tuple[list[float], int]:
 
 
 def main() -> None:
+    ask_for_cpu_info_once()
     parser = argparse.ArgumentParser()
     parser.add_argument("--swap", required=True, help="directory for the NVMe swap files")
     args = parser.parse_args()
