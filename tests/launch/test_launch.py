@@ -1,4 +1,5 @@
-"""`accel run`: core plans, and real two-rank jobs on this machine through torchrun."""
+"""`accel run`: core plans, its command line read in this process up to torchrun, and real
+two-rank jobs on this machine through torchrun (the tests marked slow)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,13 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from accel.launch import cli as launch_cli
 from accel.launch.cores import parse_core_list, split_cores
-
-# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
-# leaves them out for a quick run.
-pytestmark = pytest.mark.slow
-
 
 TWO_NODES = {0: frozenset(range(4)), 1: frozenset(range(4, 8))}
 
@@ -107,6 +105,7 @@ def _reports(directory: Path) -> list[dict[str, object]]:
     return [json.loads(p.read_text()) for p in sorted(directory.glob("rank*.json"))]
 
 
+@pytest.mark.slow  # starts `accel run` and its ranks
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_two_bound_ranks_get_disjoint_cores_and_all_reduce(tmp_path: Path) -> None:
     script = tmp_path / "report.py"
@@ -124,6 +123,7 @@ def test_two_bound_ranks_get_disjoint_cores_and_all_reduce(tmp_path: Path) -> No
         assert report["world"] == 2
 
 
+@pytest.mark.slow  # starts `accel run` and its ranks
 def test_bind_core_list_restricts_the_cores(tmp_path: Path) -> None:
     script = tmp_path / "report.py"
     script.write_text(REPORT)
@@ -135,6 +135,7 @@ def test_bind_core_list_restricts_the_cores(tmp_path: Path) -> None:
     assert _reports(tmp_path)[0]["cores"] == [last]
 
 
+@pytest.mark.slow  # starts `accel run` and its ranks
 def test_nproc_defaults_to_the_backends_device_count(tmp_path: Path) -> None:
     from accel.backends.cpu import CPUAccelerator
 
@@ -145,14 +146,18 @@ def test_nproc_defaults_to_the_backends_device_count(tmp_path: Path) -> None:
     assert len(_reports(tmp_path)) == CPUAccelerator().device_count()
 
 
-WORLD = textwrap.dedent(
-    """
-    import json, os, sys
-    path = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json")
-    with open(path, "w") as out:
-        json.dump({"world": int(os.environ["WORLD_SIZE"])}, out)
-    """
-)
+@pytest.fixture
+def launched(monkeypatch: pytest.MonkeyPatch, fresh_selection: None) -> list[Any]:
+    """``accel run`` in this process up to torchrun, whose ``run`` only records the
+    arguments it was handed: what the command line asks for, without starting ranks.
+    The environment ``accel run`` sets for its ranks stays in a copy."""
+    import torch.distributed.run as torchrun
+
+    monkeypatch.setenv("ACCEL_BACKEND", "cpu")  # CPU ranks, also on a GPU machine
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    handed: list[Any] = []
+    monkeypatch.setattr(torchrun, "run", handed.append)
+    return handed
 
 
 @pytest.mark.parametrize(
@@ -166,32 +171,44 @@ WORLD = textwrap.dedent(
     ids=["underscore=", "underscore", "abbreviated", "dash="],
 )
 def test_every_spelling_torchrun_accepts_sets_the_rank_count(
-    tmp_path: Path, spelling: list[str]
+    launched: list[Any], spelling: list[str]
 ) -> None:
     # Only the exact dash spelling used to count: the others silently ran one rank.
-    script = tmp_path / "world.py"
-    script.write_text(WORLD)
-    result = _accel_run(*spelling, str(script), str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    assert _reports(tmp_path) == [{"world": 2}, {"world": 2}]
+    assert launch_cli.main(["--standalone", *spelling, "world.py"]) == 0
+    [args] = launched
+    assert args.nproc_per_node == "2"
+    assert args.training_script_args[-1] == "world.py"  # the user's program, run by the worker
 
 
 @pytest.mark.parametrize(("value", "message"), [("0", "must be at least 1, got 0"), ("x", "'x'")])
-def test_a_bad_rank_count_is_a_usage_error_naming_it(value: str, message: str) -> None:
-    result = _accel_run("--nproc-per-node", value, "x.py")
-    assert result.returncode == 2
-    assert "accel run: error: --nproc-per-node" in result.stderr
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
+def test_a_bad_rank_count_is_a_usage_error_naming_it(
+    launched: list[Any], capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        launch_cli.main(["--standalone", "--nproc-per-node", value, "x.py"])
+    assert exited.value.code == 2
+    stderr = capsys.readouterr().err
+    assert "accel run: error: --nproc-per-node" in stderr
+    assert message in stderr
+    assert "Traceback" not in stderr
+    assert launched == []
 
 
-def test_bad_core_list_fails_before_starting_ranks(tmp_path: Path) -> None:
-    result = _accel_run("--nproc-per-node", "2", "--bind-core-list", "0-9999", "x.py")
-    assert result.returncode == 2  # a usage error, reported as argparse reports its own
-    assert "accel run: error: --bind-core-list: '0-9999' in '0-9999' goes past" in result.stderr
-    assert "Traceback" not in result.stderr
+def test_bad_core_list_fails_before_starting_ranks(
+    launched: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        launch_cli.main(
+            ["--standalone", "--nproc-per-node", "2", "--bind-core-list", "0-9999", "x.py"]
+        )
+    assert exited.value.code == 2  # a usage error, reported as argparse reports its own
+    assert "accel run: error: --bind-core-list: '0-9999' in '0-9999' goes past" in (
+        capsys.readouterr().err
+    )
+    assert launched == []
 
 
+@pytest.mark.slow  # starts `accel run` and its ranks
 def test_a_failing_rank_stops_the_job_and_leaves_no_process(tmp_path: Path) -> None:
     marker = f"accel-orphan-check-{os.getpid()}"
     script = tmp_path / "fail.py"
@@ -217,6 +234,7 @@ def test_a_failing_rank_stops_the_job_and_leaves_no_process(tmp_path: Path) -> N
     assert leftovers == []
 
 
+@pytest.mark.slow  # starts `accel run` and its ranks
 def test_non_python_programs_keep_their_binding(tmp_path: Path) -> None:
     out = tmp_path / "affinity"
     result = _accel_run(
