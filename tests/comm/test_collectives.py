@@ -236,7 +236,12 @@ def _spawn(tmp_path: Path, scenario: str, wait_for_all: bool = False) -> list[di
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-    return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    reports = sorted(tmp_path.glob("rank*.json"))
+    if not reports:  # every scenario leaves a rank to report: say why none did
+        said = [f"rank {rank} exit {proc.returncode}: {proc.communicate()[1][-2000:]}"
+                for rank, proc in enumerate(procs)]  # fmt: skip
+        pytest.fail("no rank reported\n" + "\n".join(said))
+    return [json.loads(p.read_text()) for p in reports]
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accel run"])
