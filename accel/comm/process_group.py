@@ -316,10 +316,12 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     def wait_queued(self) -> None:
         """Wait for the reductions queued so far (before any other collective: one order;
-        accel.comm calls it too when called directly with this group)."""
+        accel.comm calls it too when called directly with this group). A failed one's
+        error is raised by its own Work, as gloo reports it, not again by every later
+        collective and by ``destroy_process_group``."""
         last = self._last
         if last is not None and not self.in_own_collective():
-            last.result()
+            last.exception()  # waits for it; raises nothing
 
     @override
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]

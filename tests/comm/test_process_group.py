@@ -112,8 +112,15 @@ def _mismatches(directory: pathlib.Path) -> str:
                 said = f"{case} rank {rank} error: {error}"
             sys.stdout.write(said.splitlines()[0] + "\\n")  # one write: ranks share stdout
             sys.stdout.flush()
-        # No destroy_process_group: a group whose reduction failed raises that error
-        # again when it shuts down.
+            try:
+                dist.all_reduce(torch.ones(4), group=group)
+                said = f"{case} rank {rank} then: no error"
+            except Exception as error:
+                said = f"{case} rank {rank} then: {error}"
+            sys.stdout.write(said.splitlines()[0] + "\\n")
+            sys.stdout.flush()
+        dist.destroy_process_group()
+        print(f"rank {rank} destroyed", flush=True)
     """,
     )
     return result.stdout
@@ -122,6 +129,21 @@ def _mismatches(directory: pathlib.Path) -> str:
 def test_mismatched_sizes_are_an_error_on_every_rank(mismatches: str) -> None:
     assert "sizes rank 0 error:" in mismatches, mismatches
     assert "sizes rank 1 error:" in mismatches
+
+
+def test_after_a_collective_error_the_group_says_so_and_is_destroyed_without_one(
+    mismatches: str,
+) -> None:
+    # A later collective names the first failure and what to do; destroy_process_group
+    # used to raise a failed reduction's error a second time.
+    for case in ("sizes", "crossed", "scatter-sizes"):
+        for rank in (0, 1):
+            assert f"{case} rank {rank} then: " in mismatches, mismatches
+    later = [line for line in mismatches.splitlines() if " then: " in line]
+    assert all("failed earlier" in line for line in later), later
+    assert all("create a new process group" in line for line in later), later
+    assert "rank 0 destroyed" in mismatches
+    assert "rank 1 destroyed" in mismatches
 
 
 def test_ranks_in_different_collectives_get_an_error_naming_both(mismatches: str) -> None:
