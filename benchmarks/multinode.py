@@ -16,8 +16,11 @@ reduce-scatter in shared memory, all-reduce of each rank's half over gloo betwee
 nodes, all-gather in shared memory; ``all_gather_into_tensor_`` and
 ``reduce_scatter_tensor_``: gloo between the ranks at one position, shared memory in the
 node) on the same float32 tensors, in alternating order, and counts the bytes node 0 sent
-over the veth during each (``tx_bytes``). Prints the medians
-per size and the speed-up as the median of per-round ratios. Needs root (``ip netns``).
+over the veth during each (``tx_bytes``); accel.comm's again on tensors from
+``comm.shared_empty`` (in the node's segment: the node's steps go straight between the
+ranks' tensors). Prints the medians per size, the speed-up as the median of per-round
+ratios, and the pooled call's time over the plain two-level call's (the median of
+per-round ratios). Needs root (``ip netns``).
 """
 
 from __future__ import annotations
@@ -56,28 +59,34 @@ def timed(call):
 results = {}
 for mib in sizes:
     # MiB: the whole tensor (all-reduce's, all-gather's output, reduce-scatter's input).
-    whole, part = torch.ones((mib << 20) // 4), torch.ones((mib << 20) // 4 // world)
+    counts = (mib << 20) // 4, (mib << 20) // 4 // world
+    def tensors(pooled):  # pooled: in the node's shared segment (comm.shared_empty)
+        make = comm.shared_empty if pooled else torch.empty
+        return tuple(make(count).fill_(1.0) for count in counts)
     if collective == "all_reduce":
-        ways = {"gloo": lambda: dist.all_reduce(whole),
-                "two_level": lambda: comm.all_reduce_(whole)}
-        reset, check = lambda: whole.fill_(1.0), lambda: float(whole[0]) == world
+        call = {"gloo": lambda w, p: dist.all_reduce(w), "accel": lambda w, p: comm.all_reduce_(w)}
+        reset, check = lambda w, p: w.fill_(1.0), lambda w, p: float(w[0]) == world
     elif collective == "all_gather":
-        ways = {"gloo": lambda: dist.all_gather_into_tensor(whole, part),
-                "two_level": lambda: comm.all_gather_into_tensor_(whole, part)}
-        reset, check = lambda: whole.zero_(), lambda: bool(whole.eq(1.0).all())
+        call = {"gloo": lambda w, p: dist.all_gather_into_tensor(w, p),
+                "accel": lambda w, p: comm.all_gather_into_tensor_(w, p)}
+        reset, check = lambda w, p: w.zero_(), lambda w, p: bool(w.eq(1.0).all())
     else:
-        ways = {"gloo": lambda: dist.reduce_scatter_tensor(part, whole),
-                "two_level": lambda: comm.reduce_scatter_tensor_(part, whole)}
-        reset, check = lambda: part.zero_(), lambda: bool(part.eq(world).all())
-    for call in ways.values():  # warm-up: connections, segments, sub-groups
-        call()
+        call = {"gloo": lambda w, p: dist.reduce_scatter_tensor(p, w),
+                "accel": lambda w, p: comm.reduce_scatter_tensor_(p, w)}
+        reset, check = lambda w, p: p.zero_(), lambda w, p: bool(p.eq(world).all())
+    held = {"gloo": tensors(False), "two_level": tensors(False), "pooled": tensors(True)}
+    ways = {name: (lambda c=call["gloo" if name == "gloo" else "accel"], t=t: c(*t))
+            for name, t in held.items()}
+    for name, run in ways.items():  # warm-up: connections, segments, sub-groups
+        run()
+        reset(*held[name])
     rows = {name: [] for name in ways}
     for r in range(rounds):
         order = list(ways) if r % 2 == 0 else list(reversed(ways))
         for name in order:
-            reset()
             rows[name].append(timed(ways[name]))
-            assert check(), (collective, name)
+            assert check(*held[name]), (collective, name)
+            reset(*held[name])
     results[mib] = rows
 if rank == 0:
     with open(out, "w") as f:
@@ -164,16 +173,20 @@ def main() -> None:
     with throttled_nodes(rate):
         results = run(sizes, args.rounds, args.port, args.collective)
     print(f"{'MiB':>5} {'gloo s':>9} {'2-level s':>10} {'speed-up':>9} "
-          f"{'gloo B/node':>12} {'2-level B/node':>15} {'bytes ratio':>12}")  # fmt: skip
+          f"{'gloo B/node':>12} {'2-level B/node':>15} {'bytes ratio':>12} "
+          f"{'pooled s':>9} {'pooled / 2-level':>17}")  # fmt: skip
     for mib, rows in results.items():
-        flat, two = rows["gloo"], rows["two_level"]
+        flat, two, pooled = rows["gloo"], rows["two_level"], rows["pooled"]
         speedups = [f[0] / t[0] for f, t in zip(flat, two, strict=True)]
+        pooled_ratios = [p[0] / t[0] for p, t in zip(pooled, two, strict=True)]
         flat_bytes = statistics.median(b for _, b in flat)
         two_bytes = statistics.median(b for _, b in two)
         flat_s, two_s = statistics.median(s for s, _ in flat), statistics.median(s for s, _ in two)
         print(
             f"{mib:>5} {flat_s:>9.3f} {two_s:>10.3f} {statistics.median(speedups):>8.2f}x "
-            f"{flat_bytes:>12.0f} {two_bytes:>15.0f} {two_bytes / flat_bytes:>12.2f}"
+            f"{flat_bytes:>12.0f} {two_bytes:>15.0f} {two_bytes / flat_bytes:>12.2f} "
+            f"{statistics.median(s for s, _ in pooled):>9.3f} "
+            f"{statistics.median(pooled_ratios):>16.2f}x"
         )
     print(
         "B/node: bytes node 0 sent to node 1 during one collective (veth tx_bytes, headers "
