@@ -1,13 +1,10 @@
-"""The pytest plugin, run the way a backend author runs it: pytest in a subprocess."""
+"""The pytest plugin, run the way a backend author runs it: pytest in a subprocess (the
+option, fixture and marker end to end); its usage errors in a pytest session of this
+process (pytester's in-process run; the selection is reset around each)."""
 
 from __future__ import annotations
 
 import pytest
-
-# Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
-# leaves them out for a quick run.
-pytestmark = pytest.mark.slow
-
 
 TESTS = """
 import pytest
@@ -32,6 +29,7 @@ def test_needs_ranges(accelerator):
 """
 
 
+@pytest.mark.slow  # pytest in a subprocess
 def test_accel_option_fixture_and_requires_marker(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(TESTS)
     result = pytester.runpytest_subprocess("--accel=cpu", "-rs", "-p", "no:cacheprovider")
@@ -41,25 +39,27 @@ def test_accel_option_fixture_and_requires_marker(pytester: pytest.Pytester) -> 
     )
 
 
-def test_unknown_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
+def test_unknown_backend_is_a_usage_error(pytester: pytest.Pytester, fresh_selection: None) -> None:
     pytester.makepyfile(TESTS)
-    result = pytester.runpytest_subprocess("--accel=tpu", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("--accel=tpu", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--accel=tpu names no backend; expected one of:*cpu*"])
 
 
-def test_unavailable_backend_is_a_usage_error_with_the_reason(pytester: pytest.Pytester) -> None:
+def test_unavailable_backend_is_a_usage_error_with_the_reason(
+    pytester: pytest.Pytester, fresh_selection: None
+) -> None:
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     pytester.makepyfile(TESTS)
-    result = pytester.runpytest_subprocess("--accel=cuda", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("--accel=cuda", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--accel=cuda selects a backend that is not available:*"])
 
 
-def test_requires_rejects_non_protocols(pytester: pytest.Pytester) -> None:
+def test_requires_rejects_non_protocols(pytester: pytest.Pytester, fresh_selection: None) -> None:
     pytester.makepyfile(
         """
         import pytest
@@ -68,6 +68,6 @@ def test_requires_rejects_non_protocols(pytester: pytest.Pytester) -> None:
             pass
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*requires takes capability protocols or their names*'Graph'*"])
     assert result.ret != 0
