@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 import torch.distributed as dist
@@ -394,12 +395,19 @@ def test_accel_comm_called_straight_with_an_accel_group_sets_up_and_keeps_order(
         assert rank_facts["uses_shared_memory"] is True
 
 
-@pytest.mark.parametrize("backend", ["gloo", "accel"])
-def test_a_destroyed_groups_segment_is_unmapped(tmp_path: pathlib.Path, backend: str) -> None:
-    # accel.comm kept every group it had seen (and its 64 MiB segment mapping) for the
-    # life of the process: a job that made and destroyed groups grew by a segment each time.
+@pytest.fixture(scope="session")
+def segment_lifetimes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
+    """Per backend of the groups, each rank's [mapped while alive, mapped after destroy]
+    for three groups made and destroyed in turn (one 2-rank job per session)."""
+    lifetimes: dict[str, list[Any]] = once_per_session(
+        tmp_path_factory, "segment-lifetimes", _segment_lifetimes
+    )
+    return lifetimes
+
+
+def _segment_lifetimes(directory: pathlib.Path) -> dict[str, list[Any]]:
     result = _run(
-        tmp_path,
+        directory,
         "lifetime.py",
         f"""
         import gc, json, torch, torch.distributed as dist
@@ -411,20 +419,31 @@ def test_a_destroyed_groups_segment_is_unmapped(tmp_path: pathlib.Path, backend:
                 return sum("accel-shm-comm" in line for line in maps)
 
         dist.init_process_group("gloo")
-        counts = []
-        for _ in range(3):
-            group = dist.new_group([0, 1], backend="{backend}")
-            comm.all_reduce_(torch.ones(4), group)
-            dist.all_reduce(torch.ones(4), group=group)
-            alive = mapped()
-            dist.destroy_process_group(group)
-            del group
-            gc.collect()
-            counts.append([alive, mapped()])
-        with open(f"{tmp_path}/rank{{dist.get_rank()}}.json", "w") as out:
+        counts = {{}}
+        for backend in ("gloo", "accel"):
+            for _ in range(3):
+                group = dist.new_group([0, 1], backend=backend)
+                comm.all_reduce_(torch.ones(4), group)
+                dist.all_reduce(torch.ones(4), group=group)
+                alive = mapped()
+                dist.destroy_process_group(group)
+                del group
+                gc.collect()
+                counts.setdefault(backend, []).append([alive, mapped()])
+        with open(f"{directory}/rank{{dist.get_rank()}}.json", "w") as out:
             json.dump(counts, out)
     """,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    counts = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("rank*.json"))]
+    ranks = [json.loads(path.read_text()) for path in sorted(directory.glob("rank*.json"))]
+    return {backend: [rank[backend] for rank in ranks] for backend in ("gloo", "accel")}
+
+
+@pytest.mark.parametrize("backend", ["gloo", "accel"])
+def test_a_destroyed_groups_segment_is_unmapped(
+    segment_lifetimes: dict[str, list[Any]], backend: str
+) -> None:
+    # accel.comm kept every group it had seen (and its 64 MiB segment mapping) for the
+    # life of the process: a job that made and destroyed groups grew by a segment each time.
+    counts = segment_lifetimes[backend]
     assert counts == [[[1, 0]] * 3] * 2  # per rank: mapped while the group lives, then gone
