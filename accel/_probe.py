@@ -147,7 +147,9 @@ def in_process(targets: list[str], timeout: float) -> dict[str, Availability | U
     to this process's ``sys.stdout`` and ``sys.stderr`` when their interpreter ends."""
     answers: dict[str, Availability | Unanswered] = {}
     while pending := [target for target in targets if target not in answers]:
-        failure = _ask(pending, timeout, answers)
+        failure, started = _ask(pending, timeout, answers)
+        if failure is not None and not started:  # no probe was asked: none can be
+            return answers | dict.fromkeys(pending, failure)
         if failure is not None:  # the first probe without an answer ended the process
             answers[next(t for t in pending if t not in answers)] = failure
     return answers
@@ -155,9 +157,10 @@ def in_process(targets: list[str], timeout: float) -> dict[str, Availability | U
 
 def _ask(
     targets: list[str], timeout: float, answers: dict[str, Availability | Unanswered]
-) -> Unanswered | None:
+) -> tuple[Unanswered | None, bool]:
     """Put in ``answers`` what one child process says about ``targets``; why it stopped
-    before answering them all, if it did."""
+    before answering them all, if it did, and whether it got as far as saying it was
+    ready (had imported torch and accel)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
     read_end, write_end = os.pipe()
     # Output to files: a child that writes much never blocks on a full pipe.
@@ -171,14 +174,15 @@ def _ask(
             finally:
                 os.close(write_end)  # the child's copy is the only one: EOF when it ends
             with child:
-                failure = _read_answers(child, _LineReader(read_end), targets, timeout, answers)
+                reader = _LineReader(read_end)
+                failure, started = _read_answers(child, reader, targets, timeout, answers)
         finally:
             os.close(read_end)
             _forward(out, sys.stdout)
             _forward(err, sys.stderr)
         if failure is None and any(target not in answers for target in targets):
-            failure = Unanswered(_failure(child.returncode, _text(err)))
-        return failure
+            failure = Unanswered(_failure(child.returncode, _text(err), started))
+        return failure, started
 
 
 def _read_answers(
@@ -187,30 +191,37 @@ def _read_answers(
     targets: list[str],
     timeout: float,
     answers: dict[str, Availability | Unanswered],
-) -> Unanswered | None:
+) -> tuple[Unanswered | None, bool]:
     """Answers from ``child`` until it has answered every target or ended; an
-    :class:`Unanswered` if a probe ran out of time (the child is killed)."""
-    deadline = time.monotonic() + _START_S
+    :class:`Unanswered` if a probe ran out of time (the child is killed); and whether the
+    child said it was ready."""
+    deadline, started = time.monotonic() + _START_S, False
     while any(target not in answers for target in targets):
         line = lines.next_line(deadline)
         if line is None:  # the limit passed with no answer
             child.kill()
             child.wait()
+            if not started:
+                return Unanswered(
+                    f"the probing interpreter did not import torch and accel within "
+                    f"{_START_S:g} s ({PROBE_ISOLATION_ENV}=process)"
+                ), False
             return Unanswered(
                 f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV}; in a "
                 f"separate process, {PROBE_ISOLATION_ENV}=process)"
-            )
+            ), True
         if not line:  # the process ended
             break
         if not line.endswith("\n"):
             continue  # cut short by the end of the process
         deadline = time.monotonic() + timeout  # the next probe's limit starts now
         said = cast("dict[str, object]", json.loads(line))
+        started = started or said.get("ready") is True
         target = said.get("target")
         if isinstance(target, str) and target in targets:
             answers[target] = _answer(said)
     child.wait()
-    return None
+    return None, started
 
 
 def _forward(output: IO[bytes], stream: TextIO | None) -> None:
@@ -260,17 +271,26 @@ def _answer(said: dict[str, object]) -> Availability | Unanswered:
     return Availability(bool(said["available"]), str(said["reason"]))
 
 
-def _failure(returncode: int, stderr: str) -> str:
-    """Why a probe process ended before answering: its signal or its last error line."""
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        return f"probe() killed its process with {name} ({PROBE_ISOLATION_ENV}=process)"
+def _failure(returncode: int, stderr: str, started: bool) -> str:
+    """Why a probe process ended before answering: its signal or its last error line, put
+    on the probe, or on the interpreter's start if it never said it was ready."""
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "no output"
-    return (
-        f"probe() ended its process with exit status {returncode}: {last} "
-        f"({PROBE_ISOLATION_ENV}=process)"
-    )
+    where = f"{PROBE_ISOLATION_ENV}=process"
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        if not started:
+            return (
+                f"the probing interpreter was killed by {name} while importing torch and "
+                f"accel ({where})"
+            )
+        return f"probe() killed its process with {name} ({where})"
+    if not started:
+        return (
+            f"the probing interpreter ended with exit status {returncode} while importing "
+            f"torch and accel: {last} ({where})"
+        )
+    return f"probe() ended its process with exit status {returncode}: {last} ({where})"
 
 
 def _checked(answer: object, shown: str) -> Availability | Unanswered:

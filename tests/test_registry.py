@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -305,6 +306,38 @@ def test_probes_in_a_separate_process_are_bounded_whatever_they_do(
         assert not answer.available
         assert answer.reason == reason
         assert isinstance(chosen, CPUAccelerator)
+
+
+# A torch that cannot be imported, or whose import never ends (a wedged device driver).
+_TORCH_THAT_FAILS = {
+    "fails": "raise ImportError('this torch is broken')",
+    "hangs": "import time\ntime.sleep(600)",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("torch_does", list(_TORCH_THAT_FAILS))
+def test_a_probing_interpreter_that_cannot_start_answers_for_every_backend_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_does: str
+) -> None:
+    # The interpreter imports torch before it is ready: if it never is, no probe ran, so
+    # every backend gets that one reason from one interpreter (not one start, and one
+    # start limit, per backend, each blamed on its probe).
+    (tmp_path / "torch.py").write_text(_TORCH_THAT_FAILS[torch_does])
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # the child's PYTHONPATH
+    monkeypatch.setattr(_probe, "_START_S", 3.0)
+    targets = ["accel.backends.cpu:CPUAccelerator", "accel.backends.cuda:CUDAAccelerator"]
+    started = time.perf_counter()
+    answers = _probe.in_process(targets, timeout=60)
+    assert time.perf_counter() - started < 30  # one start, not one per backend
+    reasons = {target: getattr(answers[target], "reason", None) for target in targets}
+    expected = {
+        "fails": "the probing interpreter ended with exit status 1 while importing torch and "
+        "accel: ImportError: this torch is broken (ACCEL_PROBE_ISOLATION=process)",
+        "hangs": "the probing interpreter did not import torch and accel within 3 s "
+        "(ACCEL_PROBE_ISOLATION=process)",
+    }[torch_does]
+    assert reasons == dict.fromkeys(targets, expected)
 
 
 # A probe that writes half a line, and one that writes a line shaped like an answer: the
