@@ -113,13 +113,14 @@ def _mismatches(directory: pathlib.Path) -> str:
                 said = f"{case} rank {rank} error: {error}"
             sys.stdout.write(said.splitlines()[0] + "\\n")  # one write: ranks share stdout
             sys.stdout.flush()
-            try:
-                dist.all_reduce(torch.ones(4), group=group)
-                said = f"{case} rank {rank} then: no error"
-            except Exception as error:
-                said = f"{case} rank {rank} then: {error}"
-            sys.stdout.write(said.splitlines()[0] + "\\n")
-            sys.stdout.flush()
+            for then in ("all_reduce", "barrier"):  # queued, and one that waits for the queue
+                try:
+                    getattr(dist, then)(*([torch.ones(4)] if then == "all_reduce" else []), group=group)
+                    said = f"{case} rank {rank} then {then}: no error"
+                except Exception as error:
+                    said = f"{case} rank {rank} then {then}: {error}"
+                sys.stdout.write(said.splitlines()[0] + "\\n")
+                sys.stdout.flush()
         dist.destroy_process_group()
         print(f"rank {rank} destroyed", flush=True)
     """,
@@ -139,8 +140,9 @@ def test_after_a_collective_error_the_group_says_so_and_is_destroyed_without_one
     # used to raise a failed reduction's error a second time.
     for case in ("sizes", "crossed", "scatter-sizes"):
         for rank in (0, 1):
-            assert f"{case} rank {rank} then: " in mismatches, mismatches
-    later = [line for line in mismatches.splitlines() if " then: " in line]
+            for then in ("all_reduce", "barrier"):
+                assert f"{case} rank {rank} then {then}: " in mismatches, mismatches
+    later = [line for line in mismatches.splitlines() if " then " in line]
     assert all("failed earlier" in line for line in later), later
     assert all("create a new process group" in line for line in later), later
     assert "rank 0 destroyed" in mismatches

@@ -17,6 +17,7 @@ import pytest
 
 from accel.launch import cli as launch_cli
 from accel.launch.cores import parse_core_list, split_cores
+from accel.launch.worker import PLAN_ENV
 
 TWO_NODES = {0: frozenset(range(4)), 1: frozenset(range(4, 8))}
 
@@ -177,6 +178,7 @@ def test_every_spelling_torchrun_accepts_sets_the_rank_count(
     assert launch_cli.main(["--standalone", *spelling, "world.py"]) == 0
     [args] = launched
     assert args.nproc_per_node == "2"
+    assert len(json.loads(os.environ[PLAN_ENV])["ranks"]) == 2  # what each rank is given
     assert args.training_script_args[-1] == "world.py"  # the user's program, run by the worker
 
 

@@ -26,11 +26,15 @@ def once_per_session(
     root = tmp_path_factory.getbasetemp()
     if "PYTEST_XDIST_WORKER" in os.environ:
         root = root.parent
+        # Remote workers share no per-session directory: the run's id keeps sessions apart.
+        name = f"{name}-{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
     made = root / f"once-{name}.json"
     with FileLock(root / f"once-{name}.lock"):
         if made.exists():
             return json.loads(made.read_text())
         directory = root / f"once-{name}"
         directory.mkdir(exist_ok=True)
-        made.write_text(json.dumps(make(directory)))
+        writing = made.with_suffix(".partial")
+        writing.write_text(json.dumps(make(directory)))
+        writing.replace(made)  # whole or not there: a worker killed mid-write leaves none
         return json.loads(made.read_text())  # every asker gets the same JSON's values

@@ -6,7 +6,7 @@ one import of Lightning serves both APIs: on the CPU backend against Lightning's
 accelerator, and on the fake PrivateUse1 device (tests/support/fake_device.py) against the
 CPU's numbers. Every comparison is API against the same API: Fabric's records against
 Fabric's, the Trainer's against the Trainer's. Lightning's own ``"cpu"`` runs are made
-once per test process (the ``reference`` fixture): 1 process, and 2 under ``accel run``.
+once per session (the ``reference`` fixture): 1 process, and 2 under ``accel run``.
 The refusals run in one process too, each API's error read from its part of stderr. The
 fake device's autograd engine knows one device index per process (torch's Python device
 guard reports a single device), so its 2-process runs are two one-device nodes on this

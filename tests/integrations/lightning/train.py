@@ -145,7 +145,10 @@ def _leave_group() -> None:
     under torchelastic the agent's store outlives the group, and the new gloo group read
     and dialed this one's stale addresses. Numbering on gives it keys of its own. Started
     by hand, rank 0's process serves the store, which goes with its last user: kept, it
-    stays up for a rank that meets on it for the next API before rank 0 has left this one.
+    stays up for a rank that meets on it for the next API before rank 0 has left this one
+    (rank 0's next ``init_process_group`` binds MASTER_PORT again without "address in
+    use" because torch reuses a TCPStore server already listening on that port in the
+    same process).
     """
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -175,11 +178,19 @@ def main() -> None:
         import fake_device
 
         fake_device.install(args.fake)
+    import torch.distributed as dist
+
     import accel.integrations.lightning  # noqa: F401  (registers "accel")
 
+    # accel's Lightning accelerator names "accel" torch.distributed's default backend for
+    # the CPU, and Fabric never tears its accelerator down: each API starts from the table
+    # as it was, so the Trainer's "cpu:accel" is the Trainer's own doing.
+    backends = dict(dist.Backend.default_device_backend_map)
     failed = False
     for api in args.api:
         print(f"train.py: --api {api}", file=sys.stderr, flush=True)
+        dist.Backend.default_device_backend_map.clear()
+        dist.Backend.default_device_backend_map.update(backends)
         try:
             RUNS[api](args)
         except Exception:
