@@ -170,8 +170,9 @@ RANK_SCRIPT = textwrap.dedent(
             x = shared_empty(1 << 20).fill_(1.0)
             all_reduce_(x)
         if rank == 1:
-            if scenario == "hung":
-                time.sleep(60)
+            # The peer dies while the survivor waits in the next collective, not while the
+            # survivor may still be finishing this one (gloo's threads included).
+            time.sleep(60 if scenario == "hung" else 0.2)
             os.kill(os.getpid(), 9) if scenario.startswith("killed") else os._exit(3)
         started = time.monotonic()
         try:
