@@ -97,6 +97,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         self._shared: bool | None = None  # decided by the first SUM (a collective setup)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-pg")
         self._last: Future[None] | None = None  # the newest queued reduction
+        self._failed: BaseException | None = None  # the first queued reduction that failed
         self.shared_reductions = 0
         """Reductions handed to shared memory so far (the rest went to gloo)."""
         self.shared_collectives = 0
@@ -145,7 +146,8 @@ class AccelProcessGroup(dist.ProcessGroup):
             return
         self._closed = True
         try:
-            self.wait_queued()
+            if self._last is not None:
+                self._last.exception()  # finished; a failure is its Work's and said there
         finally:
             self._worker.shutdown(wait=True)
             release(self)
@@ -316,12 +318,30 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     def wait_queued(self) -> None:
         """Wait for the reductions queued so far (before any other collective: one order;
-        accel.comm calls it too when called directly with this group). A failed one's
-        error is raised by its own Work, as gloo reports it, not again by every later
-        collective and by ``destroy_process_group``."""
+        accel.comm calls it too when called directly with this group).
+
+        Raises:
+            RuntimeError: A queued reduction failed (its own Work raised its error): the
+                ranks may no longer be at the same collective, so none follows on this
+                group; the message names that failure.
+        """
         last = self._last
-        if last is not None and not self.in_own_collective():
-            last.exception()  # waits for it; raises nothing
+        if last is None or self.in_own_collective():
+            return
+        last.exception()  # waits for it
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        """Refuse to go on after a queued reduction failed (see :meth:`wait_queued`)."""
+        if self._failed is None:
+            return
+        said = str(self._failed)
+        advice = (
+            "" if said.endswith("create a new process group") else "; create a new process group"
+        )
+        raise RuntimeError(
+            f"a reduction queued on this group failed earlier: {said}{advice}"
+        ) from self._failed
 
     @override
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
@@ -347,8 +367,10 @@ class AccelProcessGroup(dist.ProcessGroup):
 
         def run() -> None:
             try:
+                self._raise_if_failed()  # in queue order: nothing runs after a failure
                 self._reduce(tensor, average)
             except BaseException as error:  # reported through the Work, as gloo does
+                self._failed = self._failed or error
                 outcome.set_result(_Failure(error))
                 raise
             outcome.set_result(tensors)

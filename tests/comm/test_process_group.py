@@ -92,9 +92,20 @@ def _mismatches(directory: pathlib.Path) -> str:
         """
         import sys, torch, torch.distributed as dist
         import accel.process_group
+        from accel import comm
         dist.init_process_group("accel")
         rank = dist.get_rank()
         n = 4 + 2 * rank
+
+        def failing_outside(group):  # a queued reduction that fails outside the segment
+            def refuse(*args, **kwargs):
+                raise RuntimeError("refused outside the communicator")
+            real, comm.all_reduce_ = comm.all_reduce_, refuse
+            try:
+                dist.all_reduce(torch.ones(4), group=group)
+            finally:
+                comm.all_reduce_ = real
+
         cases = {
             "sizes": lambda group: dist.all_reduce(torch.ones(8 + rank), group=group),
             "crossed": lambda group: dist.barrier(group=group) if rank == 0
@@ -102,6 +113,7 @@ def _mismatches(directory: pathlib.Path) -> str:
             "scatter-sizes": lambda group: dist.reduce_scatter_single(
                 torch.empty(n), torch.ones(2 * n), group=group
             ),
+            "outside": failing_outside,
         }
         for case, disagree in cases.items():
             group = dist.new_group(backend="accel")
@@ -136,9 +148,14 @@ def test_mismatched_sizes_are_an_error_on_every_rank(mismatches: str) -> None:
 def test_after_a_collective_error_the_group_says_so_and_is_destroyed_without_one(
     mismatches: str,
 ) -> None:
-    # A later collective names the first failure and what to do; destroy_process_group
-    # used to raise a failed reduction's error a second time.
-    for case in ("sizes", "crossed", "scatter-sizes"):
+    # A later collective names the first failure and what to do, also where the shared
+    # memory itself never failed ("outside": the next reduction would have run, with the
+    # ranks perhaps at different collectives); destroy_process_group used to raise a failed
+    # reduction's error a second time.
+    outside = [line for line in mismatches.splitlines() if line.startswith("outside rank 0 error")]
+    assert outside, mismatches
+    assert "refused outside the communicator" in outside[0]
+    for case in ("sizes", "crossed", "scatter-sizes", "outside"):
         for rank in (0, 1):
             for then in ("all_reduce", "barrier"):
                 assert f"{case} rank {rank} then {then}: " in mismatches, mismatches
