@@ -115,24 +115,23 @@ def _mismatches(directory: pathlib.Path) -> str:
             ),
             "outside": failing_outside,
         }
+        def say(what, call):
+            try:
+                call()
+                said = f"{what}: no error"
+            except Exception as error:
+                said = f"{what} error: {error}"
+            sys.stdout.write(said.splitlines()[0] + "\\n")  # one write: ranks share stdout
+            sys.stdout.flush()
+
         for case, disagree in cases.items():
             group = dist.new_group(backend="accel")
             dist.barrier(group=group)  # sets the group's segment up
-            try:
-                disagree(group)
-                said = f"{case} rank {rank}: no error"
-            except Exception as error:
-                said = f"{case} rank {rank} error: {error}"
-            sys.stdout.write(said.splitlines()[0] + "\\n")  # one write: ranks share stdout
-            sys.stdout.flush()
-            for then in ("all_reduce", "barrier"):  # queued, and one that waits for the queue
-                try:
-                    getattr(dist, then)(*([torch.ones(4)] if then == "all_reduce" else []), group=group)
-                    said = f"{case} rank {rank} then {then}: no error"
-                except Exception as error:
-                    said = f"{case} rank {rank} then {then}: {error}"
-                sys.stdout.write(said.splitlines()[0] + "\\n")
-                sys.stdout.flush()
+            say(f"{case} rank {rank}", lambda: disagree(group))
+            # Then a reduction (queued) and a barrier (which waits for the queue).
+            say(f"{case} rank {rank} then all_reduce",
+                lambda: dist.all_reduce(torch.ones(4), group=group))
+            say(f"{case} rank {rank} then barrier", lambda: dist.barrier(group=group))
         dist.destroy_process_group()
         print(f"rank {rank} destroyed", flush=True)
     """,
@@ -158,7 +157,7 @@ def test_after_a_collective_error_the_group_says_so_and_is_destroyed_without_one
     for case in ("sizes", "crossed", "scatter-sizes", "outside"):
         for rank in (0, 1):
             for then in ("all_reduce", "barrier"):
-                assert f"{case} rank {rank} then {then}: " in mismatches, mismatches
+                assert f"{case} rank {rank} then {then} error: " in mismatches, mismatches
     later = [line for line in mismatches.splitlines() if " then " in line]
     assert all("failed earlier" in line for line in later), later
     assert all("create a new process group" in line for line in later), later
