@@ -1,0 +1,345 @@
+"""Start test processes from a warm interpreter: ``popen`` and ``run`` take the arguments
+of ``subprocess.Popen`` and ``subprocess.run`` (the subset the tests use) and, for
+``[sys.executable, SCRIPT | -m MODULE | -c CODE, ...]``, fork the process from a zygote
+that has imported torch (tests/support/zygote.py) instead of starting a cold interpreter.
+
+Why: the suite starts ~350 Python processes; each cold one spends ~1.4 s of CPU importing
+torch on the 2-core machine the suite is sized for (``time python -c "import torch"``), and
+the suite is CPU-bound. A fork costs milliseconds.
+
+What stays cold: any other command (a launcher's own children are started by the launcher,
+cold), interpreter options (``-u``, ``-X ...``), ``pass_fds`` and the other ``Popen``
+arguments this module does not take; and every start when ``ACCEL_TESTS_COLD_STARTS=1``
+(to tell a fault of the warm start from one of the code under test). Tests whose subject
+is an interpreter's start (start-up hooks, import costs, what a fresh process imports)
+call ``subprocess`` themselves.
+
+The environment read before a script's first line (the interpreter's and torch's start-up
+variables) is the zygote's own: one zygote is kept per distinct set of those values
+(``_start_signature``), started on first use and ended with this process. The start-up
+hook that reads accel's environment (accel-deepspeed.pth) runs in the child instead, once
+the child has its environment, as site.py would run it in a cold start.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import json
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
+COLD_STARTS = "ACCEL_TESTS_COLD_STARTS"
+_START_LIMIT_S = 120.0
+
+# Read while the interpreter or torch starts, or by the start-up hooks accel installs
+# (.pth files): a child must find these as a cold start would, so they select the zygote.
+_START_PREFIXES = ("PYTHON", "TORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_")
+_START_NAMES = frozenset({"SETUPTOOLS_USE_DISTUTILS"})
+# ... except those the child applies itself, as a cold start would: PYTHONPATH (sys.path)
+# and ACCEL_DEEPSPEED (the child runs accel-deepspeed.pth once it has its environment).
+_CHILD_NAMES = frozenset({"PYTHONPATH", "ACCEL_DEEPSPEED"})
+
+_FileArgument = int | IO[Any] | None
+# What ``popen`` passes to a warm child; any other ``Popen`` argument makes a cold start.
+_WARM_ARGUMENTS = frozenset({"env", "cwd", "stdout", "stderr", "text", "start_new_session"})
+
+
+def _start_signature(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        sorted(
+            (name, value)
+            for name, value in env.items()
+            if name not in _CHILD_NAMES
+            and (name.startswith(_START_PREFIXES) or name in _START_NAMES)
+        )
+    )
+
+
+class _Zygote:
+    """One warm interpreter: its process, its socket, and what it costs to ask it."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix="accel-zygote-")
+        self.socket_path = os.path.join(self._folder.name, "socket")
+        zygote_env = {k: v for k, v in env.items() if k not in _CHILD_NAMES}
+        self.process = subprocess.Popen(
+            [sys.executable, "-P", str(ZYGOTE), self.socket_path],
+            env=zygote_env, cwd=self._folder.name, stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + _START_LIMIT_S
+        while not os.path.exists(self.socket_path):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(
+                    f"the warm interpreter ({ZYGOTE}) did not listen on {self.socket_path} "
+                    f"within {_START_LIMIT_S:.0f} s: {self._stderr()}"
+                )
+            time.sleep(0.005)
+
+    def _stderr(self) -> str:
+        if self.process.poll() is None or self.process.stderr is None:
+            return "it is still running"
+        said = self.process.stderr.read().decode()[-2000:]
+        return f"exit status {self.process.returncode}: {said}"
+
+    def fork(self, argv: list[str], env: Mapping[str, str], cwd: str, fds: list[int],
+             new_session: bool) -> tuple[int, socket.socket]:  # fmt: skip
+        """Have the zygote fork ``python *argv``; returns the child's pid and the connection
+        its return code will arrive on."""
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(self.socket_path)
+        body = json.dumps(
+            {"argv": argv, "env": dict(env), "cwd": cwd, "new_session": new_session}
+        ).encode()
+        header = struct.pack("!I", len(body))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        connection.sendmsg([header], rights)
+        connection.sendall(body)
+        try:
+            line = _read_line(connection, timeout=_START_LIMIT_S)
+        except TimeoutError:
+            line = None
+        if line is None:
+            connection.close()
+            raise RuntimeError(f"the warm interpreter did not fork {argv}: {self._stderr()}")
+        return int(json.loads(line)["pid"]), connection
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()  # its lifeline: the zygote exits at its end
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        self._folder.cleanup()
+
+
+def _read_line(connection: socket.socket, timeout: float | None) -> bytes | None:
+    """One newline-ended message, or None at the connection's end; raises TimeoutError
+    when none has begun within ``timeout`` seconds (the zygote writes each whole)."""
+    ready, _, _ = select.select([connection], [], [], timeout)
+    if not ready:
+        raise TimeoutError
+    connection.settimeout(None)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(1)
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+_zygotes: dict[tuple[tuple[str, str], ...], _Zygote] = {}
+_zygotes_lock = threading.Lock()
+
+
+def _zygote_for(env: Mapping[str, str]) -> _Zygote:
+    signature = _start_signature(env)
+    with _zygotes_lock:
+        if signature not in _zygotes:
+            _zygotes[signature] = _Zygote(env)
+        return _zygotes[signature]
+
+
+@atexit.register
+def _close_zygotes() -> None:
+    with _zygotes_lock:
+        for zygote in _zygotes.values():
+            zygote.close()
+        _zygotes.clear()
+
+
+class WarmProcess:
+    """A process forked by the zygote, with the part of ``subprocess.Popen`` tests use:
+    ``pid``, ``returncode``, ``stdout``/``stderr`` (pipes), ``poll``, ``wait``,
+    ``communicate``, ``send_signal``, ``terminate``, ``kill``."""
+
+    def __init__(self, args: list[str], pid: int, connection: socket.socket,
+                 stdout: IO[Any] | None, stderr: IO[Any] | None) -> None:  # fmt: skip
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout = stdout
+        self.stderr = stderr
+        self._connection = connection
+        self._lock = threading.Lock()
+        self._readers: list[tuple[threading.Thread, list[Any]]] | None = None
+
+    def _collect(self, timeout: float | None) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    line = _read_line(self._connection, timeout)
+                except TimeoutError:
+                    return None
+                self._connection.close()
+                if line is None:
+                    raise RuntimeError(f"the warm interpreter ended before pid {self.pid} did")
+                self.returncode = int(json.loads(line)["returncode"])
+            return self.returncode
+
+    def poll(self) -> int | None:
+        return self._collect(timeout=0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        returncode = self._collect(timeout)
+        if returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Read stdout and stderr (where they are pipes) to their ends, then wait."""
+        if self._readers is None:
+            self._readers = []
+            for stream in (self.stdout, self.stderr):
+                chunks: list[Any] = []
+                reader = threading.Thread(
+                    target=lambda s=stream, c=chunks: c.append(s.read()) if s else None,
+                    daemon=True,
+                )
+                reader.start()
+                self._readers.append((reader, chunks))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader, _ in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        out, err = (chunks[0] if chunks else None for _, chunks in self._readers)
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def __enter__(self) -> WarmProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
+def _warm_argv(args: Sequence[str]) -> list[str] | None:
+    """``args`` after the interpreter when the zygote can run them, else None.
+
+    Cold: other commands, interpreter options and ``ACCEL_TESTS_COLD_STARTS=1``."""
+    if os.environ.get(COLD_STARTS, "0") != "0" or len(args) < 2 or args[0] != sys.executable:
+        return None
+    if args[1] in ("-m", "-c"):
+        return list(args[1:]) if len(args) >= 3 else None
+    return None if args[1].startswith("-") else list(args[1:])
+
+
+def _child_end(argument: _FileArgument, default: int, opened: list[int]) -> tuple[int, int | None]:
+    """The descriptor the child gets for ``argument`` and, for a pipe, the end we keep."""
+    if argument is None:
+        return default, None
+    if argument == subprocess.DEVNULL:
+        fd = os.open(os.devnull, os.O_RDWR)
+        opened.append(fd)
+        return fd, None
+    if argument == subprocess.PIPE:
+        read_end, write_end = os.pipe()
+        child, ours = (read_end, write_end) if default == 0 else (write_end, read_end)
+        opened.append(child)
+        return child, ours
+    return (argument if isinstance(argument, int) else argument.fileno()), None
+
+
+def popen(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    stdout: _FileArgument = None,
+    stderr: _FileArgument = None,
+    text: bool = False,
+    start_new_session: bool = False,
+    **cold_only: Any,
+) -> WarmProcess | subprocess.Popen[Any]:
+    """``subprocess.Popen(args, ...)``, forked warm where it can be (see the module)."""
+    env = dict(os.environ if env is None else env)
+    argv = _warm_argv(args)
+    if argv is None or cold_only:
+        return subprocess.Popen(
+            args, env=env, cwd=cwd, stdout=stdout, stderr=stderr, text=text,
+            start_new_session=start_new_session, **cold_only,
+        )  # fmt: skip
+    opened: list[int] = []
+    try:
+        stdin_fd, _ = _child_end(subprocess.DEVNULL, 0, opened)
+        stdout_fd, stdout_ours = _child_end(stdout, 1, opened)
+        if stderr == subprocess.STDOUT:
+            stderr_fd, stderr_ours = stdout_fd, None
+        else:
+            stderr_fd, stderr_ours = _child_end(stderr, 2, opened)
+        pid, connection = _zygote_for(env).fork(
+            argv, env, os.fspath(cwd or os.getcwd()), [stdin_fd, stdout_fd, stderr_fd],
+            start_new_session,
+        )  # fmt: skip
+    finally:
+        for fd in opened:
+            os.close(fd)
+    mode = "r" if text else "rb"
+    return WarmProcess(
+        list(args), pid, connection,
+        None if stdout_ours is None else open(stdout_ours, mode),
+        None if stderr_ours is None else open(stderr_ours, mode),
+    )  # fmt: skip
+
+
+def run(
+    args: Sequence[str],
+    *,
+    timeout: float | None = None,
+    check: bool = False,
+    capture_output: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(args, ...)``, forked warm where it can be (see the module)."""
+    if _warm_argv(args) is None or not set(kwargs) <= _WARM_ARGUMENTS:
+        return subprocess.run(
+            args, timeout=timeout, check=check, capture_output=capture_output, **kwargs
+        )
+    if capture_output:
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = popen(args, **kwargs)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    result = subprocess.CompletedProcess(list(args), process.wait(), out, err)
+    if check:
+        result.check_returncode()
+    return result

@@ -1,0 +1,127 @@
+"""The warm start the tests use for the processes they start (tests/support/warm.py): a
+script forked from the zygote sees what a cold ``python`` start would show it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import warm
+
+pytestmark = pytest.mark.slow  # starts interpreters
+
+# What a script can see of how it was started.
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    warm = "torch" in sys.modules  # before this script imports anything
+    import torch
+    print(json.dumps({
+        "warm": warm,
+        "argv": sys.argv,
+        "path": sys.path[:2],
+        "cwd": os.getcwd(),
+        "name": __name__,
+        "file": globals().get("__file__"),
+        "probe_env": os.environ.get("PROBE_ENV"),
+        "threads": torch.get_num_threads(),
+        "accel_imported": any(m == "accel" or m.startswith("accel.") for m in sys.modules),
+        "deepspeed_hook": any("deepspeed" in type(f).__module__ for f in sys.meta_path),
+        "stdin_is_devnull": os.path.samefile("/dev/stdin", os.devnull),
+    }))
+    """
+)
+
+
+def _seen(start: Any, tmp_path: Path, *argv: str, **env: str) -> dict[str, Any]:
+    result = start(
+        [sys.executable, *argv],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "extra"), **env},
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    seen: dict[str, Any] = json.loads(result.stdout)
+    return seen
+
+
+def _cold_run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, stdin=subprocess.DEVNULL, **kwargs)
+
+
+@pytest.mark.parametrize("form", ["script", "module", "code"])
+def test_a_warm_child_sees_what_a_cold_start_shows_it(tmp_path: Path, form: str) -> None:
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    (tmp_path / "extra").mkdir()
+    argv = {
+        "script": [str(tmp_path / "probe_module.py"), "a", "b"],
+        "module": ["-m", "probe_module", "a", "b"],
+        "code": ["-c", PROBE, "a", "b"],
+    }[form]
+    env = {"PROBE_ENV": "x", "OMP_NUM_THREADS": "1", "ACCEL_DEEPSPEED": "1"}
+    warm_seen = _seen(warm.run, tmp_path, *argv, **env)
+    cold_seen = _seen(_cold_run, tmp_path, *argv, **env)
+    assert warm_seen.pop("warm") is True  # a fork of the zygote, not a fallback
+    assert cold_seen.pop("warm") is False
+    assert warm_seen == cold_seen
+    assert warm_seen["deepspeed_hook"]  # accel-deepspeed.pth ran in the child, as site does
+
+
+def test_start_up_variables_pick_a_zygote_of_their_own(tmp_path: Path) -> None:
+    code = ["-c", "import sys, torch; print(torch.get_num_threads(), 'torch' in sys.modules)"]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    for threads in ("1", "2"):
+        result = warm.run(
+            [sys.executable, *code], env={**env, "OMP_NUM_THREADS": threads},
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        assert result.stdout.split() == [threads, "True"]
+
+
+def test_exit_codes_and_output_are_those_of_the_script(tmp_path: Path) -> None:
+    def run(code: str) -> subprocess.CompletedProcess[str]:
+        return warm.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+    assert run("import sys; sys.exit(3)").returncode == 3
+    failed = run("raise ValueError('boom')")
+    assert failed.returncode == 1
+    assert failed.stderr.rstrip().endswith("ValueError: boom")
+    said = run("import sys; print('out'); print('err', file=sys.stderr)")
+    assert (said.returncode, said.stdout, said.stderr) == (0, "out\n", "err\n")
+    merged = warm.popen(
+        [sys.executable, "-c", "import sys; print('x' * 200000); sys.stderr.write('e')"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    out, err = merged.communicate(timeout=120)
+    assert (len(out), err, merged.returncode) == (200002, None, 0)
+
+
+def test_a_warm_child_can_be_waited_for_with_a_limit_and_killed() -> None:
+    sleeper = warm.popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert isinstance(sleeper, warm.WarmProcess)
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(timeout=0.2)
+    assert sleeper.poll() is None
+    sleeper.kill()
+    assert sleeper.wait(timeout=30) == -signal.SIGKILL
+    with pytest.raises(subprocess.TimeoutExpired):
+        warm.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+
+
+def test_what_the_zygote_cannot_run_starts_cold(monkeypatch: pytest.MonkeyPatch) -> None:
+    def started_cold(args: list[str], **kwargs: Any) -> bool:
+        with warm.popen(args, **kwargs) as process:
+            return isinstance(process, subprocess.Popen)
+
+    assert started_cold([sys.executable, "-u", "-c", "pass"])  # an interpreter option
+    assert started_cold(["true"])  # another program
+    assert started_cold([sys.executable, "-c", "pass"], pass_fds=())  # an argument it lacks
+    assert not started_cold([sys.executable, "-c", "pass"])
+    monkeypatch.setenv(warm.COLD_STARTS, "1")
+    assert started_cold([sys.executable, "-c", "pass"])
