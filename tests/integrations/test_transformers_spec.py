@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 import accel
 from accel.cli import main
 from accel.integrations.transformers import HOOKS, render_spec, spec_accelerator
-from tests.support import ROOT, TESTS
+from tests.support import ROOT, TESTS, warm
 
 CHECK = TESTS / "integrations" / "transformers_spec_check.py"
 
@@ -96,7 +95,7 @@ def _env() -> dict[str, str]:
 
 
 def _check(tmp_path: Path, *args: str) -> dict[str, Any]:
-    result = subprocess.run(
+    result = warm.run(
         [sys.executable, str(CHECK), "out.json", *args], cwd=tmp_path, env=_env(),
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -107,7 +106,7 @@ def _check(tmp_path: Path, *args: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_transformers_helpers_dispatch_to_accel_on_the_cpu(tmp_path: Path) -> None:
-    subprocess.run(
+    warm.run(
         [sys.executable, "-m", "accel", "spec", "transformers", "-o", "accel_spec.py"],
         cwd=tmp_path, env=_env(), check=True, timeout=120,
     )  # fmt: skip
@@ -124,7 +123,7 @@ def test_transformers_helpers_dispatch_to_accel_on_the_cpu(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_transformers_helpers_dispatch_to_accel_on_a_fake_device(tmp_path: Path) -> None:
     code = WRITE_FAKE_SPEC.format(support=str(TESTS / "support"))
-    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), check=True, timeout=120)
+    warm.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), check=True, timeout=120)
     answer = _check(tmp_path, "--fake", "accelfake")
     assert answer["device"] == "accelfake"
     assert answer["seed_hook_is_accel"]

@@ -28,6 +28,7 @@ import torch
 
 from accel.cli import main
 from accel.port.rewrite import port_source
+from tests.support import warm
 from tests.support.ports import free_port
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
@@ -46,7 +47,7 @@ def _env() -> dict[str, str]:
 
 
 def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm.run(
         [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
@@ -203,7 +204,7 @@ def test_the_ported_snapshot_script_trains_on_two_nodes(ported: Path, tmp_path: 
     rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "corpus"]
     command = [sys.executable, "-m", "accel", "run", "--nnodes", "2", "--nproc-per-node", "1"]
     launchers = [
-        subprocess.Popen(
+        warm.popen(
             [*command, *rendezvous, *script],
             cwd=ported,
             env=_env(),
