@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,16 @@ from tests.support import warm
 
 pytestmark = pytest.mark.slow  # starts interpreters
 
-# What a script can see of how it was started.
+# What a script can see of how it was started, and (at exit) of what it ran as.
 PROBE = textwrap.dedent(
     """
-    import json, os, sys
+    import atexit, json, os, sys
     warm = "torch" in sys.modules  # before this script imports anything
     import torch
     print(json.dumps({
         "warm": warm,
         "argv": sys.argv,
-        "path": sys.path[:2],
+        "path": sys.path[:3],
         "cwd": os.getcwd(),
         "name": __name__,
         "file": globals().get("__file__"),
@@ -35,20 +36,25 @@ PROBE = textwrap.dedent(
         "threads": torch.get_num_threads(),
         "accel_imported": any(m == "accel" or m.startswith("accel.") for m in sys.modules),
         "deepspeed_hook": any("deepspeed" in type(f).__module__ for f in sys.meta_path),
+        "sitecustomize_ran": getattr(sys, "probe_sitecustomize", False),
+        "safe_path": sys.flags.safe_path,
         "stdin_is_devnull": os.path.samefile("/dev/stdin", os.devnull),
     }))
+    atexit.register(lambda: print(json.dumps({
+        "main_at_exit": getattr(sys.modules["__main__"], "__file__", "no file"),
+        "argv_at_exit": sys.argv,
+    })))
     """
 )
 
 
-def _seen(start: Any, tmp_path: Path, *argv: str, **env: str) -> dict[str, Any]:
+def _seen(start: Any, tmp_path: Path, *argv: str, **env: str) -> list[dict[str, Any]]:
     result = start(
         [sys.executable, *argv],
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "extra"), **env},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(["extra", ""]), **env},
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
-    seen: dict[str, Any] = json.loads(result.stdout)
-    return seen
+    return [json.loads(line) for line in result.stdout.splitlines()]
 
 
 def _cold_run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -58,19 +64,49 @@ def _cold_run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize("form", ["script", "module", "code"])
 def test_a_warm_child_sees_what_a_cold_start_shows_it(tmp_path: Path, form: str) -> None:
     (tmp_path / "probe_module.py").write_text(PROBE)
-    (tmp_path / "extra").mkdir()
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "probe.py").symlink_to(tmp_path / "probe_module.py")
+    (tmp_path / "extra").mkdir()  # PYTHONPATH's relative entry, with a sitecustomize
+    customize = "import sys\nsys.probe_sitecustomize = True\n"
+    (tmp_path / "extra" / "sitecustomize.py").write_text(customize)
     argv = {
-        "script": [str(tmp_path / "probe_module.py"), "a", "b"],
+        "script": ["linked/probe.py", "a", "b"],  # relative, through a symbolic link
         "module": ["-m", "probe_module", "a", "b"],
         "code": ["-c", PROBE, "a", "b"],
     }[form]
     env = {"PROBE_ENV": "x", "OMP_NUM_THREADS": "1", "ACCEL_DEEPSPEED": "1"}
     warm_seen = _seen(warm.run, tmp_path, *argv, **env)
     cold_seen = _seen(_cold_run, tmp_path, *argv, **env)
-    assert warm_seen.pop("warm") is True  # a fork of the zygote, not a fallback
-    assert cold_seen.pop("warm") is False
+    assert warm_seen[0].pop("warm") is True  # a fork of the zygote, not a fallback
+    assert cold_seen[0].pop("warm") is False
     assert warm_seen == cold_seen
-    assert warm_seen["deepspeed_hook"]  # accel-deepspeed.pth ran in the child, as site does
+    assert warm_seen[0]["deepspeed_hook"]  # accel-deepspeed.pth ran in the child
+    assert warm_seen[0]["sitecustomize_ran"]
+
+
+def test_a_missing_script_fails_as_python_does(tmp_path: Path) -> None:
+    def start(run: Any) -> tuple[int, str]:
+        result = run([sys.executable, "missing.py"], cwd=tmp_path, capture_output=True, text=True)
+        return result.returncode, result.stderr
+
+    assert start(warm.run) == start(subprocess.run)
+    assert start(warm.run)[0] == 2
+
+
+def test_an_ended_child_stays_a_zombie_until_its_status_is_asked_for() -> None:
+    # As with Popen: the shared-memory code's dead-peer checks look for zombies.
+    child = warm.popen([sys.executable, "-c", "pass"])
+    stat = Path(f"/proc/{child.pid}/stat")
+    deadline = time.monotonic() + 60
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child did not end within 60 s"
+        time.sleep(0.01)
+    time.sleep(0.2)  # were it to be reaped without being asked, it would be by now
+    assert stat.exists()
+    assert child.poll() == 0
+    while stat.exists():  # reaped once asked
+        assert time.monotonic() < deadline, "the child was not reaped"
+        time.sleep(0.01)
 
 
 def test_start_up_variables_pick_a_zygote_of_their_own(tmp_path: Path) -> None:

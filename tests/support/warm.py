@@ -10,24 +10,28 @@ the suite is CPU-bound. A fork costs milliseconds.
 What stays cold: any other command (a launcher's own children are started by the launcher,
 cold), interpreter options (``-u``, ``-X ...``), ``pass_fds`` and the other ``Popen``
 arguments this module does not take; and every start when ``ACCEL_TESTS_COLD_STARTS=1``
-(to tell a fault of the warm start from one of the code under test). Tests whose subject
-is an interpreter's start (start-up hooks, import costs, what a fresh process imports)
-call ``subprocess`` themselves.
+(to tell a fault of the warm start from one of the code under test). zygote.py lists what
+a warm child sees otherwise than a cold one (torch already imported, one string hash seed
+per zygote, the zygote as parent, standard input on /dev/null); a test that depends on
+any of it (start-up hooks, what a fresh process imports, ranks that must be able to
+disagree on set order) calls ``subprocess`` itself.
 
 The environment read before a script's first line (the interpreter's and torch's start-up
 variables) is the zygote's own: one zygote is kept per distinct set of those values
-(``_start_signature``), started on first use and ended with this process. The start-up
-hook that reads accel's environment (accel-deepspeed.pth) runs in the child instead, once
-the child has its environment, as site.py would run it in a cold start.
+(``_start_signature``), started on first use, at most ``_ZYGOTES`` of them (the least
+recently used idle one goes), each ended with this process. The start-up hook that reads
+accel's environment (accel-deepspeed.pth) runs in the child instead, once the child has
+its environment, as site.py would run it in a cold start.
 """
 
 from __future__ import annotations
 
 import array
 import atexit
+import contextlib
 import json
 import os
-import select
+import selectors
 import socket
 import struct
 import subprocess
@@ -42,14 +46,16 @@ from typing import IO, Any
 ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
 COLD_STARTS = "ACCEL_TESTS_COLD_STARTS"
 _START_LIMIT_S = 120.0
+_ZYGOTES = 4  # each holds ~200 MB (torch imported); tests use one or two start-up settings
 
 # Read while the interpreter or torch starts, or by the start-up hooks accel installs
 # (.pth files): a child must find these as a cold start would, so they select the zygote.
 _START_PREFIXES = ("PYTHON", "TORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_")
 _START_NAMES = frozenset({"SETUPTOOLS_USE_DISTUTILS"})
 # ... except those the child applies itself, as a cold start would: PYTHONPATH (sys.path)
-# and ACCEL_DEEPSPEED (the child runs accel-deepspeed.pth once it has its environment).
-_CHILD_NAMES = frozenset({"PYTHONPATH", "ACCEL_DEEPSPEED"})
+# and ACCEL_DEEPSPEED (the child runs accel-deepspeed.pth once it has its environment);
+# and TORCH_EXTENSIONS_DIR, read when an extension is built or loaded, not at import.
+_CHILD_NAMES = frozenset({"PYTHONPATH", "ACCEL_DEEPSPEED", "TORCH_EXTENSIONS_DIR"})
 
 _FileArgument = int | IO[Any] | None
 # What ``popen`` passes to a warm child; any other ``Popen`` argument makes a cold start.
@@ -74,18 +80,20 @@ class _Zygote:
         self._folder = tempfile.TemporaryDirectory(prefix="accel-zygote-")
         self.socket_path = os.path.join(self._folder.name, "socket")
         zygote_env = {k: v for k, v in env.items() if k not in _CHILD_NAMES}
+        self.live = 0  # children not yet waited for
         self.process = subprocess.Popen(
-            [sys.executable, "-P", str(ZYGOTE), self.socket_path],
+            [sys.executable, str(ZYGOTE), self.socket_path],
             env=zygote_env, cwd=self._folder.name, stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         deadline = time.monotonic() + _START_LIMIT_S
         while not os.path.exists(self.socket_path):
             if self.process.poll() is not None or time.monotonic() > deadline:
+                said = self._stderr()
                 self.close()
                 raise RuntimeError(
                     f"the warm interpreter ({ZYGOTE}) did not listen on {self.socket_path} "
-                    f"within {_START_LIMIT_S:.0f} s: {self._stderr()}"
+                    f"within {_START_LIMIT_S:.0f} s: {said}"
                 )
             time.sleep(0.005)
 
@@ -100,22 +108,28 @@ class _Zygote:
         """Have the zygote fork ``python *argv``; returns the child's pid and the connection
         its return code will arrive on."""
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        connection.connect(self.socket_path)
-        body = json.dumps(
-            {"argv": argv, "env": dict(env), "cwd": cwd, "new_session": new_session}
-        ).encode()
-        header = struct.pack("!I", len(body))
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-        connection.sendmsg([header], rights)
-        connection.sendall(body)
         try:
-            line = _read_line(connection, timeout=_START_LIMIT_S)
-        except TimeoutError:
-            line = None
-        if line is None:
+            connection.connect(self.socket_path)
+            body = json.dumps(
+                {"argv": argv, "env": dict(env), "cwd": cwd, "new_session": new_session}
+            ).encode()
+            header = struct.pack("!I", len(body))
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+            connection.sendmsg([header], rights)
+            connection.sendall(body)
+            answer = _read_line(connection, timeout=_START_LIMIT_S)
+        except (OSError, TimeoutError) as error:
             connection.close()
-            raise RuntimeError(f"the warm interpreter did not fork {argv}: {self._stderr()}")
-        return int(json.loads(line)["pid"]), connection
+            raise RuntimeError(
+                f"the warm interpreter did not fork {argv}: {error!r}; {self._stderr()}"
+            ) from error
+        reply = {} if answer is None else json.loads(answer)
+        if "pid" not in reply:
+            connection.close()
+            said = reply or self._stderr()
+            raise RuntimeError(f"the warm interpreter did not fork {argv}: {said}")
+        self.live += 1
+        return int(reply["pid"]), connection
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -133,9 +147,10 @@ class _Zygote:
 def _read_line(connection: socket.socket, timeout: float | None) -> bytes | None:
     """One newline-ended message, or None at the connection's end; raises TimeoutError
     when none has begun within ``timeout`` seconds (the zygote writes each whole)."""
-    ready, _, _ = select.select([connection], [], [], timeout)
-    if not ready:
-        raise TimeoutError
+    with selectors.DefaultSelector() as selector:
+        selector.register(connection, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
     connection.settimeout(None)
     data = b""
     while not data.endswith(b"\n"):
@@ -146,20 +161,31 @@ def _read_line(connection: socket.socket, timeout: float | None) -> bytes | None
     return data
 
 
-_zygotes: dict[tuple[tuple[str, str], ...], _Zygote] = {}
+_zygotes: dict[tuple[tuple[str, str], ...], _Zygote] = {}  # least recently used first
 _zygotes_lock = threading.Lock()
+_OWNER = os.getpid()  # a fork of this process must not end the zygotes at its exit
 
 
 def _zygote_for(env: Mapping[str, str]) -> _Zygote:
     signature = _start_signature(env)
     with _zygotes_lock:
-        if signature not in _zygotes:
-            _zygotes[signature] = _Zygote(env)
-        return _zygotes[signature]
+        zygote = _zygotes.pop(signature, None)
+        if zygote is not None and zygote.process.poll() is not None:
+            zygote.close()  # it died (its children's clients were told): start another
+            zygote = None
+        if zygote is None:
+            idle = [key for key, old in _zygotes.items() if old.live == 0]
+            if len(_zygotes) >= _ZYGOTES and idle:
+                _zygotes.pop(idle[0]).close()
+            zygote = _Zygote(env)
+        _zygotes[signature] = zygote
+        return zygote
 
 
 @atexit.register
 def _close_zygotes() -> None:
+    if os.getpid() != _OWNER:
+        return
     with _zygotes_lock:
         for zygote in _zygotes.values():
             zygote.close()
@@ -171,9 +197,10 @@ class WarmProcess:
     ``pid``, ``returncode``, ``stdout``/``stderr`` (pipes), ``poll``, ``wait``,
     ``communicate``, ``send_signal``, ``terminate``, ``kill``."""
 
-    def __init__(self, args: list[str], pid: int, connection: socket.socket,
+    def __init__(self, args: list[str], zygote: _Zygote, pid: int, connection: socket.socket,
                  stdout: IO[Any] | None, stderr: IO[Any] | None) -> None:  # fmt: skip
         self.args = args
+        self._zygote = zygote
         self.pid = pid
         self.returncode: int | None = None
         self.stdout = stdout
@@ -183,17 +210,26 @@ class WarmProcess:
         self._readers: list[tuple[threading.Thread, list[Any]]] | None = None
 
     def _collect(self, timeout: float | None) -> int | None:
-        with self._lock:
+        # A poll while another thread waits answers at once, as Popen's does.
+        if not self._lock.acquire(blocking=timeout != 0):
+            return self.returncode
+        try:
             if self.returncode is None:
                 try:
                     line = _read_line(self._connection, timeout)
                 except TimeoutError:
                     return None
-                self._connection.close()
+                self._connection.close()  # the zygote reaps the child now
+                self._zygote.live -= 1
                 if line is None:
-                    raise RuntimeError(f"the warm interpreter ended before pid {self.pid} did")
+                    raise RuntimeError(
+                        f"the warm interpreter ended before pid {self.pid} did, so its exit "
+                        "status is unknown"
+                    )
                 self.returncode = int(json.loads(line)["returncode"])
             return self.returncode
+        finally:
+            self._lock.release()
 
     def poll(self) -> int | None:
         return self._collect(timeout=0)
@@ -207,30 +243,44 @@ class WarmProcess:
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
         """Read stdout and stderr (where they are pipes) to their ends, then wait."""
         if self._readers is None:
-            self._readers = []
-            for stream in (self.stdout, self.stderr):
-                chunks: list[Any] = []
-                reader = threading.Thread(
-                    target=lambda s=stream, c=chunks: c.append(s.read()) if s else None,
-                    daemon=True,
-                )
-                reader.start()
-                self._readers.append((reader, chunks))
+            self._readers = [self._reader(stream) for stream in (self.stdout, self.stderr)]
         deadline = None if timeout is None else time.monotonic() + timeout
         for reader, _ in self._readers:
             reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        out, err = (chunks[0] if chunks else None for _, chunks in self._readers)
+        results = [outcome[0] if outcome else None for _, outcome in self._readers]
         for stream in (self.stdout, self.stderr):
             if stream is not None:
                 stream.close()
-        return out, err
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result  # what reading a stream raised (text that does not decode)
+        return results[0], results[1]
+
+    @staticmethod
+    def _reader(stream: IO[Any] | None) -> tuple[threading.Thread, list[Any]]:
+        """A thread reading ``stream`` to its end into a one-item list (the text, or what
+        reading raised)."""
+        outcome: list[Any] = []
+
+        def read() -> None:
+            if stream is not None:
+                try:
+                    outcome.append(stream.read())
+                except Exception as error:
+                    outcome.append(error)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        return reader, outcome
 
     def send_signal(self, sig: int) -> None:
+        # An ended child stays a zombie until collected, so its pid is still its own.
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(15)
@@ -252,11 +302,12 @@ def _warm_argv(args: Sequence[str]) -> list[str] | None:
     """``args`` after the interpreter when the zygote can run them, else None.
 
     Cold: other commands, interpreter options and ``ACCEL_TESTS_COLD_STARTS=1``."""
-    if os.environ.get(COLD_STARTS, "0") != "0" or len(args) < 2 or args[0] != sys.executable:
+    argv = [os.fspath(arg) for arg in args]
+    if os.environ.get(COLD_STARTS, "0") != "0" or len(argv) < 2 or argv[0] != sys.executable:
         return None
-    if args[1] in ("-m", "-c"):
-        return list(args[1:]) if len(args) >= 3 else None
-    return None if args[1].startswith("-") else list(args[1:])
+    if argv[1] in ("-m", "-c"):
+        return argv[1:] if len(argv) >= 3 else None
+    return None if argv[1].startswith("-") else argv[1:]
 
 
 def _child_end(argument: _FileArgument, default: int, opened: list[int]) -> tuple[int, int | None]:
@@ -294,24 +345,33 @@ def popen(
             args, env=env, cwd=cwd, stdout=stdout, stderr=stderr, text=text,
             start_new_session=start_new_session, **cold_only,
         )  # fmt: skip
-    opened: list[int] = []
+    opened: list[int] = []  # the child's ends: closed here once the zygote has its copies
+    ours: list[int | None] = []  # the pipe ends this process reads
     try:
         stdin_fd, _ = _child_end(subprocess.DEVNULL, 0, opened)
         stdout_fd, stdout_ours = _child_end(stdout, 1, opened)
+        ours.append(stdout_ours)
         if stderr == subprocess.STDOUT:
             stderr_fd, stderr_ours = stdout_fd, None
         else:
             stderr_fd, stderr_ours = _child_end(stderr, 2, opened)
-        pid, connection = _zygote_for(env).fork(
+        ours.append(stderr_ours)
+        zygote = _zygote_for(env)
+        pid, connection = zygote.fork(
             argv, env, os.fspath(cwd or os.getcwd()), [stdin_fd, stdout_fd, stderr_fd],
             start_new_session,
         )  # fmt: skip
+    except BaseException:
+        for fd in ours:
+            if fd is not None:
+                os.close(fd)
+        raise
     finally:
         for fd in opened:
             os.close(fd)
     mode = "r" if text else "rb"
     return WarmProcess(
-        list(args), pid, connection,
+        list(map(os.fspath, args)), zygote, pid, connection,
         None if stdout_ours is None else open(stdout_ours, mode),
         None if stderr_ours is None else open(stderr_ours, mode),
     )  # fmt: skip

@@ -1,34 +1,46 @@
 """A warm interpreter for the processes tests start: it imports torch once, then forks one
 child per request, which runs the requested script, module or code as ``python`` would.
 
-Run as ``python -P zygote.py SOCKET`` by tests/support/warm.py (read that module first: it
+Run as ``python zygote.py SOCKET`` by tests/support/warm.py (read that module first: it
 decides which starts may come from here). A cold ``python script.py`` spends ~1.4 s of CPU
 importing torch on this project's 2-core machine (``time python -c "import torch"``); a
-fork of this process starts with torch imported. The child differs from a cold start only
-in what happens before its first line runs, and warm.py keeps every difference out that a
-script could see:
-- the environment read while the interpreter and torch start (``PYTHON*``, ``TORCH_*``,
-  OpenMP's and MKL's variables) is this process's, so warm.py keeps one zygote per
-  distinct set of those values; the start-up hook that reads accel's environment
-  (accel-deepspeed.pth) runs in the child, once the child has its environment;
-- ``sys.path`` gets the script's folder (or the working folder for ``-m``, ``''`` for
-  ``-c``) and ``PYTHONPATH`` in front, as a cold start puts them;
-- torch is in ``sys.modules`` already, accel is not (its imports read ``ACCEL_*`` variables
-  the child sets first).
+fork of this process starts with torch imported. What a child is given, as a cold start
+would give it:
+- the environment read while the interpreter and torch start (``PYTHON*``, ``TORCH_*``
+  but for those read later, OpenMP's and MKL's variables) is this process's, so warm.py
+  keeps one zygote per distinct set of those values;
+- ``sys.path``: ``PYTHONPATH``'s entries (absolute), then the start-up hook that reads
+  accel's environment (accel-deepspeed.pth) and ``sitecustomize`` run as site.py runs
+  them, then the script's folder (symbolic links resolved; the working folder for
+  ``-m``, ``''`` for ``-c``) goes in front;
+- ``__main__`` is the script's module (``__file__`` absolute while it runs, ``sys.argv[0]``
+  as given) and stays so until the interpreter ends; a script that does not exist ends
+  with status 2 and Python's message;
+- an ended child stays a zombie until its client asks for its status (``subprocess``'s
+  behaviour, which the shared-memory code's dead-peer checks see).
+
+What differs, and what a test that depends on it must start cold (``subprocess``):
+torch is imported before the first line; every child of one zygote has the same string
+hash seed (so the same set order: ranks forked here cannot disagree on it); the parent
+(``os.getppid()``) is this process; ``sys.orig_argv`` names this file; standard input is
+``/dev/null`` (pytest's own); a traceback has this file's frames above the script's.
 
 Protocol, one connection per child: the client sends a 4-byte length with its stdin,
 stdout and stderr attached (SCM_RIGHTS), then that many bytes of JSON (``argv`` after the
 interpreter, ``env``, ``cwd``, ``new_session``). The zygote answers one JSON line with the
-child's ``pid`` and, when the child has ended, one with its ``returncode`` (negative: the
-signal that ended it, as ``subprocess`` says it). The zygote exits when its standard input
+child's ``pid`` (or an ``error``) and, when the child has ended, one with its
+``returncode`` (negative: the signal that ended it, as ``subprocess`` says it); the child
+is reaped when the client closes the connection. The zygote exits when its standard input
 (a pipe from the client) reaches its end, which happens when the client's process ends.
 """
 
 from __future__ import annotations
 
 import array
+import builtins
 import contextlib
 import gc
+import importlib.machinery
 import json
 import os
 import runpy
@@ -39,9 +51,16 @@ import socket
 import struct
 import sys
 import types
+from dataclasses import dataclass
 from typing import Any
 
 _FDS = 3  # the child's stdin, stdout and stderr
+
+
+@dataclass
+class _Child:
+    connection: socket.socket | None  # None once the client has gone
+    ended: bool = False  # a zombie, told to the client, reaped when the client lets go
 
 
 def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -69,25 +88,44 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return request, list(fds)
 
 
-def _answer(connection: socket.socket, message: dict[str, int]) -> None:
+def _answer(connection: socket.socket, message: dict[str, Any]) -> None:
     # The client may have gone away; the child runs on, as a Popen'd child would.
     with contextlib.suppress(OSError):
         connection.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _reap(children: dict[int, socket.socket]) -> None:
-    """Tell each ended child's client its return code."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        connection = children.pop(pid, None)
-        if connection is not None:
-            _answer(connection, {"returncode": os.waitstatus_to_exitcode(status)})
-            connection.close()
+def _returncode(info: os.waitid_result) -> int:
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _notice_ends(children: dict[int, _Child]) -> None:
+    """Tell each newly ended child's client its return code; the child stays a zombie
+    (``WNOWAIT``) until its client lets go, and is reaped now if it already has."""
+    for pid, child in list(children.items()):
+        if child.ended:
+            continue
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is None:
+            continue
+        child.ended = True
+        if child.connection is None:
+            os.waitpid(pid, 0)
+            del children[pid]
+        else:
+            _answer(child.connection, {"returncode": _returncode(info)})
+
+
+def _let_go(pid: int, children: dict[int, _Child], selector: selectors.BaseSelector) -> None:
+    """The client closed the child's connection: reap the child if it has ended (else when
+    it ends)."""
+    child = children[pid]
+    if child.connection is not None:
+        selector.unregister(child.connection)
+        child.connection.close()
+        child.connection = None
+    if child.ended:
+        os.waitpid(pid, 0)
+        del children[pid]
 
 
 def _enter_child(request: dict[str, Any], fds: list[int]) -> None:
@@ -119,18 +157,22 @@ def serve(path: str) -> dict[str, Any]:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "listener")
-    selector.register(wake_read, selectors.EVENT_READ, "children")
+    selector.register(wake_read, selectors.EVENT_READ, "ended")
     selector.register(0, selectors.EVENT_READ, "lifeline")
-    children: dict[int, socket.socket] = {}
+    children: dict[int, _Child] = {}
     while True:
         for key, _ in selector.select():
             if key.data == "lifeline" and not os.read(0, 4096):
                 os.unlink(path)
                 sys.exit(0)
-            if key.data == "children":
+            elif key.data == "ended":
                 os.read(wake_read, 4096)
-                _reap(children)
-            if key.data == "listener":
+                _notice_ends(children)
+            elif isinstance(key.data, int):  # a child's client: it only ever closes
+                connection = children[key.data].connection
+                if connection is not None and not connection.recv(1):
+                    _let_go(key.data, children, selector)
+            elif key.data == "listener":
                 connection, _ = listener.accept()
                 try:
                     request, fds = _receive(connection)
@@ -141,18 +183,29 @@ def serve(path: str) -> dict[str, Any]:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 gc.freeze()
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError as error:
+                    _answer(connection, {"error": f"fork failed: {error}"})
+                    pid = -1
                 if pid == 0:
                     selector.close()
                     for fd in (wake_read, wake_write):
                         os.close(fd)
-                    for open_socket in (listener, connection, *children.values()):
-                        open_socket.close()
+                    for child in children.values():
+                        if child.connection is not None:
+                            child.connection.close()
+                    listener.close()
+                    connection.close()
                     _enter_child(request, fds)
                     return request
                 for fd in fds:
                     os.close(fd)
-                children[pid] = connection
+                if pid < 0:
+                    connection.close()
+                    continue
+                children[pid] = _Child(connection)
+                selector.register(connection, selectors.EVENT_READ, pid)
                 _answer(connection, {"pid": pid})
 
 
@@ -163,6 +216,8 @@ _START_HOOKS = ("accel-deepspeed.pth",)
 
 
 def _run_start_hooks() -> None:
+    """What site.py does after sys.path has PYTHONPATH: the environment's .pth lines, then
+    ``sitecustomize`` (the zygote found none on its own path)."""
     for folder in site.getsitepackages():
         for name in _START_HOOKS:
             hook = os.path.join(folder, name)
@@ -171,6 +226,28 @@ def _run_start_hooks() -> None:
                     for line in lines:
                         if line.startswith(("import ", "import\t")):
                             exec(line, {})
+    if "sitecustomize" not in sys.modules:
+        site.execsitecustomize()
+
+
+def _run_script(path: str) -> None:
+    """``python PATH``: PATH's code as ``__main__``, with an absolute ``__file__``."""
+    script = os.path.abspath(path)
+    try:
+        with open(script, "rb") as file:
+            source = file.read()
+    except OSError as error:
+        sys.stderr.write(f"{sys.executable}: can't open file {script!r}: [Errno {error.errno}] "
+                         f"{error.strerror}\n")  # fmt: skip
+        sys.exit(2)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=script, __builtins__=builtins, __cached__=None)
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(source, script, "exec"), main.__dict__)
+    finally:  # as Python's own file runner does, ended or failed
+        del main.__dict__["__file__"], main.__dict__["__cached__"]
 
 
 def _run(request: dict[str, Any]) -> None:
@@ -178,25 +255,32 @@ def _run(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    if pythonpath:
+        sys.path[:0] = [os.path.abspath(entry) for entry in pythonpath.split(os.pathsep)]
     _run_start_hooks()
     argv: list[str] = request["argv"]
-    pythonpath = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     if argv[0] == "-m":
         sys.argv = ["-m", *argv[2:]]
-        sys.path[:0] = [os.getcwd(), *pythonpath]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        sys.path.insert(0, os.getcwd())
+        # What `python -m` calls, in a __main__ of its own (it runs in the current one's
+        # namespace, and this file's is cleared when the zygote's script ends); it stays
+        # __main__ to the end, which run_module would not leave it.
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]
     elif argv[0] == "-c":
         sys.argv = ["-c", *argv[2:]]
-        sys.path[:0] = ["", *pythonpath]
+        sys.path.insert(0, "")
         main = types.ModuleType("__main__")
-        main.__dict__["__builtins__"] = __builtins__
+        main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         exec(compile(argv[1], "<string>", "exec"), main.__dict__)
     else:
         sys.argv = list(argv)
-        sys.path[:0] = [os.path.dirname(os.path.abspath(argv[0])), *pythonpath]
-        runpy.run_path(argv[0], run_name="__main__")
+        sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
+        _run_script(argv[0])
 
 
 if __name__ == "__main__":
+    del sys.path[0]  # this file's folder: a child's path is its own script's
     _run(serve(sys.argv[1]))
