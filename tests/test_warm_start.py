@@ -3,6 +3,7 @@ script forked from the zygote sees what a cold ``python`` start would show it.""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -24,11 +25,12 @@ PROBE = textwrap.dedent(
     """
     import atexit, json, os, sys
     warm = "torch" in sys.modules  # before this script imports anything
+    def annotated(x: int) -> None: ...
     import torch
     print(json.dumps({
         "warm": warm,
         "argv": sys.argv,
-        "path": sys.path[:3],
+        "path": sys.path,
         "cwd": os.getcwd(),
         "name": __name__,
         "file": globals().get("__file__"),
@@ -39,11 +41,15 @@ PROBE = textwrap.dedent(
         "sitecustomize_ran": getattr(sys, "probe_sitecustomize", False),
         "safe_path": sys.flags.safe_path,
         "stdin_is_devnull": os.path.samefile("/dev/stdin", os.devnull),
+        "annotation": repr(annotated.__annotations__["x"]),  # no inherited __future__ flags
+        "builtins": type(__builtins__).__name__,
     }))
     atexit.register(lambda: print(json.dumps({
         "main_at_exit": getattr(sys.modules["__main__"], "__file__", "no file"),
         "argv_at_exit": sys.argv,
     })))
+    if sys.argv[-1] == "exit":
+        sys.exit(0)  # Python exits at once: __main__ keeps its __file__ for atexit
     """
 )
 
@@ -61,7 +67,7 @@ def _cold_run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str
     return subprocess.run(args, stdin=subprocess.DEVNULL, **kwargs)
 
 
-@pytest.mark.parametrize("form", ["script", "module", "code"])
+@pytest.mark.parametrize("form", ["script", "script-exit", "module", "code"])
 def test_a_warm_child_sees_what_a_cold_start_shows_it(tmp_path: Path, form: str) -> None:
     (tmp_path / "probe_module.py").write_text(PROBE)
     (tmp_path / "linked").mkdir()
@@ -71,6 +77,7 @@ def test_a_warm_child_sees_what_a_cold_start_shows_it(tmp_path: Path, form: str)
     (tmp_path / "extra" / "sitecustomize.py").write_text(customize)
     argv = {
         "script": ["linked/probe.py", "a", "b"],  # relative, through a symbolic link
+        "script-exit": ["linked/probe.py", "a", "exit"],
         "module": ["-m", "probe_module", "a", "b"],
         "code": ["-c", PROBE, "a", "b"],
     }[form]
@@ -109,15 +116,46 @@ def test_an_ended_child_stays_a_zombie_until_its_status_is_asked_for() -> None:
         time.sleep(0.01)
 
 
+def _zygote_and_threads(**env: str) -> tuple[str, str]:
+    """The pid of the zygote a warm ``python -c`` came from, and torch's thread count."""
+    code = "import os, torch; print(os.getppid(), torch.get_num_threads())"
+    result = warm.run(
+        [sys.executable, "-c", code], env={**os.environ, **env},
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    zygote, threads = result.stdout.split()
+    return zygote, threads
+
+
 def test_start_up_variables_pick_a_zygote_of_their_own(tmp_path: Path) -> None:
-    code = ["-c", "import sys, torch; print(torch.get_num_threads(), 'torch' in sys.modules)"]
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    for threads in ("1", "2"):
-        result = warm.run(
-            [sys.executable, *code], env={**env, "OMP_NUM_THREADS": threads},
-            capture_output=True, text=True, timeout=120, check=True,
-        )  # fmt: skip
-        assert result.stdout.split() == [threads, "True"]
+    one, threads_one = _zygote_and_threads(OMP_NUM_THREADS="1")
+    two, threads_two = _zygote_and_threads(OMP_NUM_THREADS="2")
+    assert (threads_one, threads_two) == ("1", "2")
+    assert one != two
+    # Variables read after the start do not: a zygote started per value would cost a cold
+    # start each (DeepSpeed's tests give each test its own TORCH_EXTENSIONS_DIR).
+    first = _zygote_and_threads(OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=str(tmp_path / "a"))
+    second = _zygote_and_threads(OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=str(tmp_path / "b"))
+    assert first == second == (one, "1")
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_a_client_that_drops_an_ended_child_unasked_leaves_the_zygote_serving() -> None:
+    # Its return code is unread, so closing the connection resets it (ECONNRESET).
+    before, _ = _zygote_and_threads(OMP_NUM_THREADS="1")
+    dropped = warm.popen([sys.executable, "-c", "pass"], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    stat = Path(f"/proc/{dropped.pid}/stat")
+    deadline = time.monotonic() + 60
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child did not end within 60 s"
+        time.sleep(0.01)
+    time.sleep(0.1)  # its return code is on the way
+    del dropped
+    gc.collect()
+    while stat.exists():  # reaped once let go
+        assert time.monotonic() < deadline, "the dropped child was not reaped"
+        time.sleep(0.01)
+    assert _zygote_and_threads(OMP_NUM_THREADS="1")[0] == before
 
 
 def test_exit_codes_and_output_are_those_of_the_script(tmp_path: Path) -> None:

@@ -18,8 +18,9 @@ disagree on set order) calls ``subprocess`` itself.
 
 The environment read before a script's first line (the interpreter's and torch's start-up
 variables) is the zygote's own: one zygote is kept per distinct set of those values
-(``_start_signature``), started on first use, at most ``_ZYGOTES`` of them (the least
-recently used idle one goes), each ended with this process. The start-up hook that reads
+(``_start_signature``), started on first use and ended with this process; when a new
+one would make more than ``_ZYGOTES``, the least recently used one with no running
+children goes (none goes while all have some, so the bound is soft). The start-up hook that reads
 accel's environment (accel-deepspeed.pth) runs in the child instead, once the child has
 its environment, as site.py would run it in a cold start.
 """
@@ -128,7 +129,6 @@ class _Zygote:
             connection.close()
             said = reply or self._stderr()
             raise RuntimeError(f"the warm interpreter did not fork {argv}: {said}")
-        self.live += 1
         return int(reply["pid"]), connection
 
     def close(self) -> None:
@@ -167,6 +167,8 @@ _OWNER = os.getpid()  # a fork of this process must not end the zygotes at its e
 
 
 def _zygote_for(env: Mapping[str, str]) -> _Zygote:
+    """The zygote for ``env``'s start-up settings, with one more child counted on it (under
+    the lock, so that no other thread closes it as idle meanwhile)."""
     signature = _start_signature(env)
     with _zygotes_lock:
         zygote = _zygotes.pop(signature, None)
@@ -179,7 +181,13 @@ def _zygote_for(env: Mapping[str, str]) -> _Zygote:
                 _zygotes.pop(idle[0]).close()
             zygote = _Zygote(env)
         _zygotes[signature] = zygote
+        zygote.live += 1
         return zygote
+
+
+def _uncount(zygote: _Zygote) -> None:
+    with _zygotes_lock:
+        zygote.live -= 1
 
 
 @atexit.register
@@ -219,14 +227,15 @@ class WarmProcess:
                     line = _read_line(self._connection, timeout)
                 except TimeoutError:
                     return None
+                if line is not None:  # set before the zygote may reap it and free its pid
+                    self.returncode = int(json.loads(line)["returncode"])
                 self._connection.close()  # the zygote reaps the child now
-                self._zygote.live -= 1
+                _uncount(self._zygote)
                 if line is None:
                     raise RuntimeError(
                         f"the warm interpreter ended before pid {self.pid} did, so its exit "
                         "status is unknown"
                     )
-                self.returncode = int(json.loads(line)["returncode"])
             return self.returncode
         finally:
             self._lock.release()
@@ -357,10 +366,14 @@ def popen(
             stderr_fd, stderr_ours = _child_end(stderr, 2, opened)
         ours.append(stderr_ours)
         zygote = _zygote_for(env)
-        pid, connection = zygote.fork(
-            argv, env, os.fspath(cwd or os.getcwd()), [stdin_fd, stdout_fd, stderr_fd],
-            start_new_session,
-        )  # fmt: skip
+        try:
+            pid, connection = zygote.fork(
+                argv, env, os.fspath(cwd or os.getcwd()), [stdin_fd, stdout_fd, stderr_fd],
+                start_new_session,
+            )  # fmt: skip
+        except BaseException:
+            _uncount(zygote)
+            raise
     except BaseException:
         for fd in ours:
             if fd is not None:

@@ -23,7 +23,11 @@ What differs, and what a test that depends on it must start cold (``subprocess``
 torch is imported before the first line; every child of one zygote has the same string
 hash seed (so the same set order: ranks forked here cannot disagree on it); the parent
 (``os.getppid()``) is this process; ``sys.orig_argv`` names this file; standard input is
-``/dev/null`` (pytest's own); a traceback has this file's frames above the script's.
+``/dev/null`` (warm.py passes no other); ``sys.stdout``'s buffering was chosen when this
+process started (block-buffered, even where a child's stdout is a terminal); a traceback
+has this file's frames above the script's; a folder or zip file given as the script is not
+run (Python runs its ``__main__.py``); a working folder that does not exist makes the
+child exit 1 where ``Popen`` raises.
 
 Protocol, one connection per child: the client sends a 4-byte length with its stdin,
 stdout and stderr attached (SCM_RIGHTS), then that many bytes of JSON (``argv`` after the
@@ -115,6 +119,17 @@ def _notice_ends(children: dict[int, _Child]) -> None:
             _answer(child.connection, {"returncode": _returncode(info)})
 
 
+def _closed(connection: socket.socket | None) -> bool:
+    """Whether the client has closed ``connection`` (a client that closes with the return
+    code unread resets it: ECONNRESET, not an end of file)."""
+    if connection is None:
+        return False
+    try:
+        return not connection.recv(1)
+    except OSError:
+        return True
+
+
 def _let_go(pid: int, children: dict[int, _Child], selector: selectors.BaseSelector) -> None:
     """The client closed the child's connection: reap the child if it has ended (else when
     it ends)."""
@@ -169,11 +184,14 @@ def serve(path: str) -> dict[str, Any]:
                 os.read(wake_read, 4096)
                 _notice_ends(children)
             elif isinstance(key.data, int):  # a child's client: it only ever closes
-                connection = children[key.data].connection
-                if connection is not None and not connection.recv(1):
+                if _closed(children[key.data].connection):
                     _let_go(key.data, children, selector)
             elif key.data == "listener":
-                connection, _ = listener.accept()
+                try:
+                    connection, _ = listener.accept()
+                except OSError as error:  # out of descriptors, or the client gave up
+                    sys.stderr.write(f"zygote: a connection was not accepted: {error}\n")
+                    continue
                 try:
                     request, fds = _receive(connection)
                 except (OSError, ValueError) as error:
@@ -245,9 +263,18 @@ def _run_script(path: str) -> None:
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
     sys.modules["__main__"] = main
     try:
-        exec(compile(source, script, "exec"), main.__dict__)
-    finally:  # as Python's own file runner does, ended or failed
-        del main.__dict__["__file__"], main.__dict__["__cached__"]
+        exec(compile(source, script, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit:
+        raise  # Python exits at once: atexit handlers still see __file__
+    except BaseException:
+        _forget_file(main)
+        raise
+    _forget_file(main)
+
+
+def _forget_file(main: types.ModuleType) -> None:
+    """What Python's file runner does once the script has ended or raised."""
+    del main.__dict__["__file__"], main.__dict__["__cached__"]
 
 
 def _run(request: dict[str, Any]) -> None:
@@ -258,29 +285,37 @@ def _run(request: dict[str, Any]) -> None:
     pythonpath = os.environ.get("PYTHONPATH", "")
     if pythonpath:
         sys.path[:0] = [os.path.abspath(entry) for entry in pythonpath.split(os.pathsep)]
+        sys.path[:] = list(dict.fromkeys(sys.path))  # site.py's removeduppaths
     _run_start_hooks()
+    folder_first = not sys.flags.safe_path  # -P or PYTHONSAFEPATH: no folder in front
     argv: list[str] = request["argv"]
     if argv[0] == "-m":
         sys.argv = ["-m", *argv[2:]]
-        sys.path.insert(0, os.getcwd())
-        # What `python -m` calls, in a __main__ of its own (it runs in the current one's
-        # namespace, and this file's is cleared when the zygote's script ends); it stays
-        # __main__ to the end, which run_module would not leave it.
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]
-    elif argv[0] == "-c":
-        sys.argv = ["-c", *argv[2:]]
-        sys.path.insert(0, "")
+        if folder_first:
+            sys.path.insert(0, os.getcwd())
+        # What `python -m` calls; it runs the module in the current __main__'s namespace,
+        # so it gets a fresh one (not this file's globals). It stays __main__ to the end,
+        # which run_module would not leave it.
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
-        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]
+    elif argv[0] == "-c":
+        sys.argv = ["-c", *argv[2:]]
+        if folder_first:
+            sys.path.insert(0, "")
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = builtins
+        sys.modules["__main__"] = main
+        exec(compile(argv[1], "<string>", "exec", dont_inherit=True), main.__dict__)
     else:
         sys.argv = list(argv)
-        sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
+        if folder_first:
+            sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))
         _run_script(argv[0])
 
 
 if __name__ == "__main__":
-    del sys.path[0]  # this file's folder: a child's path is its own script's
+    if not sys.flags.safe_path:
+        del sys.path[0]  # this file's folder: a child's path is its own script's
     _run(serve(sys.argv[1]))
