@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import selectors
+import signal
 import socket
 import struct
 import subprocess
@@ -292,10 +293,10 @@ class WarmProcess:
                 os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
     def __enter__(self) -> WarmProcess:
         return self
