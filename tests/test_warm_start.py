@@ -43,6 +43,7 @@ PROBE = textwrap.dedent(
         "stdin_is_devnull": os.path.samefile("/dev/stdin", os.devnull),
         "annotation": repr(annotated.__annotations__["x"]),  # no inherited __future__ flags
         "builtins": type(__builtins__).__name__,
+        "unbuffered": sys.stdout.write_through,  # -u
     }))
     atexit.register(lambda: print(json.dumps({
         "main_at_exit": getattr(sys.modules["__main__"], "__file__", "no file"),
@@ -54,10 +55,24 @@ PROBE = textwrap.dedent(
 )
 
 
+# A script that starts ``python ARGS`` with ``sys.executable``, as launchers start ranks,
+# and passes on what it said and how it ended.
+PARENT = textwrap.dedent(
+    """
+    import subprocess, sys
+    result = subprocess.run([sys.executable, *sys.argv[1:]], capture_output=True, text=True)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    sys.exit(result.returncode)
+    """
+)
+
+
 def _seen(start: Any, tmp_path: Path, *argv: str, **env: str) -> list[dict[str, Any]]:
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # for -u
     result = start(
         [sys.executable, *argv],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(["extra", ""]), **env},
+        env={**inherited, "PYTHONPATH": os.pathsep.join(["extra", ""]), **env},
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return [json.loads(line) for line in result.stdout.splitlines()]
@@ -67,8 +82,13 @@ def _cold_run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str
     return subprocess.run(args, stdin=subprocess.DEVNULL, **kwargs)
 
 
-@pytest.mark.parametrize("form", ["script", "script-exit", "module", "code"])
+@pytest.mark.parametrize(
+    "form", ["script", "script-exit", "module", "code", "started-by-a-child", "unbuffered"]
+)
 def test_a_warm_child_sees_what_a_cold_start_shows_it(tmp_path: Path, form: str) -> None:
+    # "started-by-a-child": a script starts the probe with its own sys.executable, as a
+    # launcher does; warm, that is the stand-in (tests/support/stand_in.py).
+    (tmp_path / "parent.py").write_text(PARENT)
     (tmp_path / "probe_module.py").write_text(PROBE)
     (tmp_path / "linked").mkdir()
     (tmp_path / "linked" / "probe.py").symlink_to(tmp_path / "probe_module.py")
@@ -80,6 +100,8 @@ def test_a_warm_child_sees_what_a_cold_start_shows_it(tmp_path: Path, form: str)
         "script-exit": ["linked/probe.py", "a", "exit"],
         "module": ["-m", "probe_module", "a", "b"],
         "code": ["-c", PROBE, "a", "b"],
+        "started-by-a-child": ["parent.py", "linked/probe.py", "a", "b"],
+        "unbuffered": ["parent.py", "-u", "-m", "probe_module", "a", "b"],
     }[form]
     env = {"PROBE_ENV": "x", "OMP_NUM_THREADS": "1", "ACCEL_DEEPSPEED": "1"}
     warm_seen = _seen(warm.run, tmp_path, *argv, **env)
@@ -193,9 +215,131 @@ def test_what_the_zygote_cannot_run_starts_cold(monkeypatch: pytest.MonkeyPatch)
         with warm.popen(args, **kwargs) as process:
             return isinstance(process, subprocess.Popen)
 
-    assert started_cold([sys.executable, "-u", "-c", "pass"])  # an interpreter option
+    assert started_cold([sys.executable, "-X", "utf8", "-c", "pass"])  # an interpreter option
+    assert not started_cold([sys.executable, "-u", "-c", "pass"])  # but -u, which it can do
     assert started_cold(["true"])  # another program
     assert started_cold([sys.executable, "-c", "pass"], pass_fds=())  # an argument it lacks
     assert not started_cold([sys.executable, "-c", "pass"])
     monkeypatch.setenv(warm.COLD_STARTS, "1")
     assert started_cold([sys.executable, "-c", "pass"])
+
+
+# Processes a warm child starts with its sys.executable, as launchers start their ranks:
+# each case's outcome, run by a script the test starts warm (through the stand-in) and cold.
+FAMILY = textwrap.dedent(
+    """
+    import json, os, select, signal, subprocess, sys, time
+
+    def sleeper(**kwargs):
+        # SIGTERM ends it with status 7: the signal itself reached it, not a kill after.
+        code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: "
+                "sys.exit(7)); print(os.getpid(), flush=True); time.sleep(60)")
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, **kwargs)
+        return child, int(child.stdout.readline())
+
+    def gone(pid):
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{pid}"):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def ended(code, **kwargs):
+        return subprocess.run([sys.executable, "-c", code], **kwargs).returncode
+
+    outcomes = {}
+    child, _ = sleeper()
+    child.terminate()
+    outcomes["terminate"] = child.wait()
+    child, _ = sleeper(start_new_session=True)  # torchrun's way: a session per rank
+    os.killpg(child.pid, signal.SIGTERM)
+    outcomes["killpg"] = child.wait()
+    child, pid = sleeper()
+    child.kill()  # a killed stand-in takes its child with it
+    outcomes["kill"] = [child.wait(), gone(pid)]
+    outcomes["exit"] = ended("import sys; sys.exit(3)")
+    outcomes["signal"] = ended("import os, signal; os.kill(os.getpid(), signal.SIGUSR1)")
+    read, write = os.pipe()
+    code = f"import os; os.write({write}, b'through')"
+    status = ended(code, pass_fds=(write,))
+    os.close(write)  # so that the read ends, whatever the child did
+    outcomes["pass_fds"] = [status, os.read(read, 16).decode()]
+    # Its end of a pipe is the child's alone: closed there, the pipe ends at once.
+    read, write = os.pipe()
+    code = f"import os, time; os.close({write}); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], pass_fds=(write,))
+    os.close(write)
+    outcomes["pipe_closed_by_the_child"] = bool(select.select([read], [], [], 30)[0])
+    child.kill()
+    child.wait()
+    # A signal sent as soon as the process exists, whether or not the zygote has forked
+    # the child yet, ends it.
+    soon = []
+    for delay_ms in range(0, 60, 4):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        time.sleep(delay_ms / 1000)
+        child.terminate()
+        soon.append(child.wait())
+    outcomes["terminate_soon"] = sorted(set(soon))
+    print(json.dumps(outcomes))
+    """
+)
+
+
+def test_a_warm_childs_own_children_end_and_take_signals_as_cold_ones(tmp_path: Path) -> None:
+    (tmp_path / "family.py").write_text(FAMILY)
+
+    def outcomes(start: Any) -> dict[str, Any]:
+        result = start([sys.executable, "family.py"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, check=True)  # fmt: skip
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+    warm_outcomes = outcomes(warm.run)
+    assert warm_outcomes == outcomes(_cold_run)
+    assert warm_outcomes == {
+        "terminate": 7, "killpg": 7, "kill": [-signal.SIGKILL, True],
+        "exit": 3, "signal": -signal.SIGUSR1, "pass_fds": [0, "through"],
+        "pipe_closed_by_the_child": True, "terminate_soon": [-signal.SIGTERM],
+    }  # fmt: skip
+
+
+# Which of a warm child's own children are forked warm: each case's command and the
+# variables it adds; the child says whether it started with torch imported.
+WHICH = textwrap.dedent(
+    """
+    import json, os, subprocess, sys
+    pinned = json.dumps({"ranks": [{"cores": [0], "env": {}}]})
+    unpinned = json.dumps({"ranks": [{"cores": None, "env": {}}]})
+    one_cpu = {min(os.sched_getaffinity(0))}
+    cases = {  # options, variables added, Popen arguments
+        "same start": ([], {}, {}),
+        "-u": (["-u"], {}, {}),
+        "read later": ([], {"TORCH_NCCL_ABORT_IN_DESTROY_PG": "1", "ACCEL_RUN_PLAN": unpinned}, {}),
+        "other threads": ([], {"OMP_NUM_THREADS": "3"}, {}),
+        "pinned by accel run": ([], {"ACCEL_RUN_PLAN": pinned}, {}),
+        "fewer cpus": ([], {}, {"preexec_fn": lambda: os.sched_setaffinity(0, one_cpu)}),
+        "interpreter option": (["-X", "utf8"], {}, {}),
+        "cold starts asked for": ([], {"ACCEL_TESTS_COLD_STARTS": "1"}, {}),
+    }
+    warm = {}
+    for case, (options, env, popen) in cases.items():
+        code = "import sys; print('torch' in sys.modules)"
+        said = subprocess.run([sys.executable, *options, "-c", code], env={**os.environ, **env},
+                              capture_output=True, text=True, check=True, **popen).stdout
+        warm[case] = said.strip() == "True"
+    print(json.dumps(warm))
+    """
+)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to narrow")
+def test_a_warm_childs_own_children_are_warm_only_where_they_start_as_it_did() -> None:
+    result = warm.run([sys.executable, "-c", WHICH], capture_output=True, text=True,
+                      timeout=300, check=True)  # fmt: skip
+    assert json.loads(result.stdout) == {
+        "same start": True, "-u": True, "read later": True,
+        # OpenMP sizes its pool by these when it starts:
+        "other threads": False, "pinned by accel run": False, "fewer cpus": False,
+        "interpreter option": False, "cold starts asked for": False,
+    }  # fmt: skip

@@ -7,18 +7,20 @@ Why: the suite starts ~350 Python processes; each cold one spends ~1.4 s of CPU 
 torch on the 2-core machine the suite is sized for (``time python -c "import torch"``), and
 the suite is CPU-bound. A fork costs milliseconds.
 
-What stays cold: any other command (a launcher's own children are started by the launcher,
-cold), interpreter options (``-u``, ``-X ...``), ``pass_fds`` and the other ``Popen``
-arguments this module does not take; and every start when ``ACCEL_TESTS_COLD_STARTS=1``
-(to tell a fault of the warm start from one of the code under test). zygote.py lists what
-a warm child sees otherwise than a cold one (torch already imported, one string hash seed
-per zygote, the zygote as parent, standard input on /dev/null); a test that depends on
-any of it (start-up hooks, what a fresh process imports, ranks that must be able to
-disagree on set order) calls ``subprocess`` itself.
+What stays cold: any other command, interpreter options other than ``-u`` (``-X ...``),
+``pass_fds`` and the other ``Popen`` arguments this module does not take; and every start
+when ``ACCEL_TESTS_COLD_STARTS=1`` (to tell a fault of the warm start from one of the code
+under test). A warm child's ``sys.executable`` is a stand-in (tests/support/stand_in.py),
+so what it starts in turn, a launcher's ranks above all, is forked warm too where the
+start-up variables match and starts cold where they do not. zygote.py lists what a warm
+child sees otherwise than a cold one (torch already imported, one string hash seed per
+zygote, the zygote as parent, standard input on /dev/null); a test that depends on any
+of it (start-up hooks, what a fresh process imports, ranks that must be able to disagree
+on set order) calls ``subprocess`` itself.
 
 The environment read before a script's first line (the interpreter's and torch's start-up
 variables) is the zygote's own: one zygote is kept per distinct set of those values
-(``_start_signature``), started on first use and ended with this process; when a new
+(``zygote.start_signature``), started on first use and ended with this process; when a new
 one would make more than ``_ZYGOTES``, the least recently used one with no running
 children goes (none goes while all have some, so the bound is soft). The start-up hook that reads
 accel's environment (accel-deepspeed.pth) runs in the child instead, once the child has
@@ -27,15 +29,12 @@ its environment, as site.py would run it in a cold start.
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
 import json
 import os
-import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -45,34 +44,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from tests.support.zygote import (
+    CHILD_NAMES,
+    COLD_STARTS,
+    needs_cold_start,
+    read_line,
+    runnable,
+    send_request,
+    start_signature,
+)
+
+__all__ = ["COLD_STARTS", "WarmProcess", "popen", "run"]
+
 ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
-COLD_STARTS = "ACCEL_TESTS_COLD_STARTS"
 _START_LIMIT_S = 120.0
 _ZYGOTES = 4  # each holds ~200 MB (torch imported); tests use one or two start-up settings
-
-# Read while the interpreter or torch starts, or by the start-up hooks accel installs
-# (.pth files): a child must find these as a cold start would, so they select the zygote.
-_START_PREFIXES = ("PYTHON", "TORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "LD_")
-_START_NAMES = frozenset({"SETUPTOOLS_USE_DISTUTILS"})
-# ... except those the child applies itself, as a cold start would: PYTHONPATH (sys.path)
-# and ACCEL_DEEPSPEED (the child runs accel-deepspeed.pth once it has its environment);
-# and TORCH_EXTENSIONS_DIR, read when an extension is built or loaded, not at import.
-_CHILD_NAMES = frozenset({"PYTHONPATH", "ACCEL_DEEPSPEED", "TORCH_EXTENSIONS_DIR"})
 
 _FileArgument = int | IO[Any] | None
 # What ``popen`` passes to a warm child; any other ``Popen`` argument makes a cold start.
 _WARM_ARGUMENTS = frozenset({"env", "cwd", "stdout", "stderr", "text", "start_new_session"})
-
-
-def _start_signature(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        sorted(
-            (name, value)
-            for name, value in env.items()
-            if name not in _CHILD_NAMES
-            and (name.startswith(_START_PREFIXES) or name in _START_NAMES)
-        )
-    )
 
 
 class _Zygote:
@@ -81,7 +71,7 @@ class _Zygote:
     def __init__(self, env: Mapping[str, str]) -> None:
         self._folder = tempfile.TemporaryDirectory(prefix="accel-zygote-")
         self.socket_path = os.path.join(self._folder.name, "socket")
-        zygote_env = {k: v for k, v in env.items() if k not in _CHILD_NAMES}
+        zygote_env = {k: v for k, v in env.items() if k not in CHILD_NAMES}
         self.live = 0  # children not yet waited for
         self.process = subprocess.Popen(
             [sys.executable, str(ZYGOTE), self.socket_path],
@@ -105,21 +95,15 @@ class _Zygote:
         said = self.process.stderr.read().decode()[-2000:]
         return f"exit status {self.process.returncode}: {said}"
 
-    def fork(self, argv: list[str], env: Mapping[str, str], cwd: str, fds: list[int],
-             new_session: bool) -> tuple[int, socket.socket]:  # fmt: skip
-        """Have the zygote fork ``python *argv``; returns the child's pid and the connection
-        its return code will arrive on."""
+    def fork(self, request: dict[str, Any], fds: list[int]) -> tuple[int, socket.socket]:
+        """Have the zygote fork ``request`` (zygote.py's protocol) with ``fds``; returns the
+        child's pid and the connection its return code will arrive on."""
+        argv = request["argv"]
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connection.connect(self.socket_path)
-            body = json.dumps(
-                {"argv": argv, "env": dict(env), "cwd": cwd, "new_session": new_session}
-            ).encode()
-            header = struct.pack("!I", len(body))
-            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-            connection.sendmsg([header], rights)
-            connection.sendall(body)
-            answer = _read_line(connection, timeout=_START_LIMIT_S)
+            send_request(connection, request, fds)
+            answer = read_line(connection, timeout=_START_LIMIT_S)
         except (OSError, TimeoutError) as error:
             connection.close()
             raise RuntimeError(
@@ -145,23 +129,6 @@ class _Zygote:
         self._folder.cleanup()
 
 
-def _read_line(connection: socket.socket, timeout: float | None) -> bytes | None:
-    """One newline-ended message, or None at the connection's end; raises TimeoutError
-    when none has begun within ``timeout`` seconds (the zygote writes each whole)."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(connection, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            raise TimeoutError(f"no answer within {timeout} s")
-    connection.settimeout(None)
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = connection.recv(1)
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
 _zygotes: dict[tuple[tuple[str, str], ...], _Zygote] = {}  # least recently used first
 _zygotes_lock = threading.Lock()
 _OWNER = os.getpid()  # a fork of this process must not end the zygotes at its exit
@@ -170,7 +137,7 @@ _OWNER = os.getpid()  # a fork of this process must not end the zygotes at its e
 def _zygote_for(env: Mapping[str, str]) -> _Zygote:
     """The zygote for ``env``'s start-up settings, with one more child counted on it (under
     the lock, so that no other thread closes it as idle meanwhile)."""
-    signature = _start_signature(env)
+    signature = start_signature(env)
     with _zygotes_lock:
         zygote = _zygotes.pop(signature, None)
         if zygote is not None and zygote.process.poll() is not None:
@@ -225,7 +192,7 @@ class WarmProcess:
         try:
             if self.returncode is None:
                 try:
-                    line = _read_line(self._connection, timeout)
+                    line = read_line(self._connection, timeout)
                 except TimeoutError:
                     return None
                 if line is not None:  # set before the zygote may reap it and free its pid
@@ -308,16 +275,14 @@ class WarmProcess:
         self.wait()
 
 
-def _warm_argv(args: Sequence[str]) -> list[str] | None:
-    """``args`` after the interpreter when the zygote can run them, else None.
-
-    Cold: other commands, interpreter options and ``ACCEL_TESTS_COLD_STARTS=1``."""
+def _warm_argv(args: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], bool] | None:
+    """``args`` after the interpreter and whether ``-u`` came first, when the zygote can
+    run them; else None (other commands, interpreter options, a cold start asked for or
+    needed)."""
     argv = [os.fspath(arg) for arg in args]
-    if os.environ.get(COLD_STARTS, "0") != "0" or len(argv) < 2 or argv[0] != sys.executable:
+    if argv[:1] != [sys.executable] or needs_cold_start(os.environ) or needs_cold_start(env):
         return None
-    if argv[1] in ("-m", "-c"):
-        return argv[1:] if len(argv) >= 3 else None
-    return None if argv[1].startswith("-") else argv[1:]
+    return runnable(argv[1:])
 
 
 def _child_end(argument: _FileArgument, default: int, opened: list[int]) -> tuple[int, int | None]:
@@ -349,8 +314,8 @@ def popen(
 ) -> WarmProcess | subprocess.Popen[Any]:
     """``subprocess.Popen(args, ...)``, forked warm where it can be (see the module)."""
     env = dict(os.environ if env is None else env)
-    argv = _warm_argv(args)
-    if argv is None or cold_only:
+    warm_argv = _warm_argv(args, env)
+    if warm_argv is None or cold_only:
         return subprocess.Popen(
             args, env=env, cwd=cwd, stdout=stdout, stderr=stderr, text=text,
             start_new_session=start_new_session, **cold_only,
@@ -366,12 +331,14 @@ def popen(
         else:
             stderr_fd, stderr_ours = _child_end(stderr, 2, opened)
         ours.append(stderr_ours)
+        argv, unbuffered = warm_argv
+        request = {
+            "argv": argv, "env": env, "cwd": os.fspath(cwd or os.getcwd()), "fds": [0, 1, 2],
+            "new_session": start_new_session, "unbuffered": unbuffered,
+        }  # fmt: skip
         zygote = _zygote_for(env)
         try:
-            pid, connection = zygote.fork(
-                argv, env, os.fspath(cwd or os.getcwd()), [stdin_fd, stdout_fd, stderr_fd],
-                start_new_session,
-            )  # fmt: skip
+            pid, connection = zygote.fork(request, [stdin_fd, stdout_fd, stderr_fd])
         except BaseException:
             _uncount(zygote)
             raise
@@ -400,7 +367,10 @@ def run(
     **kwargs: Any,
 ) -> subprocess.CompletedProcess[Any]:
     """``subprocess.run(args, ...)``, forked warm where it can be (see the module)."""
-    if _warm_argv(args) is None or not set(kwargs) <= _WARM_ARGUMENTS:
+    env = kwargs.get("env")
+    if _warm_argv(args, os.environ if env is None else env) is None or not (
+        set(kwargs) <= _WARM_ARGUMENTS
+    ):
         return subprocess.run(
             args, timeout=timeout, check=check, capture_output=capture_output, **kwargs
         )
