@@ -433,7 +433,10 @@ def test_three_ranks_hold_identical_bits_within_the_summation_bound(tmp_path: Pa
     result = warm.run(
         [sys.executable, "-m", "accel", "run", "--standalone", "--nproc-per-node", "3",
          str(script), str(tmp_path)],
-        env=_env(), capture_output=True, text=True, timeout=300, check=False,
+        # torchrun's value for several ranks, given to the launcher too: the ranks start
+        # as it did, so they can be forked warm (tests/support/stand_in.py)
+        env=_env() | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
+        check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]

@@ -46,11 +46,19 @@ def _env() -> dict[str, str]:
     }
 
 
-def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _python(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return warm.run(
-        [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
+        [sys.executable, *args], cwd=cwd, env=_env() | env, capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
+
+
+def _two_ranks(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``accel run --standalone --nproc-per-node 2 ARGS``. OMP_NUM_THREADS=1 is what
+    torchrun gives ranks when it starts several; given to the launcher too, the ranks
+    start as it did, so they can be forked warm (tests/support/stand_in.py)."""
+    launch = ("-m", "accel", "run", "--standalone", "--nproc-per-node", "2")
+    return _python(*launch, *args, cwd=cwd, OMP_NUM_THREADS="1")
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +140,7 @@ def test_the_ported_gpt_script_trains_on_the_cpu(ported: Path) -> None:
 
 
 def test_the_ported_gpt_script_trains_as_two_ddp_ranks(ported: Path) -> None:
-    result = _python("-m", "accel", "run", "--standalone", "--nproc-per-node", "2",
-                     "gpt_train.py", "ddp.json", cwd=ported)  # fmt: skip
+    result = _two_ranks("gpt_train.py", "ddp.json", cwd=ported)
     errors = [line for line in result.stderr.splitlines() if "Error" in line or "error" in line]
     assert result.returncode == 0, "\n".join(errors[-30:])
     reports = [json.loads((ported / f"ddp.json.rank{r}").read_text()) for r in (0, 1)]
@@ -187,9 +194,9 @@ def test_the_ported_snapshot_script_trains_alone_and_resumes_from_its_snapshot(
 
 
 def test_the_ported_snapshot_script_trains_as_two_ddp_ranks(ported: Path, tmp_path: Path) -> None:
-    result = _python("-m", "accel", "run", "--standalone", "--nproc-per-node", "2",
-                     "ddp_snapshot.py", "4", str(tmp_path / "s.pt"), str(tmp_path / "d.json"),
-                     cwd=ported)  # fmt: skip
+    result = _two_ranks(
+        "ddp_snapshot.py", "4", str(tmp_path / "s.pt"), str(tmp_path / "d.json"), cwd=ported
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     reports = _ddp_snapshot_reports(tmp_path, "d.json", 2)
     assert [r["world"] for r in reports] == [2, 2]
@@ -233,9 +240,9 @@ def test_the_ported_fsdp2_script_trains_as_two_ranks_and_saves_a_full_checkpoint
     ported: Path, tmp_path: Path
 ) -> None:
     checkpoint = tmp_path / "full.pt"
-    result = _python("-m", "accel", "run", "--standalone", "--nproc-per-node", "2",
-                     "fsdp2_checkpoint.py", "30", str(checkpoint), str(tmp_path / "f.json"),
-                     cwd=ported)  # fmt: skip
+    result = _two_ranks(
+        "fsdp2_checkpoint.py", "30", str(checkpoint), str(tmp_path / "f.json"), cwd=ported
+    )
     errors = [line for line in result.stderr.splitlines() if "Error" in line]
     assert result.returncode == 0, "\n".join(errors[-30:])
     reports = [json.loads((tmp_path / f"f.json.rank{r}").read_text()) for r in (0, 1)]
