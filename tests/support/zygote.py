@@ -292,8 +292,11 @@ def serve(path: str) -> dict[str, Any]:
     global _stand_in
     _stand_in = _write_stand_in(path)  # before the socket exists: clients wait for that
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under another name and renamed once listening: a client that finds ``path``
+    # can connect (between bind and listen, a connection is refused).
+    listener.bind(f"{path}.binding")
     listener.listen(64)
+    os.rename(f"{path}.binding", path)
     import torch  # noqa: F401  -- the warm part: every child starts with torch imported
 
     own_start = _Start(start_signature(os.environ), sorted(os.sched_getaffinity(0)))
