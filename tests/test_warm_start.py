@@ -18,7 +18,13 @@ import pytest
 
 from tests.support import warm
 
-pytestmark = pytest.mark.slow  # starts interpreters
+pytestmark = [
+    pytest.mark.slow,  # starts interpreters
+    pytest.mark.skipif(
+        os.environ.get(warm.COLD_STARTS, "0") != "0",
+        reason=f"{warm.COLD_STARTS} turns off the warm starts these tests check",
+    ),
+]
 
 # What a script can see of how it was started, and (at exit) of what it ran as.
 PROBE = textwrap.dedent(
@@ -276,7 +282,7 @@ FAMILY = textwrap.dedent(
     # A signal sent as soon as the process exists, whether or not the zygote has forked
     # the child yet, ends it.
     soon = []
-    for delay_ms in range(0, 60, 4):
+    for delay_ms in range(0, 150, 10):  # before, while and after the stand-in asks
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         time.sleep(delay_ms / 1000)
         child.terminate()

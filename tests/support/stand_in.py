@@ -2,7 +2,7 @@
 (a launcher's ranks, above all) is forked from the zygote too, where it can be.
 
 The zygote writes, beside its socket, a script named ``python`` that runs the real
-interpreter with ``-S -E`` (the standard library only: ~15 ms) and calls :func:`main`.
+interpreter with ``-S -E`` (it needs the standard library only) and calls :func:`main`.
 Given ``[-u] SCRIPT | -m MODULE | -c CODE ...``, it asks the zygote for a child with its
 own environment, working folder, CPUs and descriptors (0, 1, 2 and any it inherited, at
 the same numbers), which the zygote forks when that child would start as the zygote did
@@ -12,7 +12,8 @@ the same numbers), which the zygote forks when that child would start as the zyg
 - if it is killed (SIGKILL), the zygote kills the child;
 - it ends as the child ended: the same exit status, or the same signal.
 Once the child runs, the stand-in holds none of the descriptors it passed on but standard
-error (for its own messages), so the child alone decides when a pipe it was given ends.
+error (for its own messages), so the child alone decides when a pipe it was given as
+standard input or output, or as an inherited descriptor, ends.
 Anything else (other interpreter options, another start, ``ACCEL_TESTS_COLD_STARTS=1``,
 a zygote that has gone or cannot fork) replaces this process with the real interpreter
 (``exec``): a cold start, as if the stand-in were not there.
@@ -64,9 +65,15 @@ def main(socket_path: str, interpreter: str) -> NoReturn:
     pending: list[int] = []  # signals that came before
 
     def cold() -> NoReturn:
-        for sig in pending:  # what a cold start would have met: end by it
+        # A signal that has come (or comes now) ends this process, as it would a cold start:
+        # blocked while the defaults go back (signal.signal runs the handlers of signals
+        # already caught, so ``pending`` is complete after it), then let through.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
+        for sig in pending:
             os.kill(os.getpid(), sig)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         os.execv(interpreter, [interpreter, *sys.argv[1:]])
 
     def forward(sig: int, _: object) -> None:
@@ -90,17 +97,17 @@ def main(socket_path: str, interpreter: str) -> NoReturn:
     for sig in _FORWARDED:
         signal.signal(sig, forward)
     fds = [0, 1, 2, *inherited]
-    request = {
-        "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "fds": fds,
-        "cpus": sorted(os.sched_getaffinity(0)), "new_session": True, "tied": True,
-        "unbuffered": unbuffered, "same_start": True,
-    }  # fmt: skip
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        request = {
+            "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "fds": fds,
+            "cpus": sorted(os.sched_getaffinity(0)), "new_session": True, "tied": True,
+            "unbuffered": unbuffered, "same_start": True,
+        }  # fmt: skip
         connection.connect(socket_path)
         send_request(connection, request, fds)
         answer = read_line(connection, timeout=None)
-    except OSError:  # the zygote has gone: nothing was forked
+    except OSError:  # the zygote has gone (or the folder has): nothing was forked
         answer = None
     reply = {} if answer is None else json.loads(answer)
     if "pid" not in reply:  # refused (another start), or not forked: no child exists

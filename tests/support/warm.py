@@ -11,8 +11,11 @@ What stays cold: any other command, interpreter options other than ``-u`` (``-X 
 ``pass_fds`` and the other ``Popen`` arguments this module does not take; and every start
 when ``ACCEL_TESTS_COLD_STARTS=1`` (to tell a fault of the warm start from one of the code
 under test). A warm child's ``sys.executable`` is a stand-in (tests/support/stand_in.py),
-so what it starts in turn, a launcher's ranks above all, is forked warm too where the
-start-up variables match and starts cold where they do not. zygote.py lists what a warm
+so what it starts in turn, a launcher's ranks above all, is forked warm too where it
+would start as the zygote did (the same start-up variables and CPUs, no cores pinned by
+`accel run`'s plan) and starts cold otherwise. multiprocessing's spawn start method
+keeps the real interpreter (torch imports it before the stand-in exists), so what it
+starts is cold. zygote.py lists what a warm
 child sees otherwise than a cold one (torch already imported, one string hash seed per
 zygote, the zygote as parent, standard input on /dev/null); a test that depends on any
 of it (start-up hooks, what a fresh process imports, ranks that must be able to disagree

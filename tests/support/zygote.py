@@ -21,29 +21,32 @@ would give it:
 - ``sys.executable`` is a stand-in ``python`` written beside the socket
   (tests/support/stand_in.py): what the child starts with it (a launcher's ranks) is
   forked from here too where it would start as this zygote did (the same start-up
-  variables and CPUs), and starts cold otherwise.
+  variables and CPUs, no cores pinned by `accel run`'s plan), and starts cold otherwise.
 
 What differs, and what a test that depends on it must start cold (``subprocess``):
 torch is imported before the first line; every child of one zygote has the same string
 hash seed (so the same set order: ranks forked here, by a test or by a launcher through
 the stand-in, cannot disagree on it); the parent (``os.getppid()``) is this process, and
 a launcher's ``Popen.pid`` is the stand-in's (whose ``/proc`` command line is not the
-child's); umask, resource limits and signal dispositions are this process's, not the
-starter's; ``sys.executable`` is the stand-in; ``sys.orig_argv`` names this file;
-standard input is ``/dev/null`` for what warm.py starts (it passes no other);
-``sys.stdout``'s buffering was chosen when this process started (block-buffered, even
-where a child's stdout is a terminal) unless ``-u`` was given (``sys.flags`` does not show
-it); a signal sent to a stand-in reaches the child's whole process group; a traceback
-has this file's frames above the script's; a folder or zip file given as the script is
-not run (Python runs its ``__main__.py``); a working folder that does not exist makes
-the child exit 1 where ``Popen`` raises.
+child's); umask, resource limits, signal dispositions and the signal mask are this
+process's, not the starter's; a stand-in's ``wait()`` after ``kill()`` returns before the
+child is dead (the zygote kills it once it sees the stand-in gone), and a child started
+through a stand-in is killed when this zygote ends (warm.py ends an idle zygote when it
+needs the room, and every zygote when the tests end); ``sys.executable`` is the
+stand-in; ``sys.orig_argv`` names this file; standard input is ``/dev/null`` for what
+warm.py starts (it passes no other); ``sys.stdout``'s buffering was chosen when this
+process started (block-buffered, even where a child's stdout is a terminal) unless
+``-u`` was given (``sys.flags`` does not show it); a signal sent to a stand-in reaches
+the child's whole process group; a traceback has this file's frames above the script's;
+a folder or zip file given as the script is not run (Python runs its ``__main__.py``); a
+working folder that does not exist makes the child exit 1 where ``Popen`` raises.
 
 Protocol, one connection per child: the client sends a 4-byte length with the child's
 descriptors attached (SCM_RIGHTS), then that many bytes of JSON: ``argv`` after the
 interpreter, ``env``, ``cwd``, ``fds`` (the number each descriptor gets in the child: 0,
 1 and 2, then any a stand-in inherited), ``new_session``, ``unbuffered`` (``-u``), and
-from the stand-in ``cpus`` (its affinity), ``same_start`` (refuse, with ``cold`` in the
-answer, unless the child would start as this zygote did) and ``tied`` (kill the child if
+from the stand-in ``cpus`` (its affinity), ``same_start`` (refuse, with an ``error``,
+unless the child would start as this zygote did) and ``tied`` (kill the child if
 the client goes before the child ends, or when this zygote ends). The zygote answers
 one JSON line with the child's ``pid`` (or an ``error``) and, when the child has ended,
 one with its ``returncode`` (negative: the signal that ended it, as ``subprocess`` says
@@ -375,7 +378,7 @@ def _accept(
         connection.close()
         return None
     if request.get("same_start") and not own_start.shared_by(request):
-        _answer(connection, {"error": "it does not start as this zygote did", "cold": True})
+        _answer(connection, {"error": "it does not start as this zygote did"})
         connection.close()
         for fd in fds:
             os.close(fd)
