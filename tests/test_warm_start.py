@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support import warm
+from tests.support.zygote import read_line, send_request
 
 pytestmark = [
     pytest.mark.slow,  # starts interpreters
@@ -184,6 +186,20 @@ def test_a_client_that_drops_an_ended_child_unasked_leaves_the_zygote_serving() 
         assert time.monotonic() < deadline, "the dropped child was not reaped"
         time.sleep(0.01)
     assert _zygote_and_threads(OMP_NUM_THREADS="1")[0] == before
+
+
+def test_a_request_the_zygote_cannot_read_is_refused_and_it_serves_on() -> None:
+    code = "import os, sys; print(os.getppid(), sys.executable)"
+    said = warm.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                    capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    pid, stand_in = said.stdout.split()
+    socket_path = os.path.join(os.path.dirname(stand_in), "socket")  # beside its stand-in
+    for request in ({"argv": ["-c", "pass"]}, ["not", "a", "request"]):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(socket_path)
+            send_request(connection, request, [0, 1, 2])  # type: ignore[arg-type]
+            assert read_line(connection, timeout=60) is None  # closed unanswered
+    assert _zygote_and_threads(OMP_NUM_THREADS="1")[0] == pid
 
 
 def test_exit_codes_and_output_are_those_of_the_script(tmp_path: Path) -> None:

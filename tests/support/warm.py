@@ -13,13 +13,12 @@ when ``ACCEL_TESTS_COLD_STARTS=1`` (to tell a fault of the warm start from one o
 under test). A warm child's ``sys.executable`` is a stand-in (tests/support/stand_in.py),
 so what it starts in turn, a launcher's ranks above all, is forked warm too where it
 would start as the zygote did (the same start-up variables and CPUs, no cores pinned by
-`accel run`'s plan) and starts cold otherwise. multiprocessing's spawn start method
+``accel run``'s plan) and starts cold otherwise. multiprocessing's spawn start method
 keeps the real interpreter (torch imports it before the stand-in exists), so what it
-starts is cold. zygote.py lists what a warm
-child sees otherwise than a cold one (torch already imported, one string hash seed per
-zygote, the zygote as parent, standard input on /dev/null); a test that depends on any
-of it (start-up hooks, what a fresh process imports, ranks that must be able to disagree
-on set order) calls ``subprocess`` itself.
+starts is cold. zygote.py lists what a warm child sees otherwise than a cold one (torch
+already imported, one string hash seed per zygote, the zygote as parent, standard input
+on /dev/null); a test that depends on any of it (start-up hooks, what a fresh process
+imports, ranks that must be able to disagree on set order) calls ``subprocess`` itself.
 
 The environment read before a script's first line (the interpreter's and torch's start-up
 variables) is the zygote's own: one zygote is kept per distinct set of those values

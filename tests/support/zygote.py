@@ -21,7 +21,7 @@ would give it:
 - ``sys.executable`` is a stand-in ``python`` written beside the socket
   (tests/support/stand_in.py): what the child starts with it (a launcher's ranks) is
   forked from here too where it would start as this zygote did (the same start-up
-  variables and CPUs, no cores pinned by `accel run`'s plan), and starts cold otherwise.
+  variables and CPUs, no cores pinned by ``accel run``'s plan), and starts cold otherwise.
 
 What differs, and what a test that depends on it must start cold (``subprocess``):
 torch is imported before the first line; every child of one zygote has the same string
@@ -91,7 +91,7 @@ CHILD_NAMES = frozenset({"PYTHONPATH", "ACCEL_DEEPSPEED", "TORCH_EXTENSIONS_DIR"
 # Left in the zygote's environment but out of the signature: read later, when an NCCL
 # group is made (torchrun gives its ranks TORCH_NCCL_ASYNC_ERROR_HANDLING).
 LATE_PREFIXES = ("TORCH_NCCL_",)
-# `accel run`'s plan: a rank whose plan pins cores pins them, and sets OMP_NUM_THREADS,
+# ``accel run``'s plan: a rank whose plan pins cores pins them, and sets OMP_NUM_THREADS,
 # before torch starts (accel/launch/worker.py), which a fork of this process cannot do.
 RUN_PLAN = "ACCEL_RUN_PLAN"
 
@@ -111,7 +111,7 @@ def start_signature(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 def needs_cold_start(env: Mapping[str, str]) -> bool:
     """Whether a process with ``env`` must start cold whatever the zygote: asked for
-    (``ACCEL_TESTS_COLD_STARTS``), or `accel run`'s plan pins its cores."""
+    (``ACCEL_TESTS_COLD_STARTS``), or ``accel run``'s plan pins its cores."""
     if env.get(COLD_STARTS, "0") != "0":
         return True
     if RUN_PLAN not in env:
@@ -147,6 +147,16 @@ class _Child:
     tied: bool  # killed when its client (a stand-in) goes before it ends
     ended: bool = False  # a zombie, told to the client, reaped when the client lets go
 
+    def kill_if_tied(self, pid: int) -> None:
+        """Kill the child (``pid``, not reaped yet, so still its own) if it is tied and has
+        not ended: nothing can report its end any more."""
+        if self.tied and not self.ended:
+            os.kill(pid, signal.SIGKILL)
+
+
+# What every request names (the protocol in the module's docstring).
+_REQUIRED = frozenset({"argv", "env", "cwd", "fds", "new_session"})
+
 
 def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     """One request: its JSON and the descriptors sent with its length (``fds`` in the JSON
@@ -167,6 +177,8 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
                 raise ValueError(f"the request ended after {len(body)} of {length} bytes")
             body += chunk
         request: dict[str, Any] = json.loads(body)
+        if not isinstance(request, dict) or not request.keys() >= _REQUIRED:
+            raise ValueError(f"a request names {sorted(_REQUIRED)}; this one is {request!r}")
         if len(request["fds"]) != len(fds):
             raise ValueError(f"{len(fds)} descriptors came for {request['fds']}")
     except BaseException:
@@ -177,9 +189,8 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def send_request(connection: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-    """The client's half: ``request`` (``argv``, ``env``, ``cwd``, ``new_session``, and
-    optionally ``tied``, ``unbuffered``, ``same_start``) with ``fds`` given to the child as
-    the numbers ``request["fds"]`` lists."""
+    """The client's half: ``request`` (the module's docstring lists its fields) with
+    ``fds``, which the child gets as the numbers ``request["fds"]`` lists."""
     body = json.dumps(request).encode()
     rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
     connection.sendmsg([struct.pack("!I", len(body))], rights)
@@ -245,8 +256,7 @@ def _let_go(pid: int, children: dict[int, _Child], selector: selectors.BaseSelec
     """The client closed the child's connection: reap the child if it has ended (else when
     it ends)."""
     child = children[pid]
-    if child.tied and not child.ended:  # its stand-in ended (a launcher killed it)
-        os.kill(pid, signal.SIGKILL)  # still this child's pid: it is not reaped yet
+    child.kill_if_tied(pid)  # its stand-in ended (a launcher killed it)
     if child.connection is not None:
         selector.unregister(child.connection)
         child.connection.close()
@@ -318,8 +328,7 @@ def serve(path: str) -> dict[str, Any]:
             if key.data == "lifeline" and not os.read(0, 4096):
                 os.unlink(path)
                 for pid, child in children.items():
-                    if child.tied and not child.ended:  # no stand-in can report on it now
-                        os.kill(pid, signal.SIGKILL)
+                    child.kill_if_tied(pid)
                 sys.exit(0)
             elif key.data == "ended":
                 os.read(wake_read, 4096)
@@ -373,7 +382,7 @@ def _accept(
         return None
     try:
         request, fds = _receive(connection)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, TypeError) as error:
         sys.stderr.write(f"zygote: a request was refused: {error!r}\n")
         connection.close()
         return None
