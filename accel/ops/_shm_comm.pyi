@@ -9,6 +9,12 @@ OTHER_DTYPES: dict[str, int]
 UNKNOWN_DTYPE: int
 """The code for any dtype in neither table."""
 
+MAX_SEGMENT_BYTES: int
+"""The largest segment a group may map (half of x86-64's user address space)."""
+
+MAX_WORLD: int
+"""The most ranks one segment serves."""
+
 def isa() -> str:
     """The instruction-set level the kernels use: x86-64-v4, x86-64-v3 or baseline."""
 
@@ -41,6 +47,11 @@ class Communicator:
         pids: list[int],
         pool_bytes: int = 0,
     ) -> None: ...
+    @staticmethod
+    def segment_bytes(world: int, slot_bytes: int, pool_bytes: int) -> int:
+        """The segment's size for ``world`` ranks; ValueError when it would pass
+        ``MAX_SEGMENT_BYTES``."""
+
     def allocate(self, nbytes: int) -> PoolBlock | None:
         """nbytes (> 0) of this rank's pool, or None when no free range is large enough."""
 

@@ -13,6 +13,13 @@
 //   ranks never wait in different places;
 // - every wait checks the peers' pids (a dead peer is reported at once) and a deadline
 //   (a hung peer is reported after `timeout` seconds) instead of spinning forever;
+// - the barriers that settle a step (every rank announced; every rank finished reading)
+//   are gates: one shared word per step that ranks enter with a compare-and-swap, and that
+//   a rank giving up (timeout, dead peer) marks failed with one too. Either every rank gets
+//   through or none does: a late peer finds the step failed and touches nothing, so no
+//   rank writes into (or reads from) another rank's memory after that rank was told the
+//   step failed. A rank still writing into its peers' pooled tensors is waited for past
+//   the timeout (its work needs no other rank) unless it exits;
 // - sums run in rank order, in fp32 (small messages: every rank sums everything; large
 //   ones: each share is summed by one rank and copied by the others): all ranks get
 //   identical results;
@@ -59,7 +66,17 @@ namespace py = pybind11;
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr uint64_t kMagic = 0x6163636c73686d34ull;  // "acclshm4" (pools; Control gained offset)
+constexpr uint64_t kMagic = 0x6163636c73686d35ull;  // "acclshm5" (gates; Control gained stopped)
+// The largest segment this code maps: half of x86-64's 47-bit user address space. Sizes
+// beyond it cannot be mapped anyway, and checking against it keeps every offset sum far
+// from overflowing.
+constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 46;
+// A gate word: the low 32 bits of its step in the high half, then the rank that failed it
+// (15 bits), the failed flag, and how many ranks have entered (16 bits).
+constexpr uint64_t kGateCount = 0xffff;
+constexpr uint64_t kGateFailed = uint64_t{1} << 16;
+constexpr int kGateFailerShift = 17;
+constexpr int kMaxWorld = 0x7fff;  // what a gate word can count and name
 // Calls from this many elements on split the arithmetic across the ranks (reduce_share);
 // smaller ones are latency-bound, and the extra barrier would cost more than it saves.
 // Where the split starts to win was measured with both paths alternating in one job, 2
@@ -103,7 +120,11 @@ struct alignas(64) Control {
   int32_t op[2];        // which collective (Op): ranks in different collectives is an error
   int32_t root[2];      // broadcast's source rank (0 for the others)
   int64_t offset[2];    // where this rank's tensor starts in its pool; -1: not in the pool
+  std::atomic<uint64_t> stopped;  // the step this rank left after an error (0: none)
 };
+
+// The barriers that are gates (Header::gates).
+enum Gate : int { kArrivedGate = 0, kReducedGate = 1 };
 
 // The collectives, as announced in Control::op.
 enum Op : int32_t { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kBarrier = 4, kReduceScatter = 5 };
@@ -125,6 +146,9 @@ struct alignas(64) Header {
   uint32_t world;
   uint64_t slot_bytes;
   uint64_t pool_bytes;
+  // Per gate kind (Gate) and step parity: a rank at step s can only meet s - 2's word,
+  // never s + 2's (begin_step waits until every rank has left s - 2).
+  std::atomic<uint64_t> gates[2][2];
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -363,14 +387,14 @@ class Communicator {
   Communicator(const std::string& path, bool create, int rank, int world, uint64_t slot_bytes,
                uint64_t session, std::vector<int64_t> pids, uint64_t pool_bytes)
       : rank_(rank), world_(world), pids_(std::move(pids)) {
-    if (world < 1 || rank < 0 || rank >= world) throw std::invalid_argument("rank must be in [0, world)");
+    if (world < 1 || world > kMaxWorld) throw std::invalid_argument("world must be in [1, " + std::to_string(kMaxWorld) + "]");
+    if (rank < 0 || rank >= world) throw std::invalid_argument("rank must be in [0, world)");
     if (static_cast<int>(pids_.size()) != world) throw std::invalid_argument("pids must have one entry per rank");
     if (slot_bytes == 0 || slot_bytes % 64 != 0) throw std::invalid_argument("slot_bytes must be a positive multiple of 64");
     if (pool_bytes % kPage != 0) throw std::invalid_argument("pool_bytes must be a multiple of 4096");
+    size_ = segment_bytes(world, slot_bytes, pool_bytes);  // checked: throws when too large
     // The pools start on a page, as tensors from torch's allocator of that size would.
-    pools_at_ = (sizeof(Header) + world * sizeof(Control) + static_cast<size_t>(world) * 2 * slot_bytes + kPage - 1) /
-                kPage * kPage;
-    size_ = pools_at_ + static_cast<size_t>(world) * (pool_bytes + kPage);
+    pools_at_ = size_ - static_cast<size_t>(world) * (pool_bytes + kPage);
     const int fd = create ? memfd_create("accel-shm-comm", MFD_CLOEXEC) : open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0)
       throw std::runtime_error(std::string(create ? "memfd_create" : "opening " + path) + " failed: " + std::strerror(errno));
@@ -417,6 +441,25 @@ class Communicator {
 
   ~Communicator() {
     if (fd_ >= 0) close(fd_);
+  }
+
+  // The segment's size for `world` ranks: header, controls, two slots per rank, then a
+  // pool and a page of spacing per rank. Throws std::length_error when the sum would pass
+  // kMaxSegmentBytes (it is computed so that it cannot overflow first).
+  static uint64_t segment_bytes(int world, uint64_t slot_bytes, uint64_t pool_bytes) {
+    if (world < 1 || world > kMaxWorld) throw std::invalid_argument("world must be in [1, " + std::to_string(kMaxWorld) + "]");
+    const uint64_t ranks = static_cast<uint64_t>(world);
+    const uint64_t limit = kMaxSegmentBytes;
+    const uint64_t fixed = sizeof(Header) + ranks * sizeof(Control);
+    const auto too_large = [&] {
+      throw std::length_error("a shared segment for " + std::to_string(world) + " ranks with " +
+                              std::to_string(slot_bytes) + "-byte slots and " + std::to_string(pool_bytes) +
+                              "-byte pools would pass the limit of " + std::to_string(limit) + " bytes");
+    };
+    if (slot_bytes > limit / 4 / ranks || pool_bytes > limit / ranks) too_large();
+    const uint64_t pools_at = (fixed + ranks * 2 * slot_bytes + kPage - 1) / kPage * kPage;  // < limit
+    if (pool_bytes + kPage > (limit - pools_at) / ranks) too_large();
+    return pools_at + ranks * (pool_bytes + kPage);
   }
 
   // `nbytes` (> 0) of this rank's pool, or None when no free range is large enough.
@@ -639,8 +682,7 @@ class Communicator {
         // shares from their slots: the arithmetic is done once, and every byte is
         // copied into and out of the segment once, not world times.
         reduce_share(tensor, seq, count, dtype);
-        control(rank_).reduced.store(seq, std::memory_order_release);
-        wait_all(&Control::reduced, seq, timeout, seq);
+        pass_gate(kReducedGate, &Control::reduced, seq, timeout, false);
         gather_other_shares(tensor, seq, count, element);
       } else if (count > 0) {
         reduce(tensor, seq, count, dtype);
@@ -715,12 +757,13 @@ class Communicator {
     return offset;
   }
 
-  // Say this rank has finished reading the peers' pooled tensors in step `seq`, and wait
+  // Say this rank has finished with the peers' pooled tensors in step `seq`, and wait
   // until every rank has: no rank may return (and let its caller change its tensor) while
-  // another still reads it.
-  void all_done_reading(uint64_t seq, double timeout) {
-    control(rank_).reduced.store(seq, std::memory_order_release);
-    wait_all(&Control::reduced, seq, timeout, seq);
+  // another still reads it, or writes it (`peers_write`: then a live peer that is still
+  // writing is waited for past the timeout, since its caller would be told the step
+  // failed while the bytes still change).
+  void all_done_reading(uint64_t seq, double timeout, bool peers_write = false) {
+    pass_gate(kReducedGate, &Control::reduced, seq, timeout, peers_write);
   }
 
   // Copy every peer's pooled bytes into its block of `out`, starting with the next rank's
@@ -793,17 +836,20 @@ class Communicator {
           if (r != rank_) copy_bytes(shares[r], mine, static_cast<size_t>(count * element));
       }
     }
-    all_done_reading(seq, timeout);
+    all_done_reading(seq, timeout, /*peers_write=*/true);
   }
 
   // Run a collective's steps; any failure leaves the communicator unusable (peers may be
   // anywhere in the protocol), so later calls fail at once instead of deadlocking.
+  // The peers learn of it through Control::stopped, so that none waits out its timeout for
+  // this rank.
   template <typename Steps>
   bool guarded(Steps steps) {
     try {
       return steps();
     } catch (const std::exception& error) {
       broken_ = error.what();
+      control(rank_).stopped.store(std::max<uint64_t>(sequence_, 1), std::memory_order_release);
       throw;
     }
   }
@@ -845,8 +891,7 @@ class Communicator {
     mine.eligible[seq % 2] = eligible ? 1 : 0;
     mine.op[seq % 2] = op;
     mine.root[seq % 2] = root;
-    mine.arrived.store(seq, std::memory_order_release);
-    wait_all(&Control::arrived, seq, timeout, seq);
+    pass_gate(kArrivedGate, &Control::arrived, seq, timeout, false);
     check_peers(op, numel, dtype, root, seq);
   }
 
@@ -981,25 +1026,120 @@ class Communicator {
       const double now = now_seconds();
       if (now >= next_check) {
         next_check = now + std::clamp((now - started) / 20.0, 1e-3, 20e-3);
-        const pid_t pid = static_cast<pid_t>(pids_[waiting_for]);
-        if (has_exited(pid))
-          throw std::runtime_error("rank " + std::to_string(waiting_for) + " (pid " + std::to_string(pid) +
-                                   ") exited while rank " + std::to_string(rank_) + " waited for it in collective step " +
-                                   std::to_string(seq));
-        if (now >= deadline)
-          throw std::runtime_error("timed out after " + std::to_string(timeout) + " s: rank " + std::to_string(waiting_for) +
-                                   " did not reach collective step " + std::to_string(seq) + " (rank " +
-                                   std::to_string(rank_) + " waited)");
+        if (const std::string why = laggard_failure(waiting_for, seq, now >= deadline, timeout); !why.empty())
+          throw std::runtime_error(why);
       }
-      if (spins < 16384) {
-        sched_yield();
-      } else {
-        const double nap = std::clamp((now - started) / 20.0, 50e-6, 1e-3);
-        const timespec pause{0, static_cast<long>(nap * 1e9)};
-        nanosleep(&pause, nullptr);
-      }
+      nap(spins, now - started);
     }
   }
+
+  // Why waiting for rank `r` in step `seq` must end ("" while it may go on): it exited, it
+  // stopped after an error, or (`late`) the deadline passed.
+  std::string laggard_failure(int r, uint64_t seq, bool late, double timeout) {
+    const pid_t pid = static_cast<pid_t>(pids_[r]);
+    const std::string who = "rank " + std::to_string(r);
+    const std::string step = "collective step " + std::to_string(seq);
+    if (has_exited(pid))
+      return who + " (pid " + std::to_string(pid) + ") exited while rank " + std::to_string(rank_) + " waited for it in " + step;
+    if (control(r).stopped.load(std::memory_order_acquire) != 0)
+      return who + " left the collective after an error (see its own message) while rank " + std::to_string(rank_) +
+             " waited for it in " + step;
+    if (late)
+      return "timed out after " + std::to_string(timeout) + " s: " + who + " did not reach " + step + " (rank " +
+             std::to_string(rank_) + " waited)";
+    return "";
+  }
+
+  // Past the first spins of a wait: yield, then nap a twentieth of the wait so far.
+  static void nap(uint64_t spins, double waited) {
+    if (spins < 16384) {
+      sched_yield();
+      return;
+    }
+    const double seconds = std::clamp(waited / 20.0, 50e-6, 1e-3);
+    const timespec pause{0, static_cast<long>(seconds * 1e9)};
+    nanosleep(&pause, nullptr);
+  }
+
+  static uint64_t gate_tag(uint64_t seq) { return (seq & 0xffffffffu) << 32; }
+
+  // Enter gate `kind` of step `seq` (after recording the step in this rank's `field`, which
+  // names who is missing) and wait until every rank has entered, or the gate failed. A rank
+  // that gives up (deadline, a peer exited or stopped) first marks the gate failed, which
+  // succeeds only while some rank has not entered: so either every rank passes or every
+  // rank (late ones when they come) raises. With `peers_write`, a missing rank that is
+  // alive and has not stopped is waited for past the deadline (see all_done_reading).
+  void pass_gate(Gate kind, std::atomic<uint64_t> Control::*field, uint64_t seq, double timeout, bool peers_write) {
+    (control(rank_).*field).store(seq, std::memory_order_release);
+    std::atomic<uint64_t>& gate = header().gates[kind][seq % 2];
+    const uint64_t tag = gate_tag(seq);
+    uint64_t word = gate.load(std::memory_order_acquire);
+    for (;;) {
+      if ((word & ~uint64_t{0xffffffff}) != tag) {
+        // Still the word of step seq - 2: this rank is the first here.
+        if (gate.compare_exchange_weak(word, tag | 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+      } else if ((word & kGateFailed) != 0) {
+        throw std::runtime_error(gate_failed(word, seq));
+      } else if (gate.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        break;
+      }
+    }
+    const double started = now_seconds();
+    const double deadline = started + timeout;
+    double next_check = 0.0;
+    for (uint64_t spins = 0;; ++spins) {
+      word = gate.load(std::memory_order_acquire);
+      if ((word & kGateFailed) != 0) throw std::runtime_error(gate_failed(word, seq));
+      if ((word & kGateCount) == static_cast<uint64_t>(world_)) return;
+      if (spins < 4096) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      const double now = now_seconds();
+      if (now >= next_check) {
+        next_check = now + std::clamp((now - started) / 20.0, 1e-3, 20e-3);
+        int missing = -1;
+        for (int r = 0; r < world_ && missing < 0; ++r)
+          if ((control(r).*field).load(std::memory_order_acquire) < seq) missing = r;
+        if (missing >= 0) {
+          const bool late = now >= deadline && !(peers_write && writing(missing));
+          if (const std::string why = laggard_failure(missing, seq, late, timeout); !why.empty()) {
+            if (fail_gate(gate, seq)) throw std::runtime_error(why);
+            continue;  // every rank had entered after all
+          }
+        }
+      }
+      nap(spins, now - started);
+    }
+  }
+
+  // Whether rank r may still be writing into this rank's pooled tensor: alive, not stopped.
+  bool writing(int r) {
+    return !has_exited(static_cast<pid_t>(pids_[r])) && control(r).stopped.load(std::memory_order_acquire) == 0;
+  }
+
+  // Mark `gate` of step `seq` failed by this rank. False when every rank has entered
+  // (the gate passed); throws when another rank failed it first.
+  bool fail_gate(std::atomic<uint64_t>& gate, uint64_t seq) {
+    uint64_t word = gate.load(std::memory_order_acquire);
+    for (;;) {
+      if ((word & kGateCount) == static_cast<uint64_t>(world_)) return false;
+      if ((word & kGateFailed) != 0) throw std::runtime_error(gate_failed(word, seq));
+      const uint64_t failed = word | kGateFailed | (static_cast<uint64_t>(rank_) << kGateFailerShift);
+      if (gate.compare_exchange_weak(word, failed, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    }
+  }
+
+  std::string gate_failed(uint64_t word, uint64_t seq) const {
+    const uint64_t failer = (word >> kGateFailerShift) & 0x7fff;
+    return "collective step " + std::to_string(seq) + " failed: rank " + std::to_string(failer) +
+           " gave up on it (a peer was late or exited; see its own message) before rank " + std::to_string(rank_) +
+           " got through";
+  }
+
+  Header& header() { return *reinterpret_cast<Header*>(base_); }
 
   int fd_ = -1;  // rank 0's memfd until release()
   int rank_;
@@ -1058,5 +1198,9 @@ PYBIND11_MODULE(_shm_comm, m) {
       .def("reduce_scatter", &Communicator::reduce_scatter, py::arg("data"), py::arg("out"), py::arg("numel"),
            py::arg("dtype"), py::arg("eligible"), py::arg("timeout"),
            "Sum block r of every rank's data into rank r's out; False if any rank is not eligible.")
-      .def("barrier", &Communicator::barrier, py::arg("timeout"), "Return once every rank has entered.");
+      .def("barrier", &Communicator::barrier, py::arg("timeout"), "Return once every rank has entered.")
+      .def_static("segment_bytes", &Communicator::segment_bytes, py::arg("world"), py::arg("slot_bytes"),
+                  py::arg("pool_bytes"), "The segment's size in bytes; ValueError past MAX_SEGMENT_BYTES.");
+  m.attr("MAX_SEGMENT_BYTES") = kMaxSegmentBytes;
+  m.attr("MAX_WORLD") = kMaxWorld;
 }

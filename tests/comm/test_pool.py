@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +173,43 @@ def test_a_silent_peer_times_out_on_the_pooled_path() -> None:
         ranks[0].all_reduce(tensor.data_ptr(), 1000, fp32, True, 0.2)
     with pytest.raises(RuntimeError, match="this communicator failed earlier"):
         ranks[0].all_reduce(tensor.data_ptr(), 1000, fp32, True, 0.2)
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["pooled", "staged"])
+def test_a_peer_late_past_the_timeout_touches_nothing_and_fails_too(pooled: bool) -> None:
+    # Rank 0 gives up and is told the step failed; its caller reuses the tensor. Rank 1
+    # comes later: it must neither sum into rank 0's tensor nor report success.
+    ranks = _ranks(2)
+    make = _pooled if pooled else (lambda _c, values: values.clone())
+    tensors = [make(c, torch.ones(1 << 16)) for c in ranks]
+    fp32 = _shm_comm.DTYPES["float32"]
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.3.*rank 1 did not reach"):
+        ranks[0].all_reduce(tensors[0].data_ptr(), 1 << 16, fp32, True, 0.3)
+    tensors[0].fill_(42.0)
+    with pytest.raises(RuntimeError, match="step 1 failed: rank 0 gave up on it"):
+        ranks[1].all_reduce(tensors[1].data_ptr(), 1 << 16, fp32, True, 20.0)
+    assert torch.equal(tensors[0], torch.full((1 << 16,), 42.0))
+    assert torch.equal(tensors[1], torch.ones(1 << 16))
+
+
+def test_peers_stop_waiting_for_a_rank_that_left_after_an_error() -> None:
+    # Ranks 0 and 1 meet; one gives up on rank 2 and fails the step: the other hears it at
+    # once instead of waiting out its own (long) timeout, and rank 2 finds the step failed.
+    ranks = _ranks(3)
+    tensors = [_pooled(c, torch.ones(256)) for c in ranks]
+    fp32 = _shm_comm.DTYPES["float32"]
+    timeouts = [0.3, 60.0]
+    started = time.monotonic()
+    results = _together(
+        ranks[:2],
+        lambda r, c: c.all_reduce(tensors[r].data_ptr(), 256, fp32, True, timeouts[r]),
+    )
+    assert time.monotonic() - started < 20
+    assert "timed out after 0.3" in str(results[0])
+    assert "step 1 failed: rank 0 gave up on it" in str(results[1])
+    with pytest.raises(RuntimeError, match="step 1 failed"):
+        ranks[2].all_reduce(tensors[2].data_ptr(), 256, fp32, True, 20.0)
+    assert all(torch.equal(t, torch.ones(256)) for t in tensors)
 
 
 def _code(dtype: torch.dtype) -> int:
@@ -401,6 +439,26 @@ def test_the_extension_refuses_bad_pool_requests() -> None:
     assert owner.allocate(64) is None  # no pool at all
 
 
+@pytest.mark.parametrize(
+    ("world", "pool"),
+    [(2, 2**63 - 4096), (2, 2**46), (4096, 2**34), (1, 2**46 - 4096)],
+)
+def test_the_extension_refuses_a_segment_past_its_limit(world: int, pool: int) -> None:
+    with pytest.raises(ValueError, match=f"would pass the limit of {2**46} bytes"):
+        _shm_comm.Communicator.segment_bytes(world, SLOT, pool)
+    with pytest.raises(ValueError, match="would pass the limit"):
+        _shm_comm.Communicator("", True, 0, world, SLOT, 1, [os.getpid()] * world, pool)
+
+
+def test_the_segment_size_adds_up() -> None:
+    page = 4096
+    size = _shm_comm.Communicator.segment_bytes(2, SLOT, 8 * page)
+    assert size % page == 0
+    assert 4 * SLOT + 2 * 9 * page <= size <= 4 * SLOT + 2 * 9 * page + 2 * page
+    with pytest.raises(ValueError, match=r"world must be in \[1, "):
+        _shm_comm.Communicator.segment_bytes(0, SLOT, page)
+
+
 @pytest.mark.parametrize("raw", ["-4096", "1000", "lots", "1.5e9"])
 def test_a_bad_pool_size_names_the_variable(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_segment.POOL_ENV, raw)
@@ -423,6 +481,9 @@ def test_the_pool_size_defaults_to_a_gibibyte(monkeypatch: pytest.MonkeyPatch) -
         (True, torch.float32, TypeError, "size must be .* got True"),
         ((4, -1), torch.float32, ValueError, r"negative dimension, got \(4, -1\)"),
         (4, "float32", TypeError, "dtype must be a torch.dtype, got 'float32'"),
+        ((2**62, 4), torch.float32, ValueError,
+         rf"size \(4611686018427387904, 4\) of torch.float32 needs {2**66} bytes: more than"),
+        (2**61, torch.float64, ValueError, rf"needs {2**64} bytes: more than a tensor can hold"),
     ],
 )  # fmt: skip
 def test_shared_empty_names_a_bad_argument(
