@@ -27,6 +27,7 @@ safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -102,8 +103,10 @@ def shared_empty(
     group across nodes the tensor is in its node's segment: the steps inside each node
     of an all-reduce (its reduce-scatter and all-gather) and of a broadcast then go
     straight between the node's tensors. In every other
-    respect the tensor is a CPU tensor like any other; its memory goes back to the group's
-    pool when it is garbage.
+    respect the tensor is a CPU tensor like any other, with one exception: its memory is a
+    shared mapping, so a process forked after it was made shares it (the child's writes
+    show in the parent's tensor and back, where an ordinary tensor's pages would be copied
+    on write); its memory goes back to the group's pool when it is garbage.
 
     Each rank's pool is ``ACCEL_SHM_POOL_BYTES`` of address space (default 1 GiB, 0 turns
     pools off), memory only where tensors have been; pages a tensor touched stay with the
@@ -127,20 +130,27 @@ def shared_empty(
     Raises:
         TypeError: ``size`` is not an int or a sequence of ints, or ``dtype`` is not a
             ``torch.dtype``.
-        ValueError: A dimension is negative; or ``ACCEL_SHM_POOL_BYTES`` is not a number of
-            bytes >= 0 and a multiple of 4096.
+        ValueError: A dimension is negative, or the tensor would hold more than 2**63 - 1
+            bytes; or ``ACCEL_SHM_POOL_BYTES`` is not a number of bytes >= 0 and a multiple
+            of 4096, or too large for the group's segment, on this rank or another.
         RuntimeError: No process group is initialised.
     """
     shape = _shape(size)
     _check_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _MAX_TENSOR_BYTES:
+        raise ValueError(
+            f"size {size!r} of {dtype} needs {nbytes} bytes: more than a tensor can hold "
+            f"({_MAX_TENSOR_BYTES})"
+        )
     _check_call("shared_empty", None)
     shm = shm_group(group, "shared_empty")
     if shm is None:  # a group across nodes: its node level's segment, if it has one
         spanning = spanning_of(group)
         shm = None if spanning is None else spanning.local_shm
-    if shm is None or shm.communicator.pool_bytes == 0 or 0 in shape:
+    if shm is None or shm.communicator.pool_bytes == 0 or nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    tensor = pooled_empty(shm, shape, dtype)
+    tensor = pooled_empty(shm, shape, dtype) if nbytes <= shm.communicator.pool_bytes else None
     if tensor is None:
         warnings.warn(
             f"accel.comm.shared_empty: the group's shared pool has no room for {shape} "
@@ -150,6 +160,9 @@ def shared_empty(
         )
         return torch.empty(shape, dtype=dtype)
     return tensor
+
+
+_MAX_TENSOR_BYTES = 2**63 - 1  # torch counts bytes in int64
 
 
 def _shape(size: object) -> tuple[int, ...]:
@@ -228,7 +241,7 @@ def all_reduce_(
                 spanning, "all_reduce", _two_level.all_reduce, tensor,
                 shm_timeout(group, timeout),
             )  # fmt: skip
-        else:
+        elif not tdist.outside(group, "all_reduce_"):  # a non-member does nothing
             run_released(tdist.all_reduce, [tensor], group, tensor)  # no segment: gloo
     elif torch.compiler.is_compiling():
         # Inside a compiled graph the call must be an op torch.compile can see.
@@ -326,6 +339,8 @@ def all_gather_into_tensor_(
             for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
+    if tdist.outside(group, "all_gather_into_tensor_"):
+        return output
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
     shm = shm_group(group, "all_gather_into_tensor_")  # collective setup on every rank
     _into_output(
@@ -370,6 +385,8 @@ def reduce_scatter_tensor_(
             for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
+    if tdist.outside(group, "reduce_scatter_tensor_"):
+        return output
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
     shm = shm_group(group, "reduce_scatter_tensor_")  # collective setup on every rank
     _into_output(
@@ -412,9 +429,13 @@ def broadcast_(
     _check_call("broadcast_", timeout, tensor=tensor)
     if not isinstance(src, int) or isinstance(src, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"src must be a global rank (int), got {src!r}")
+    if tdist.outside(group, "broadcast_"):
+        return tensor
+    world = dist.get_world_size(group)
+    members = dist.get_process_group_ranks(group) if group is not None else list(range(world))
+    if src not in members:
+        raise ValueError(f"src {src} is not a rank of the group (its global ranks: {members})")
     root = dist.get_group_rank(group, src) if group is not None else src
-    if not 0 <= root < dist.get_world_size(group):
-        raise ValueError(f"src {src} is not a rank of the group")
     shm = shm_group(group, "broadcast_")  # collective setup on every rank
     spanning = spanning_of(group) if shm is None else None
     dense = _dense(tensor)

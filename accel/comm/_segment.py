@@ -23,8 +23,9 @@ import secrets
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -134,7 +135,8 @@ def _wait_queued(owner: weakref.ref[GroupOwner]) -> None:
         group.wait_queued()
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _setup_locks only
+_setup_locks: dict[int, threading.Lock] = {}  # per group, while and after it is set up
 # Keyed by id() of the process group; an entry leaves when its group is garbage (see
 # _remember), so a destroyed group's segment is unmapped instead of kept for the process's
 # lifetime. None: the group is not node-local.
@@ -250,13 +252,59 @@ def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
     return _attach(members, pids, timeout)
 
 
+def _pool_bytes_for(world: int) -> int:
+    """:func:`pool_bytes`, also checked to give a segment ``world`` ranks can map.
+
+    Raises:
+        ValueError: As :func:`pool_bytes`; or the segment would pass the extension's limit.
+    """
+    pool = pool_bytes()
+    try:
+        from accel.ops import _shm_comm
+    except ImportError:
+        return pool  # no segment at all: _open says so, and every rank falls back
+    try:
+        _shm_comm.Communicator.segment_bytes(world, SLOT_BYTES, pool)
+    except ValueError:
+        # The largest pool that fits: the segment without pools, then equal shares.
+        bare = _shm_comm.Communicator.segment_bytes(world, SLOT_BYTES, 0) - world * 4096
+        largest = ((_shm_comm.MAX_SEGMENT_BYTES - bare) // world - 4096) // 4096 * 4096
+        raise ValueError(
+            f"environment variable {POOL_ENV}={os.environ.get(POOL_ENV)!r} is too large for a "
+            f"group of {world} ranks on one node: their segment would pass "
+            f"{_shm_comm.MAX_SEGMENT_BYTES} bytes of address space; at most {largest} fits"
+        ) from None
+    return pool
+
+
+def _agreed_pool_bytes(members: Members) -> int:
+    """Each rank's pool size, checked on every rank before any rank maps anything: a rank
+    whose variable is bad raises its own error, and the others an error naming it (a
+    lone error would leave them waiting in the set-up's next exchange). Rank 0's value
+    sizes the segment. Collective."""
+    try:
+        pool, error = _pool_bytes_for(members.size()), None
+    except ValueError as failure:
+        pool, error = 0, failure
+    usable = [torch.zeros(1, dtype=torch.int32) for _ in range(members.size())]
+    members.all_gather(usable, torch.tensor([0 if error else 1], dtype=torch.int32))
+    if error is not None:
+        raise error
+    bad = [rank for rank, ok in enumerate(usable) if int(ok) == 0]
+    if bad:
+        raise ValueError(
+            f"environment variable {POOL_ENV} is not usable on group rank(s) {bad} (their "
+            f"own error names the value); this rank's is {pool}: every rank of a group needs "
+            "a valid value"
+        )
+    return pool
+
+
 def _attach(members: Members, pids: list[int], timeout: float) -> ShmGroup | None:
     """Map one segment shared by ``members`` (all on this node; ``pids`` their process
     ids, in member order), or None on every member if any of them cannot. Collective."""
     rank, world = members.rank(), members.size()
-    # Every rank checks its own variable, so a bad value raises on every rank alike (at the
-    # same point: nobody is left waiting in the broadcast); rank 0's sizes the segment.
-    pool = pool_bytes()
+    pool = _agreed_pool_bytes(members)
     offer = torch.zeros(3, dtype=torch.int64)  # rank 0's descriptor, session id, pool size
     communicator: Any = None
     error = ""
@@ -310,8 +358,28 @@ def shm_group(group: dist.ProcessGroup | None, call: str) -> ShmGroup | None:
         if queued is not None and not torch.compiler.is_compiling():
             _wait_queued(queued)
         return known
+    return _first_use(group, process_group, call)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _not_traced(function: _F) -> _F:
+    """``function`` with a graph break around it: while torch.compile traces a call, it
+    runs eagerly instead of being traced."""
+    return cast(_F, torch.compiler.disable(function))  # pyright: ignore[reportUnknownMemberType]
+
+
+# The set-up (collectives on a process group, ctypes, a native segment) cannot be traced.
+@_not_traced
+def _first_use(
+    group: dist.ProcessGroup | None, process_group: dist.ProcessGroup | None, call: str
+) -> ShmGroup | None:
+    """:func:`shm_group` for a group not set up yet (or a rank outside it: None)."""
     if process_group is None or not dist.is_initialized():
         raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
+    if tdist.not_member(group):
+        return None  # the caller's torch.distributed fallback warns and does nothing
     owner = _as_owner(process_group)
     if owner is not None and not owner.in_own_collective():
         # Called straight, not by the group: the group sets the segment up (it comes back
@@ -319,7 +387,11 @@ def shm_group(group: dist.ProcessGroup | None, call: str) -> ShmGroup | None:
         # from here, they would come back through the group and wait on _lock.
         owner.uses_shared_memory()
         return _groups[id(process_group)]
+    # One lock per group: a group's set-up waits for its peers, and must never wait for
+    # another group's (two threads each setting up a group, in either order per rank).
     with _lock:
+        setting_up = _setup_locks.setdefault(id(process_group), threading.Lock())
+    with setting_up:
         if id(process_group) not in _groups:
             _remember(process_group, _setup(group))
         return _groups[id(process_group)]
@@ -369,6 +441,7 @@ def release(process_group: dist.ProcessGroup) -> None:
 
 
 def _forget(ident: int, key: int | None) -> None:
+    _setup_locks.pop(ident, None)
     _groups.pop(ident, None)
     _spanning.pop(ident, None)
     _owners.pop(ident, None)
@@ -376,10 +449,22 @@ def _forget(ident: int, key: int | None) -> None:
         _by_key.pop(key, None)
 
 
+def summable(tensor: torch.Tensor, code: int | None) -> bool:
+    """Whether ``tensor`` (whose dtype has segment code ``code``) can be summed through the
+    segment: a dense CPU tensor of a summable dtype whose elements are distinct memory
+    (a sparse tensor, or one with elements sharing memory like ``expand``'s, goes to gloo,
+    which sums them)."""
+    if code is None or not tensor.is_cpu or tensor.layout != torch.strided:
+        return False  # is_cpu: far cheaper than device.type
+    # 1: elements certainly share memory; 0 or 2 (too hard to tell, e.g. every other
+    # element): summed through a contiguous copy, which copy_ writes back.
+    return tensor.is_contiguous() or torch._debug_has_internal_overlap(tensor) != 1  # pyright: ignore[reportPrivateUsage]
+
+
 def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
     """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank."""
     code = shm.codes.get(tensor.dtype)
-    eligible = code is not None and tensor.is_cpu  # is_cpu: far cheaper than device.type
+    eligible = summable(tensor, code)
     work = tensor if not eligible or tensor.is_contiguous() else tensor.contiguous()
     # Positional: pybind11 matches keywords by name, a measurable share of a small call.
     done = shm.communicator.all_reduce(
@@ -389,7 +474,8 @@ def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
         shm.members.all_reduce(tensor)
     elif work is not tensor:
-        tensor.copy_(work)
+        with torch.no_grad():  # as gloo writes: a leaf that requires grad takes the sum too
+            tensor.copy_(work)
 
 
 def pooled_empty(shm: ShmGroup, size: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:

@@ -62,3 +62,18 @@ def group_store(group: dist.ProcessGroup | None) -> Store:
     process_group = group if group is not None else dist.group.WORLD
     store: Store = _distributed_c10d._world.pg_map[process_group][1]
     return store
+
+
+def outside(group: dist.ProcessGroup | None, call: str) -> bool:
+    """Whether this rank is not a member of ``group`` (what ``new_group`` gave a rank it
+    left out); if so, warn as torch.distributed's own collectives do before they return
+    without doing anything."""
+    if not not_member(group):
+        return False
+    _distributed_c10d._warn_not_in_group(call)
+    return True
+
+
+def not_member(group: dist.ProcessGroup | None) -> bool:
+    """Whether this rank is not a member of ``group`` (``None``, the world, has them all)."""
+    return group is not None and bool(_distributed_c10d._rank_not_in_group(group))

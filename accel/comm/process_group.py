@@ -172,8 +172,15 @@ class AccelProcessGroup(dist.ProcessGroup):
         Returns:
             ``True`` when every rank of the group is on this node.
         """
-        if self._shared is None:  # the setup is collective: in this thread, in order
+        if self._shared is None:  # the setup is collective: in order, after the queue
             self.wait_queued()
+            return self._set_up()
+        return self._shared
+
+    def _set_up(self) -> bool:
+        """Set the segment up now, in this thread, if no call did before (its own
+        collectives go straight to gloo); whether the group has one."""
+        if self._shared is None:
             self._inside.active = True
             try:
                 self._shared = comm.uses_shared_memory(self)
@@ -307,12 +314,10 @@ class AccelProcessGroup(dist.ProcessGroup):
             return self.gloo.barrier(opts or dist.BarrierOptions())
         return self._here(lambda: comm.barrier(group=self), [])
 
-    def _reduce(self, tensor: torch.Tensor, average: bool) -> None:
+    def _reduce(self, tensor: torch.Tensor) -> None:
         self._inside.active = True  # this worker thread's collectives go to gloo
         try:
             comm.all_reduce_(tensor, group=self)
-            if average:
-                tensor.div_(self.size())
         finally:
             self._inside.active = False
 
@@ -355,24 +360,36 @@ class AccelProcessGroup(dist.ProcessGroup):
             or len(tensors) != 1
             or not (opts.reduceOp == dist.ReduceOp.SUM or average)
             or tensors[0].device.type != "cpu"
+            or (self._shared is False and spanning_of(self) is None)
         ):
             self.wait_queued()
             return self.gloo.allreduce(tensors, opts)
-        if not self.uses_shared_memory() and spanning_of(self) is None:
-            return self.gloo.allreduce(tensors, opts)
-        self.shared_reductions += 1
         outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()
         future = outcome.then(_raise_failure)
         tensor = tensors[0]
+        grad_mode = torch.is_grad_enabled()  # the caller's, for the division
 
         def run() -> None:
             try:
                 self._raise_if_failed()  # in queue order: nothing runs after a failure
-                self._reduce(tensor, average)
+                # A group's first reduction sets it up here, on its own worker: a rank may
+                # touch its groups first in any order, as with gloo's asynchronous work.
+                if self._set_up() or spanning_of(self) is not None:
+                    self.shared_reductions += 1
+                self._reduce(tensor)
             except BaseException as error:  # reported through the Work, as gloo does
                 self._failed = self._failed or error
                 outcome.set_result(_Failure(error))
                 raise
+            if average:
+                # After the sum, as gloo divides (a leaf that requires grad refuses it on
+                # every rank alike): the ranks are in step, so the group stays usable.
+                try:
+                    with torch.set_grad_enabled(grad_mode):
+                        tensor.div_(self.size())
+                except Exception as error:
+                    outcome.set_result(_Failure(error))
+                    return
             outcome.set_result(tensors)
 
         self._last = self._worker.submit(run)

@@ -1,0 +1,208 @@
+"""One rank of a 2-rank job: the patterns that once hung, poisoned a group or wrote into
+memory a rank had been told was free. Started by tests/comm/test_reliability.py as
+``python reliability_check.py STORE_FILE RANK OUT_DIR``; writes ``rank<R>.json``.
+
+Each case runs on groups of its own (made up front, in the same order on both ranks, as
+``new_group`` requires), so a case that breaks its groups cannot spoil the next one. A
+case that should finish at once gets a 10 s group timeout: a hang shows as a timeout
+error in the report, not as a test that waits 30 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import warnings
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import accel.process_group  # noqa: F401  # registers "accel"
+from accel import comm
+from accel.comm import _segment
+
+SHORT = timedelta(seconds=10)
+
+
+def _error(call: Any) -> str | None:
+    """``call()``'s error as "Type: message", or None when it returned."""
+    try:
+        call()
+    except Exception as error:  # the report says what it was
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def two_groups_first_used_from_two_threads(rank: int, backend: str) -> dict[str, Any]:
+    """Each rank starts the two threads in the other order: set-up of one group must not
+    wait for the other's."""
+    groups = [dist.new_group([0, 1], backend=backend, timeout=SHORT) for _ in range(2)]
+    results: list[Any] = [None, None]
+
+    def use(index: int) -> None:
+        def call() -> None:
+            tensor = torch.full((64,), float(rank + 1))
+            if backend == "accel":
+                dist.all_reduce(tensor, group=groups[index])
+            else:
+                comm.all_reduce_(tensor, group=groups[index])
+            results[index] = tensor[0].item()
+
+        error = _error(call)
+        if error is not None:
+            results[index] = error
+
+    order = [0, 1] if rank == 0 else [1, 0]
+    threads = [threading.Thread(target=use, args=(index,)) for index in order]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.3)  # the first thread is inside its group's set-up
+    for thread in threads:
+        thread.join(timeout=30)
+    return {"sums": results, "alive": [t.is_alive() for t in threads]}
+
+
+def async_reductions_on_two_groups_in_either_order(rank: int) -> dict[str, Any]:
+    groups = [dist.new_group([0, 1], backend="accel", timeout=SHORT) for _ in range(2)]
+    tensors = [torch.full((64,), float(rank + 1)) for _ in range(2)]
+    order = [0, 1] if rank == 0 else [1, 0]
+    works = {i: dist.all_reduce(tensors[i], group=groups[i], async_op=True) for i in order}
+    errors = [_error(works[i].wait) for i in range(2)]
+    return {"sums": [t[0].item() for t in tensors], "errors": errors}
+
+
+def late_peer_and_a_pooled_tensor(rank: int) -> dict[str, Any]:
+    """Rank 0 gives up on a pooled all-reduce after 0.5 s and refills its tensor; rank 1
+    comes 1 s late. Rank 0's tensor must keep what rank 0 wrote."""
+    group = dist.new_group([0, 1], timeout=SHORT)
+    side = dist.new_group([0, 1], backend="gloo")  # to meet after the failure
+    tensor = comm.shared_empty(1 << 16, group=group).fill_(1.0)
+    comm.all_reduce_(tensor, group=group)  # set up, and the path works: 2.0
+    report: dict[str, Any] = {"first": tensor[0].item()}
+    tensor.fill_(1.0)
+    if rank == 1:
+        time.sleep(1.0)
+    report["error"] = _error(lambda: comm.all_reduce_(tensor, group=group, timeout=0.5))
+    if rank == 0:
+        tensor.fill_(42.0)
+    dist.barrier(group=side)  # rank 1 has made its attempt
+    time.sleep(0.2)
+    report["values"] = sorted(set(tensor.tolist()))
+    return report
+
+
+def local_errors_leave_the_group_usable(rank: int) -> dict[str, Any]:
+    """What every rank gets wrong alike, before any byte moved, is gloo's answer, and the
+    group goes on working."""
+    groups = {
+        name: dist.new_group([0, 1], backend=name, timeout=SHORT) for name in ("accel", "gloo")
+    }
+    return {name: _local_errors_on(group, rank) for name, group in groups.items()}
+
+
+def _local_errors_on(group: Any, rank: int) -> dict[str, Any]:
+    leaf = torch.full((8,), float(rank + 1), requires_grad=True)
+    sparse = torch.sparse_coo_tensor([[rank, 3]], [1.0, float(rank + 1)], (4,))
+    expanded = torch.ones(1).expand(4)
+    cases = {
+        "avg_leaf": lambda: dist.all_reduce(leaf, op=dist.ReduceOp.AVG, group=group),
+        "sparse": lambda: dist.all_reduce(sparse, group=group),
+        "expanded": lambda: dist.all_reduce(expanded, group=group),
+    }
+    outcome: dict[str, Any] = {}
+    for case, call in cases.items():
+        error = _error(call)
+        outcome[case] = error.split(":")[0] if error else "ok"
+    outcome["avg_leaf_value"] = leaf.detach()[0].item()
+    outcome["sparse_value"] = sparse.to_dense().tolist()
+    after = torch.full((8,), float(rank + 1))
+    outcome["after"] = _error(lambda: dist.all_reduce(after, group=group)) or after[0].item()
+    return outcome
+
+
+def a_rank_outside_the_group(rank: int) -> dict[str, Any]:
+    group = dist.new_group([0], timeout=SHORT)  # rank 1 is not a member
+    tensor = torch.full((4,), float(rank + 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reduced = _error(lambda: comm.all_reduce_(tensor, group=group))
+        broadcast = _error(lambda: comm.broadcast_(tensor, 0, group=group))
+        shared = _error(lambda: comm.shared_empty(4, group=group))
+    return {
+        "all_reduce": reduced,
+        "broadcast": broadcast,
+        "shared_empty": shared,
+        "values": tensor.tolist(),
+        "warned": sorted({str(w.message).split(" which")[0] for w in caught}),
+    }
+
+
+def a_bad_pool_size_on_one_rank(rank: int) -> dict[str, Any]:
+    group = dist.new_group([0, 1], timeout=SHORT)
+    if rank == 1:
+        os.environ[_segment.POOL_ENV] = "lots"
+    try:
+        return {"error": _error(lambda: comm.all_reduce_(torch.ones(4), group=group))}
+    finally:
+        os.environ.pop(_segment.POOL_ENV, None)
+
+
+def a_pool_size_past_the_address_space(rank: int) -> dict[str, Any]:
+    group = dist.new_group([0, 1], timeout=SHORT)
+    os.environ[_segment.POOL_ENV] = str(2**63 - 4096)
+    try:
+        return {"error": _error(lambda: comm.all_reduce_(torch.ones(4), group=group))}
+    finally:
+        os.environ.pop(_segment.POOL_ENV, None)
+
+
+def first_use_inside_torch_compile(rank: int) -> dict[str, Any]:
+    groups = [dist.new_group([0, 1], timeout=SHORT) for _ in range(2)]
+    return {
+        backend: _compiled_first_use(group, backend, rank)
+        for group, backend in zip(groups, ("eager", "aot_eager"), strict=True)
+    }
+
+
+def _compiled_first_use(group: Any, backend: str, rank: int) -> Any:
+    def step(t: torch.Tensor) -> torch.Tensor:
+        return comm.all_reduce_(t * 2, group=group) + 1
+
+    compiled = torch.compile(step, backend=backend)
+    outcome: list[Any] = []
+    error = _error(lambda: outcome.append(compiled(torch.full((8,), float(rank + 1))).tolist()))
+    return error or outcome[0]
+
+
+def main() -> None:
+    store, rank, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    cases = {
+        "threads_gloo": lambda: two_groups_first_used_from_two_threads(rank, "gloo"),
+        "threads_accel": lambda: two_groups_first_used_from_two_threads(rank, "accel"),
+        "async_order": lambda: async_reductions_on_two_groups_in_either_order(rank),
+        "late_pooled": lambda: late_peer_and_a_pooled_tensor(rank),
+        "local_errors": lambda: local_errors_leave_the_group_usable(rank),
+        "outside": lambda: a_rank_outside_the_group(rank),
+        "bad_pool": lambda: a_bad_pool_size_on_one_rank(rank),
+        "huge_pool": lambda: a_pool_size_past_the_address_space(rank),
+        "compile": lambda: first_use_inside_torch_compile(rank),
+    }
+    report: dict[str, Any] = {}
+    for name, case in cases.items():
+        try:
+            report[name] = case()
+        except Exception as error:  # a case that raised where it should not: reported
+            report[name] = f"raised {type(error).__name__}: {error}"
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as file:
+        json.dump(report, file, indent=1)
+    os._exit(0)  # skip teardown of groups a case left broken
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Patterns that once hung a job, poisoned a group or wrote where they must not, in one
+2-rank job (tests/comm/scripts/reliability_check.py runs each case on groups of its own).
+
+Each assertion below failed before the fix it guards: the set-up lock shared by all
+groups (two groups first used from two threads), the set-up made synchronously by the
+first asynchronous all-reduce, a late peer summing into a rank's pooled tensor after that
+rank was told the step failed, local errors marking the group failed, a non-member's
+call, one rank's bad pool size, a pool size whose segment overflowed, and a group's first
+call made inside torch.compile.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.shm import shm_names
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "reliability_check.py"
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Both ranks' reports, after checking the job left /dev/shm as it found it."""
+    folder = tmp_path_factory.mktemp("reliability")
+    before = shm_names()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(folder / "store"), str(rank), str(folder)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = []
+    for proc in procs:
+        try:
+            outputs.append(proc.communicate(timeout=240)[0])
+        finally:
+            proc.kill()
+    said = "\n".join(f"rank {r}: {out[-3000:]}" for r, out in enumerate(outputs))
+    assert [p.returncode for p in procs] == [0, 0], said
+    assert shm_names() <= before
+    return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.mark.parametrize("backend", ["gloo", "accel"])
+def test_two_groups_first_used_from_two_threads_in_either_order(
+    reports: list[dict[str, Any]], backend: str
+) -> None:
+    for report in reports:
+        assert report[f"threads_{backend}"] == {"sums": [3.0, 3.0], "alive": [False, False]}
+
+
+def test_async_reductions_on_two_groups_issued_in_either_order(
+    reports: list[dict[str, Any]],
+) -> None:
+    for report in reports:
+        assert report["async_order"] == {"sums": [3.0, 3.0], "errors": [None, None]}
+
+
+def test_a_late_peer_leaves_a_pooled_tensor_alone_and_fails_too(
+    reports: list[dict[str, Any]],
+) -> None:
+    early, late = (report["late_pooled"] for report in reports)
+    assert early["first"] == late["first"] == 2.0
+    assert "timed out after 0.5" in early["error"]
+    assert early["values"] == [42.0]  # what rank 0 wrote after it was told: untouched
+    assert "failed: rank 0 gave up on it" in late["error"]
+    assert late["values"] == [1.0]  # the late rank summed nothing either
+
+
+def test_errors_every_rank_makes_alike_are_gloos_and_leave_the_group_usable(
+    reports: list[dict[str, Any]],
+) -> None:
+    for report in reports:
+        ours, gloos = report["local_errors"]["accel"], report["local_errors"]["gloo"]
+        assert ours == gloos
+        assert ours["avg_leaf"] == "RuntimeError"  # gloo sums, then refuses the in-place divide
+        assert ours["sparse"] == ours["expanded"] == "ok"
+        assert ours["sparse_value"] == [1.0, 1.0, 0.0, 3.0]
+        assert ours["after"] == 3.0  # the group still works
+
+
+def test_a_rank_outside_a_group_is_warned_and_left_alone(reports: list[dict[str, Any]]) -> None:
+    member, outsider = (report["outside"] for report in reports)
+    assert member["all_reduce"] is member["broadcast"] is member["shared_empty"] is None
+    assert outsider["all_reduce"] is outsider["broadcast"] is outsider["shared_empty"] is None
+    assert outsider["values"] == [2.0] * 4
+    assert outsider["warned"] == [
+        "Running all_reduce_ on global rank 1",
+        "Running broadcast_ on global rank 1",
+    ]
+    assert member["warned"] == []
+
+
+def test_a_bad_pool_size_on_one_rank_is_named_on_every_rank(
+    reports: list[dict[str, Any]],
+) -> None:
+    good, bad = (report["bad_pool"]["error"] for report in reports)
+    assert "ACCEL_SHM_POOL_BYTES must be a decimal number" in bad
+    assert "got 'lots'" in bad
+    assert good.startswith("ValueError: environment variable ACCEL_SHM_POOL_BYTES is not usable")
+    assert "group rank(s) [1]" in good
+
+
+def test_a_pool_size_past_the_address_space_is_refused_on_every_rank(
+    reports: list[dict[str, Any]],
+) -> None:
+    for report in reports:
+        error = report["huge_pool"]["error"]
+        assert error.startswith("ValueError: environment variable ACCEL_SHM_POOL_BYTES=")
+        assert "'9223372036854771712' is too large for a group of 2 ranks" in error
+        assert "at most 35184338526208 fits" in error
+
+
+def test_a_groups_first_call_may_be_inside_torch_compile(reports: list[dict[str, Any]]) -> None:
+    for report in reports:
+        assert report["compile"] == {"eager": [7.0] * 8, "aot_eager": [7.0] * 8}
