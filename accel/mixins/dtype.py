@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -116,7 +117,9 @@ def allocatable_dtypes(device_type: str) -> frozenset[torch.dtype]:
     found: set[torch.dtype] = set()
     for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)} - _QUANTIZED:
         try:
-            torch.zeros(1, dtype=dtype, device=device_type).cpu()
+            with warnings.catch_warnings():  # "ComplexHalf support is experimental": asked
+                warnings.simplefilter("ignore", UserWarning)
+                torch.zeros(1, dtype=dtype, device=device_type).cpu()
         except (RuntimeError, TypeError, NotImplementedError):  # torch's "not implemented for"
             continue
         found.add(dtype)
