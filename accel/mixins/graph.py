@@ -17,6 +17,7 @@ import torch
 
 from accel._device_module import device_module
 from accel.protocols._unsupported import Absence, AbsentMembers
+
 # Aliased: inside TorchGraphMixin, `Graph` is the factory method.
 from accel.protocols.graph import CaptureErrorMode, CaptureGraph
 from accel.protocols.graph import Graph as GraphHandle
@@ -124,8 +125,14 @@ def capture_graph_class(device_type: str) -> type | None:
     class DeviceGraph(base):  # type: ignore[misc, valid-type]  # a class found at run time
         """``torch.<type>.<TYPE>Graph`` with ``torch.accelerator.Graph``'s shape."""
 
-        def __new__(cls, keep_graph: bool = False, **_settings: Any) -> Any:
-            return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType]
+        def __new__(
+            cls,
+            keep_graph: bool = False,
+            *,
+            pool: tuple[int, int] | None = None,
+            capture_error_mode: CaptureErrorMode = "default",
+        ) -> Any:
+            return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
         def __init__(
             self,

@@ -4,10 +4,11 @@
 ``_fast``), and mypy and pyright narrow on it.
 """
 
+from accel.protocols._unsupported import CapabilityError
 from accel.protocols.accelerator import (
     API_VERSION,
-    CORE_PROTOCOLS,
     CAPABILITIES,
+    CORE_PROTOCOLS,
     OPTIONAL_PROTOCOLS,
     Accelerator,
     CoreAccelerator,
@@ -22,7 +23,6 @@ from accel.protocols.accelerator import (
     supports_profiler,
     supports_streams,
 )
-from accel.protocols._unsupported import CapabilityError
 from accel.protocols.device import (
     DeviceAPI,
     DeviceCapabilityAPI,
@@ -49,8 +49,8 @@ from accel.protocols.tensor import TensorAPI
 
 __all__ = [
     "API_VERSION",
-    "CORE_PROTOCOLS",
     "CAPABILITIES",
+    "CORE_PROTOCOLS",
     "OPTIONAL_PROTOCOLS",
     "RNGAPI",
     "Accelerator",

@@ -18,6 +18,7 @@ capability protocols' ``isinstance`` counts that descriptor as the ``None`` it s
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -139,9 +140,10 @@ class AbsentMembers:
     # name -> descriptor of every member absent on the class, for __getattr__'s message.
     _accel_absent_members: ClassVar[dict[str, Unsupported]] = {}
 
+    @override
     def __init_subclass__(cls, **kwargs: Any) -> None:
         own = cls.__dict__.get("_accel_absent", ())
-        annotations: dict[str, object] = cls.__dict__.get("__annotations__", {})
+        annotations = inspect.get_annotations(cls)  # the class's own, unevaluated
         for absence in own:
             unannotated = [name for name in absence.members if name not in annotations]
             if unannotated:
@@ -179,7 +181,8 @@ def _absent_members(cls: type) -> dict[str, Unsupported]:
     }
     absent: dict[str, Unsupported] = {}
     for name in sorted(names):
-        for position, klass in enumerate(cls.__mro__):
+        position = 0
+        for position, klass in enumerate(cls.__mro__):  # noqa: B007  # read after the loop
             declaring = [a for a in klass.__dict__.get("_accel_absent", ()) if name in a.members]
             value = klass.__dict__.get(name)
             if declaring:

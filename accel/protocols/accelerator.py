@@ -144,7 +144,9 @@ def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
     Returns:
         The missing member names, sorted; empty when ``obj`` has them all.
     """
-    may_be_absent = get_protocol_members(MemoryStatsAPI) if protocol is Accelerator else set()
+    may_be_absent = (
+        get_protocol_members(MemoryStatsAPI) if protocol is Accelerator else frozenset[str]()
+    )
     return sorted(
         name
         for name in get_protocol_members(protocol)

@@ -84,7 +84,8 @@ def test_every_torch_accelerator_name_is_mapped_or_has_a_reason() -> None:
     assert not set(MAPPED) & set(REASONS)
     assert set(REASONS) <= set(TORCH_NAMES), "a reason for a name torch no longer has"
     for name, reason in REASONS.items():
-        assert reason[0].isalpha() and reason.endswith("."), f"{name}: {reason!r} is no sentence"
+        assert reason[0].isalpha(), f"{name}: {reason!r} is no sentence"
+        assert reason.endswith("."), f"{name}: {reason!r} is no sentence"
 
 
 def _accel_callables(name: str) -> list[Callable[..., Any]]:
@@ -117,9 +118,7 @@ def test_the_counterpart_takes_what_torch_takes(name: str) -> None:
             p for p in inspect.signature(counterpart).parameters.values()
             if p.name not in ("self", "accelerator")
         ]  # fmt: skip
-        our_positional = [
-            p for p in ours if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
+        our_positional = [p for p in ours if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         assert len(our_positional) >= len(positional), (name, counterpart, theirs)
         assert keyword_only <= {p.name for p in ours}, (name, counterpart, theirs)
 
