@@ -78,6 +78,12 @@ class MPSDeviceMixin(SingleDeviceMixin):
     def memory_allocated(self, device_index: int | None = None) -> int:
         """Bytes occupied by tensors (``torch.mps.current_allocated_memory``).
 
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
+
         Raises:
             TypeError: ``device_index`` is not an ``int``.
             ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
@@ -88,6 +94,12 @@ class MPSDeviceMixin(SingleDeviceMixin):
     def memory_reserved(self, device_index: int | None = None) -> int:
         """Bytes the Metal driver holds for this process, tensors and caches
         (``torch.mps.driver_allocated_memory``).
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
 
         Raises:
             TypeError: ``device_index`` is not an ``int``.
@@ -100,6 +112,12 @@ class MPSDeviceMixin(SingleDeviceMixin):
         """The GPU's working-set budget (``torch.mps.recommended_max_memory``): the unified
         memory Metal recommends a process keep on the GPU.
 
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
+
         Raises:
             TypeError: ``device_index`` is not an ``int``.
             ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
@@ -110,6 +128,12 @@ class MPSDeviceMixin(SingleDeviceMixin):
     def available_memory(self, device_index: int | None = None) -> int:
         """What is left of the budget after what the driver holds, and no more than the
         host has free (the memory is the host's).
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
 
         Raises:
             TypeError: ``device_index`` is not an ``int``.

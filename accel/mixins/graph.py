@@ -251,7 +251,18 @@ class TorchGraphMixin:
         """A new graph of the device's graph class with ``torch.accelerator.Graph``'s shape
         (:func:`capture_graph_class`).
 
+        Args:
+            keep_graph: Keep the recorded graph after ``capture_end``.
+            pool: Another graph's ``pool()``, to share its memory pool.
+            capture_error_mode: ``"default"`` (the device module's own default),
+                ``"global"``, ``"thread_local"`` or ``"relaxed"``.
+
+        Returns:
+            The graph.
+
         Raises:
+            TypeError: ``keep_graph`` is not a ``bool`` or ``pool`` not a pair of ints.
+            ValueError: ``capture_error_mode`` is none of the four modes.
             RuntimeError: The device has no graph class.
         """
         if not isinstance(keep_graph, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
