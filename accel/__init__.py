@@ -30,14 +30,21 @@ if TYPE_CHECKING:
         set_accelerator,
     )
     from accel.functions import (
+        current_accelerator,
+        current_device_index,
         ddp_device_ids,
         ddp_output_device,
         device_index,
+        empty_host_cache,
         fork_rng,
+        get_device_capability,
         get_device_properties,
+        get_memory_info,
         process_group_device_id,
         reset_accumulated_memory_stats,
         set_device,
+        set_device_index,
+        set_stream,
     )
     from accel.protocols import API_VERSION, Accelerator
 
@@ -45,18 +52,25 @@ __all__ = [
     "API_VERSION",
     "Accelerator",
     "__version__",
+    "current_accelerator",
+    "current_device_index",
     "current_selection",
     "ddp_device_ids",
     "ddp_output_device",
     "device_index",
+    "empty_host_cache",
     "fork_rng",
     "get_accelerator",
+    "get_device_capability",
     "get_device_properties",
+    "get_memory_info",
     "process_group_device_id",
     "reset_accelerator",
     "reset_accumulated_memory_stats",
     "set_accelerator",
     "set_device",
+    "set_device_index",
+    "set_stream",
 ]
 
 # Loaded on first use, so that importing a light submodule (the DeepSpeed startup hook
@@ -64,7 +78,14 @@ __all__ = [
 _LAZY = {
     "API_VERSION": "accel.protocols",
     "Accelerator": "accel.protocols",
+    "current_accelerator": "accel.functions",
+    "current_device_index": "accel.functions",
     "ddp_device_ids": "accel.functions",
+    "empty_host_cache": "accel.functions",
+    "get_device_capability": "accel.functions",
+    "get_memory_info": "accel.functions",
+    "set_device_index": "accel.functions",
+    "set_stream": "accel.functions",
     "ddp_output_device": "accel.functions",
     "device_index": "accel.functions",
     "fork_rng": "accel.functions",

@@ -17,32 +17,45 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accel._validate import check_device, check_index
 from accel.mixins.device import device_scope, select_device
+from accel.mixins.dtype import allocatable_dtypes
 from accel.mixins.rng import fork_rng_states
 from accel.protocols import (
     Accelerator,
     AccumulatedStatsAPI,
+    DeviceCapabilityAPI,
     DeviceLike,
     DeviceProperties,
     DevicePropertiesAPI,
     ForkRNGAPI,
+    HostCacheAPI,
+    MemoryInfoAPI,
+    SetStreamAPI,
 )
+from accel.protocols._unsupported import capability_error
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "current_accelerator",
+    "current_device_index",
     "ddp_device_ids",
     "ddp_output_device",
     "device_index",
+    "empty_host_cache",
     "fork_rng",
+    "get_device_capability",
     "get_device_properties",
+    "get_memory_info",
     "process_group_device_id",
     "reset_accumulated_memory_stats",
     "set_device",
+    "set_device_index",
+    "set_stream",
 ]
 
 
@@ -278,3 +291,176 @@ def process_group_device_id(
     if not _takes_device_ids(acc):
         return None
     return acc.device(acc.current_device() if index is None else index)
+
+
+def set_device_index(device: DeviceLike, accelerator: Accelerator | None = None) -> None:
+    """:func:`set_device` under ``torch.accelerator``'s name.
+
+    Args:
+        device: An index, ``"<type>:<index>"`` or a ``torch.device``.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Raises:
+        TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
+        ValueError: What :func:`set_device` raises (a negative index, one at or beyond
+            ``device_count()`` on the built-in backends, a device of another type).
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    set_device(device, accelerator)
+
+
+def current_device_index(accelerator: Accelerator | None = None) -> int:
+    """The index of the current device (the backend's ``current_device()``), under
+    ``torch.accelerator``'s name.
+
+    Args:
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        An index in ``[0, device_count())``.
+
+    Raises:
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    return _resolve(accelerator).current_device()
+
+
+def current_accelerator(
+    check_available: bool = False, accelerator: Accelerator | None = None
+) -> torch.device | None:
+    """The device type of the accelerator, as ``torch.accelerator.current_accelerator()``
+    names it: ``torch.device("cuda")``, ... One difference: accel's CPU backend is an
+    accelerator, so this is ``torch.device("cpu")`` there, where torch answers ``None``.
+
+    Args:
+        check_available: Answer ``None`` when the backend's ``is_available()`` is False.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        The backend's ``device()`` (a ``torch.device`` without an index), or ``None``.
+
+    Raises:
+        TypeError: ``check_available`` is not a ``bool``.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    if not isinstance(check_available, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"check_available must be a bool, got {type(check_available).__name__}")
+    acc = _resolve(accelerator)
+    if check_available and not acc.is_available():
+        return None
+    return acc.device()
+
+
+def get_memory_info(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> tuple[int, int]:
+    """Free and total memory of a device, as ``torch.accelerator.get_memory_info`` answers.
+
+    From the backend's own ``get_memory_info`` where it has one
+    (:class:`~accel.protocols.MemoryInfoAPI`); otherwise ``(available_memory(),
+    total_memory())`` of the core members: every backend knows both. On the CPU: the host's
+    available and total memory as psutil reports them, capped by the process's cgroup
+    limit where one applies.
+
+    Args:
+        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``; ``None`` for the
+            current device.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        ``(free, total)`` in bytes.
+
+    Raises:
+        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+            ``torch.device``.
+        ValueError: ``device_index`` is negative, an unparsable string, a device of another
+            type, or (on a backend that counts its devices per call) out of range.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    acc = _resolve(accelerator)
+    index = _index_of(acc, device_index)
+    if isinstance(acc, MemoryInfoAPI):
+        return acc.get_memory_info(index)
+    return acc.available_memory(index), acc.total_memory(index)
+
+
+def get_device_capability(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> dict[str, Any]:
+    """What a device can hold, as ``torch.accelerator.get_device_capability`` answers.
+
+    From the backend's own ``get_device_capability`` where it has one
+    (:class:`~accel.protocols.DeviceCapabilityAPI`); otherwise ``{"supported_dtypes": ...}``
+    found by making a one-element tensor of every (non-quantized) dtype on the device.
+
+    Args:
+        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``; ``None`` for the
+            current device.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Returns:
+        The capability under torch's keys; ``"supported_dtypes"`` is a set of ``torch.dtype``.
+
+    Raises:
+        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+            ``torch.device``.
+        ValueError: ``device_index`` is negative, an unparsable string, or a device of another type.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    acc = _resolve(accelerator)
+    index = _index_of(acc, device_index)
+    if isinstance(acc, DeviceCapabilityAPI):
+        return acc.get_device_capability(index)
+    device = acc.device(acc.current_device() if index is None else index)
+    return {"supported_dtypes": set(allocatable_dtypes(str(device)))}
+
+
+def empty_host_cache(accelerator: Accelerator | None = None) -> None:
+    """Release the page-locked host memory the device runtime caches and no tensor uses.
+
+    Args:
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Raises:
+        CapabilityError: The backend keeps no such cache (it is not a
+            :class:`~accel.protocols.HostCacheAPI`: the CPU, whose "pinned" memory is
+            ordinary memory, and devices whose runtime offers no call for it).
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    acc = _resolve(accelerator)
+    if not isinstance(acc, HostCacheAPI):
+        raise capability_error(
+            type(acc).__name__, "empty_host_cache", "HostCacheAPI", "",
+            "its runtime keeps no cache of page-locked host memory to release", acc,
+        )  # fmt: skip
+    acc.empty_host_cache()
+
+
+def set_stream(stream: torch.Stream, accelerator: Accelerator | None = None) -> None:
+    """Make ``stream`` the current stream of its device, as ``torch.accelerator.set_stream``.
+
+    Args:
+        stream: A stream of the accelerator's device type.
+        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
+
+    Raises:
+        CapabilityError: The backend cannot set a stream (it is not a
+            :class:`~accel.protocols.SetStreamAPI`; the CPU has no streams).
+        TypeError: ``stream`` is not a ``torch.Stream``.
+        ValueError: ``stream`` is on a device of another type.
+        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
+            :func:`~accel.get_accelerator` for this and its other errors).
+    """
+    acc = _resolve(accelerator)
+    if not isinstance(acc, SetStreamAPI):
+        raise capability_error(
+            type(acc).__name__, "set_stream", "SetStreamAPI", "",
+            "it has no streams to make current", acc,
+        )  # fmt: skip
+    acc.set_stream(stream)

@@ -12,9 +12,7 @@ from accel import _registry, extensions
 from accel._selection import current_selection
 from accel._version import __version__
 from accel.backends.torch_device import DiscoveredTorchDevice
-from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, OpBuilderAPI
-
-CAPABILITIES: tuple[type, ...] = (*CORE_PROTOCOLS, *OPTIONAL_PROTOCOLS)
+from accel.protocols import CAPABILITIES, Accelerator, OpBuilderAPI
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from accel._validate import (
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
+    DeviceCapabilityMixin,
     DeviceNamingMixin,
     DTypeListMixin,
     HostMemoryMixin,
@@ -90,6 +91,7 @@ class CPUAccelerator(
     HostRNGMixin,
     HostMemoryMixin,
     DTypeListMixin,
+    DeviceCapabilityMixin,
     TensorPlacementMixin,
     HostStagingMixin,
     RuntimeEnvMixin,

@@ -27,6 +27,7 @@ from accel.mixins import (
     NVTXProfilerMixin,
     OpBuilderTableMixin,
     TorchGraphMixin,
+    TorchHostCacheMixin,
     TorchStreamMixin,
 )
 from accel.mixins.dtype import triton_runs_on
@@ -92,7 +93,12 @@ def fp16_allowed(capability: tuple[int, int]) -> bool:
 
 
 class CUDAAccelerator(
-    TorchStreamMixin, TorchGraphMixin, NVTXProfilerMixin, OpBuilderTableMixin, TorchDeviceBackend
+    TorchStreamMixin,
+    TorchGraphMixin,
+    TorchHostCacheMixin,
+    NVTXProfilerMixin,
+    OpBuilderTableMixin,
+    TorchDeviceBackend,
 ):
     """CUDA devices: streams, graphs, NVTX, NVML-backed free memory, and the host-side op
     builders (async file I/O); device kernels are the framework's own."""

@@ -1,9 +1,11 @@
 """Named torch device types. Each is its name, priority, runtime import and env names.
 
 Streams and graphs are discovered from the device module (see ``torch_device``). A device
-whose torch module lacks the functions the core protocols need (today ``torch.mps`` and
-``torch.mtia`` have no allocator peak statistics) is reported unavailable by its probe,
-with the missing functions named, instead of being given made-up numbers.
+whose torch module lacks the functions the core protocols need (today ``torch.mtia``: it
+has allocation peaks but no reserved memory or free-memory query) is reported unavailable
+by its probe, with the missing functions named, instead of being given made-up numbers.
+Apple's MPS, whose module differs in shape (one device, current sizes only), has its own
+backend in ``accel.backends.mps``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,18 @@ from typing import ClassVar
 from typing_extensions import override
 
 from accel.backends.base import Availability
+from accel.backends.mps import MPSAccelerator
 from accel.backends.torch_device import DiscoveredTorchDevice, privateuse1_name
+
+__all__ = [
+    "HPUAccelerator",
+    "MLUAccelerator",
+    "MPSAccelerator",
+    "MTIAAccelerator",
+    "NPUAccelerator",
+    "PrivateUse1Accelerator",
+    "XPUAccelerator",
+]
 
 
 class XPUAccelerator(DiscoveredTorchDevice):
@@ -57,14 +70,6 @@ class MLUAccelerator(DiscoveredTorchDevice):
     runtime_modules: ClassVar[tuple[str, ...]] = ("torch_mlu",)
     visible_devices_env_names: ClassVar[tuple[str, ...]] = ("MLU_VISIBLE_DEVICES",)
     exported_env_prefixes: ClassVar[tuple[str, ...]] = ("MLU", "CNCL")
-
-
-class MPSAccelerator(DiscoveredTorchDevice):
-    """Apple GPUs (``torch.mps``)."""
-
-    name: ClassVar[str] = "mps"
-    priority: ClassVar[int] = 70
-    device_type: ClassVar[str] = "mps"
 
 
 class MTIAAccelerator(DiscoveredTorchDevice):

@@ -18,6 +18,7 @@ from accel._torch_typed import privateuse1_backend_name
 from accel.backends.base import Availability
 from accel.mixins import (
     CompileBackendMixin,
+    DeviceCapabilityMixin,
     DeviceNamingMixin,
     DTypeListMixin,
     NoGraphMixin,
@@ -72,6 +73,7 @@ class TorchDeviceBackend(
     TorchMemoryMixin,
     TorchDTypeMixin,
     DTypeListMixin,
+    DeviceCapabilityMixin,
     TensorPlacementMixin,
     PinnedHostMemoryMixin,
     RuntimeEnvMixin,

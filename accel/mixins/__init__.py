@@ -10,37 +10,56 @@ name, so any backend can reuse them. Import them from here, with ``check_device`
 """
 
 from accel._validate import check_device
-from accel.mixins.device import DeviceNamingMixin, TorchDeviceMixin
-from accel.mixins.dtype import DTypeListMixin, TorchDTypeMixin
+from accel.mixins.device import DeviceNamingMixin, SingleDeviceMixin, TorchDeviceMixin
+from accel.mixins.dtype import DeviceCapabilityMixin, DTypeListMixin, TorchDTypeMixin
 from accel.mixins.graph import NoGraphMixin, TorchGraphMixin
-from accel.mixins.memory import HostMemoryMixin, TorchMemoryMixin
+from accel.mixins.memory import (
+    HostMemoryMixin,
+    MemoryInfoMixin,
+    NoMemoryStatsMixin,
+    TorchMemoryMixin,
+    TorchMemoryStatsMixin,
+    TorchMemoryUsageMixin,
+)
 from accel.mixins.op_builder import OpBuilderTableMixin
 from accel.mixins.profiler import NVTXProfilerMixin, RecordFunctionProfilerMixin
 from accel.mixins.rng import GeneratorRNGMixin, HostRNGMixin, TorchRNGMixin
 from accel.mixins.runtime import CompileBackendMixin, RuntimeEnvMixin, TorchRuntimeMixin
 from accel.mixins.stream import NoStreamMixin, TorchStreamMixin
-from accel.mixins.tensor import HostStagingMixin, PinnedHostMemoryMixin, TensorPlacementMixin
+from accel.mixins.tensor import (
+    HostStagingMixin,
+    PinnedHostMemoryMixin,
+    TensorPlacementMixin,
+    TorchHostCacheMixin,
+)
 
 __all__ = [
     "CompileBackendMixin",
     "DTypeListMixin",
+    "DeviceCapabilityMixin",
     "DeviceNamingMixin",
     "GeneratorRNGMixin",
     "HostMemoryMixin",
     "HostRNGMixin",
     "HostStagingMixin",
+    "MemoryInfoMixin",
     "NVTXProfilerMixin",
     "NoGraphMixin",
+    "NoMemoryStatsMixin",
     "NoStreamMixin",
     "OpBuilderTableMixin",
     "PinnedHostMemoryMixin",
     "RecordFunctionProfilerMixin",
     "RuntimeEnvMixin",
+    "SingleDeviceMixin",
     "TensorPlacementMixin",
     "TorchDTypeMixin",
     "TorchDeviceMixin",
     "TorchGraphMixin",
+    "TorchHostCacheMixin",
     "TorchMemoryMixin",
+    "TorchMemoryStatsMixin",
+    "TorchMemoryUsageMixin",
     "TorchRNGMixin",
     "TorchRuntimeMixin",
     "TorchStreamMixin",

@@ -83,6 +83,78 @@ def device_scope(devices: _SelectableDevices, device: DeviceLike) -> Generator[N
         devices.set_device(previous)
 
 
+def check_below_count(index: int, count: int, device_type: str) -> int:
+    """``index``, or a ``ValueError`` naming the device count when it is not below it.
+
+    Args:
+        index: A non-negative device index.
+        count: The number of devices.
+        device_type: The torch device type, for the message.
+
+    Returns:
+        ``index``.
+
+    Raises:
+        ValueError: ``index`` is at or beyond ``count``.
+    """
+    if index >= count:
+        raise ValueError(
+            f"device_index must be below device_count() = {count} for {device_type}, got {index}"
+        )
+    return index
+
+
+class SingleDeviceMixin:
+    """DeviceAPI's selection members for a device type with one device and no selection
+    call in its torch module (``torch.mps``): device 0 is always current."""
+
+    device_type: ClassVar[str]
+
+    def device_count(self) -> int:
+        """``torch.<type>.device_count()``: 1 where the device is present, else 0."""
+        return int(device_module(self.device_type).device_count())
+
+    def current_device(self) -> int:
+        """0: the only device."""
+        return 0
+
+    def set_device(self, device_index: DeviceLike) -> None:
+        """Accept the only device (index 0).
+
+        Args:
+            device_index: ``0``, ``"<type>:0"`` or that ``torch.device``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
+                ``torch.device``.
+            ValueError: ``device_index`` is negative, at or beyond ``device_count()``, an
+                unparsable string, a device of another type, or a name without an index.
+        """
+        index = check_device(device_index, self.device_type)
+        if index is None:
+            raise _names_no_index(device_index, self.device_type)
+        check_below_count(index, self.device_count(), self.device_type)
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        """Wait for all queued work on the device.
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
+        """
+        index = check_optional_index(device_index)
+        if index is not None:
+            check_below_count(index, self.device_count(), self.device_type)
+        device_module(self.device_type).synchronize()
+
+    def is_available(self) -> bool:
+        """Whether torch sees the device."""
+        return bool(device_module(self.device_type).is_available())
+
+
 class DeviceNamingMixin:
     """``device_name``/``device``/``current_device_name`` for a torch device type.
 
@@ -182,13 +254,9 @@ class TorchDeviceMixin:
         index = check_device(device_index, self.device_type)
         if index is None:
             raise _names_no_index(device_index, self.device_type)
-        count = self.device_count()
-        if index >= count:
-            raise ValueError(
-                f"device_index must be below device_count() = {count} for "
-                f"{self.device_type}, got {index}"
-            )
-        device_module(self.device_type).set_device(index)
+        device_module(self.device_type).set_device(
+            check_below_count(index, self.device_count(), self.device_type)
+        )
 
     def synchronize(self, device_index: int | None = None) -> None:
         """Wait for all queued work on the device (default: current).

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
-from typing import ClassVar
+import warnings
+from typing import Any, ClassVar
 
 import torch
 from typing_extensions import Protocol
 
 from accel._device_module import device_module
+from accel._validate import check_optional_index
 
 
 class _DTypeAnswers(Protocol):
@@ -89,3 +91,65 @@ class TorchDTypeMixin:
     def is_triton_supported(self) -> bool:
         """Whether Triton kernels can run on the device."""
         return triton_runs_on(self.device_type)
+
+
+# Quantized tensors are made by quantizing, not by factories (which torch deprecates for them).
+_QUANTIZED = {
+    getattr(torch, name)
+    for name in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    if hasattr(torch, name)
+}
+
+
+@functools.cache
+def allocatable_dtypes(device_type: str) -> frozenset[torch.dtype]:
+    """The dtypes a tensor on ``device_type`` can be made in and copied to the host in
+    (quantized dtypes left out).
+
+    Cached per device type: it makes one one-element tensor per torch dtype.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cpu"``.
+
+    Returns:
+        The dtypes that worked.
+    """
+    found: set[torch.dtype] = set()
+    for dtype in {v for v in vars(torch).values() if isinstance(v, torch.dtype)} - _QUANTIZED:
+        try:
+            with warnings.catch_warnings():  # "ComplexHalf support is experimental": asked
+                warnings.simplefilter("ignore", UserWarning)
+                torch.zeros(1, dtype=dtype, device=device_type).cpu()
+        except (RuntimeError, TypeError, NotImplementedError):  # torch's "not implemented for"
+            continue
+        found.add(dtype)
+    return frozenset(found)
+
+
+class DeviceCapabilityMixin:
+    """``get_device_capability`` as ``torch.accelerator.get_device_capability`` answers."""
+
+    device_type: ClassVar[str]
+
+    def get_device_capability(self, device_index: int | None = None) -> dict[str, Any]:
+        """torch's own answer where this device type is torch's accelerator and torch has one;
+        else ``{"supported_dtypes": ...}`` found by making a tensor in every dtype.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The capability under torch's keys.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        index = check_optional_index(device_index)
+        current = torch.accelerator.current_accelerator()
+        if current is not None and current.type == self.device_type:
+            try:
+                return dict(torch.accelerator.get_device_capability(index))
+            except (RuntimeError, NotImplementedError):  # a device that implements no query
+                pass
+        return {"supported_dtypes": set(allocatable_dtypes(self.device_type))}

@@ -1,7 +1,6 @@
 """GraphAPI: the No-marker for devices without graphs, and device-module graphs.
 
-The markers work as ``NoStreamMixin``'s do (see ``accel.mixins.stream``). For graphs,
-
+The No-mixin works as ``NoStreamMixin`` does (see ``accel.mixins.stream``). For graphs,
 CUDA names them ``torch.cuda.CUDAGraph`` / ``torch.cuda.graph`` and XPU
 ``torch.xpu.XPUGraph`` / ``torch.xpu.graph``: the class is ``<TYPE>Graph``.
 """
@@ -17,18 +16,29 @@ from typing import Any, ClassVar
 import torch
 
 from accel._device_module import device_module
-from accel.protocols._unsupported import unsupported
-from accel.protocols.graph import Graph
+from accel.protocols._unsupported import Absence, AbsentMembers
+
+# Aliased: inside TorchGraphMixin, `Graph` is the factory method.
+from accel.protocols.graph import CaptureErrorMode, CaptureGraph
+from accel.protocols.graph import Graph as GraphHandle
+
+CAPTURE_ERROR_MODES = ("default", "global", "thread_local", "relaxed")
 
 _WHY = "the device cannot capture and replay graphs"
 
 
-class NoGraphMixin:
-    """The device cannot capture and replay graphs (class-level markers annotated ``None``)."""
+class NoGraphMixin(AbsentMembers):
+    """The device cannot capture and replay graphs (members annotated ``None``, absent)."""
 
-    create_graph: None = unsupported("GraphAPI", "supports_graphs", _WHY)
-    capture_to_graph: None = unsupported("GraphAPI", "supports_graphs", _WHY)
-    replay_graph: None = unsupported("GraphAPI", "supports_graphs", _WHY)
+    _accel_absent = (
+        Absence("GraphAPI", "supports_graphs", _WHY,
+                ("create_graph", "capture_to_graph", "replay_graph")),
+        Absence("GraphObjectAPI", "", _WHY, ("Graph",)),
+    )  # fmt: skip
+    create_graph: None
+    capture_to_graph: None
+    replay_graph: None
+    Graph: None
 
 
 def module_graph_class(device_type: str) -> type | None:
@@ -89,6 +99,73 @@ def graph_class(device_type: str) -> type | None:
     return module_graph_class(device_type) or accelerator_graph_class(device_type)
 
 
+@functools.cache
+def capture_graph_class(device_type: str) -> type | None:
+    """A graph class with ``torch.accelerator.Graph``'s shape for ``device_type``.
+
+    Where the device module has its own graph class (``torch.cuda.CUDAGraph``), a subclass
+    of it that takes ``keep_graph``, ``pool`` and ``capture_error_mode`` when made and
+    captures as a ``with`` block, so ``create_graph``/``capture_to_graph`` accept it too;
+    else ``torch.accelerator.Graph`` where the device captures through it.
+
+    Args:
+        device_type: A torch device type, e.g. ``"cuda"``.
+
+    Returns:
+        The class, or ``None`` when the device has no graphs.
+
+    Raises:
+        RuntimeError: torch has no ``torch.<device_type>`` module.
+    """
+    base = module_graph_class(device_type)
+    if base is None:
+        return accelerator_graph_class(device_type)
+    module = device_module(device_type)
+
+    class DeviceGraph(base):  # type: ignore[misc, valid-type]  # a class found at run time
+        """``torch.<type>.<TYPE>Graph`` with ``torch.accelerator.Graph``'s shape."""
+
+        def __new__(
+            cls,
+            keep_graph: bool = False,
+            *,
+            pool: tuple[int, int] | None = None,
+            capture_error_mode: CaptureErrorMode = "default",
+        ) -> Any:
+            return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+        def __init__(
+            self,
+            keep_graph: bool = False,
+            *,
+            pool: tuple[int, int] | None = None,
+            capture_error_mode: CaptureErrorMode = "default",
+        ) -> None:
+            super().__init__(keep_graph)  # pyright: ignore[reportUnknownMemberType]
+            self.graph_pool = pool
+            self.capture_error_mode = capture_error_mode
+
+        def capture_begin(self, pool: Any = None, capture_error_mode: Any = None) -> None:
+            """Start capturing with the settings given when the graph was made (or these)."""
+            mode = self.capture_error_mode if capture_error_mode is None else capture_error_mode
+            extra = {} if mode == "default" else {"capture_error_mode": mode}
+            super().capture_begin(  # pyright: ignore[reportUnknownMemberType]
+                pool=self.graph_pool if pool is None else pool, **extra
+            )
+
+        def __enter__(self) -> None:
+            # As torch.accelerator.Graph does: nothing queued or cached leaks into the capture.
+            module.synchronize()
+            module.empty_cache()
+            self.capture_begin()
+
+        def __exit__(self, *exc_info: object) -> None:
+            self.capture_end()  # pyright: ignore[reportUnknownMemberType]
+
+    DeviceGraph.__name__ = DeviceGraph.__qualname__ = f"{device_type.upper()}CaptureGraph"
+    return DeviceGraph
+
+
 @contextlib.contextmanager
 def _accelerator_capture(
     graph: Any, pool: tuple[int, int] | None, stream: torch.Stream | None
@@ -110,7 +187,7 @@ class TorchGraphMixin:
 
     device_type: ClassVar[str]
 
-    def _checked(self, graph: Graph) -> Graph:
+    def _checked(self, graph: GraphHandle) -> GraphHandle:
         expected = graph_class(self.device_type)
         if expected is None or not isinstance(graph, expected):
             raise TypeError(
@@ -119,7 +196,7 @@ class TorchGraphMixin:
             )
         return graph
 
-    def create_graph(self) -> Graph:
+    def create_graph(self) -> GraphHandle:
         """A new, empty device graph.
 
         Returns:
@@ -131,12 +208,12 @@ class TorchGraphMixin:
         cls = graph_class(self.device_type)
         if cls is None:
             raise RuntimeError(f"torch.{self.device_type} has no graph class")
-        graph: Graph = cls()
+        graph: GraphHandle = cls()
         return graph
 
     def capture_to_graph(
         self,
-        graph: Graph,
+        graph: GraphHandle,
         pool: tuple[int, int] | None = None,
         stream: torch.Stream | None = None,
     ) -> AbstractContextManager[None]:
@@ -164,7 +241,48 @@ class TorchGraphMixin:
         )
         return context
 
-    def replay_graph(self, graph: Graph) -> None:
+    def Graph(
+        self,
+        keep_graph: bool = False,
+        *,
+        pool: tuple[int, int] | None = None,
+        capture_error_mode: CaptureErrorMode = "default",
+    ) -> CaptureGraph:
+        """A new graph of the device's graph class with ``torch.accelerator.Graph``'s shape
+        (:func:`capture_graph_class`).
+
+        Args:
+            keep_graph: Keep the recorded graph after ``capture_end``.
+            pool: Another graph's ``pool()``, to share its memory pool.
+            capture_error_mode: ``"default"`` (the device module's own default),
+                ``"global"``, ``"thread_local"`` or ``"relaxed"``.
+
+        Returns:
+            The graph.
+
+        Raises:
+            TypeError: ``keep_graph`` is not a ``bool`` or ``pool`` not a pair of ints.
+            ValueError: ``capture_error_mode`` is none of the four modes.
+            RuntimeError: The device has no graph class.
+        """
+        if not isinstance(keep_graph, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
+        if pool is not None and not (
+            isinstance(pool, tuple) and len(pool) == 2 and all(type(p) is int for p in pool)  # pyright: ignore[reportUnnecessaryIsInstance]
+        ):
+            raise TypeError(f"pool must be None or a pair of ints from graph.pool(), got {pool!r}")
+        if capture_error_mode not in CAPTURE_ERROR_MODES:
+            raise ValueError(
+                f"capture_error_mode must be one of {', '.join(CAPTURE_ERROR_MODES)}, "
+                f"got {capture_error_mode!r}"
+            )
+        cls = capture_graph_class(self.device_type)
+        if cls is None:
+            raise RuntimeError(f"torch.{self.device_type} has no graph class")
+        graph: CaptureGraph = cls(keep_graph, pool=pool, capture_error_mode=capture_error_mode)
+        return graph
+
+    def replay_graph(self, graph: GraphHandle) -> None:
         """Replay a captured graph (``graph.replay()``).
 
         Args:

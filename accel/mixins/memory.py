@@ -1,4 +1,5 @@
-"""MemoryAPI implementations: host memory (the process's RSS) and torch allocators."""
+"""Memory implementations: host memory (the process's RSS), torch allocators, and the
+No-mixin of devices that keep no peak statistics."""
 
 from __future__ import annotations
 
@@ -8,9 +9,59 @@ import functools
 from collections.abc import Callable
 from typing import ClassVar, cast
 
+from typing_extensions import Protocol
+
 from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_optional_index
+from accel.protocols._unsupported import Absence, AbsentMembers
+
+
+class _SizedMemory(Protocol):
+    def total_memory(self, device_index: int | None = None) -> int: ...
+    def available_memory(self, device_index: int | None = None) -> int: ...
+
+
+class MemoryInfoMixin:
+    """``get_memory_info`` from the backend's own ``available_memory`` and ``total_memory``."""
+
+    def get_memory_info(self: _SizedMemory, device_index: int | None = None) -> tuple[int, int]:
+        """``(available_memory(i), total_memory(i))``, in bytes.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            Free and total bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        return self.available_memory(device_index), self.total_memory(device_index)
+
+
+_NO_PEAKS = "the device's runtime keeps no peak memory statistics"
+
+
+class NoMemoryStatsMixin(AbsentMembers):
+    """The device reports memory in use but keeps no peaks: the :class:`MemoryStatsAPI`
+    members are absent (the backend is a ``CoreAccelerator``, not an ``Accelerator``).
+
+    Put it before any mixin that implements them in the bases.
+    """
+
+    _accel_absent = (
+        Absence("MemoryStatsAPI", "supports_memory_stats", _NO_PEAKS,
+                ("max_memory_allocated", "max_memory_reserved", "memory_stats",
+                 "reset_peak_memory_stats")),
+        Absence("AccumulatedStatsAPI", "", _NO_PEAKS, ("reset_accumulated_memory_stats",)),
+    )  # fmt: skip
+    max_memory_allocated: None
+    max_memory_reserved: None
+    memory_stats: None
+    reset_peak_memory_stats: None
+    reset_accumulated_memory_stats: None
 
 
 @functools.cache
@@ -27,7 +78,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return cast("Callable[[int], int]", trim)
 
 
-class HostMemoryMixin:
+class HostMemoryMixin(MemoryInfoMixin):
     """Memory accounting from the process's resident set, shared by every device index.
 
     Host memory is one pool for the whole process, so allocated and reserved are both the
@@ -186,14 +237,16 @@ class HostMemoryMixin:
         return _host.available_memory()
 
 
-class TorchMemoryMixin:
-    """Allocator statistics of a torch device type. Every size is in bytes."""
-
+class _TorchMemoryIndex:
     device_type: ClassVar[str]
 
     def _index(self, device_index: int | None) -> int:
         index = check_optional_index(device_index)
         return int(device_module(self.device_type).current_device()) if index is None else index
+
+
+class TorchMemoryUsageMixin(_TorchMemoryIndex, MemoryInfoMixin):
+    """Memory in use and sizes from a torch device type's allocator. Every size is in bytes."""
 
     def empty_cache(self) -> None:
         """Release cached, unused blocks of the allocator to the device."""
@@ -214,21 +267,6 @@ class TorchMemoryMixin:
         """
         return int(device_module(self.device_type).memory_allocated(self._index(device_index)))
 
-    def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated`, from ``torch.<type>.max_memory_allocated``.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
-        return int(device_module(self.device_type).max_memory_allocated(self._index(device_index)))
-
     def memory_reserved(self, device_index: int | None = None) -> int:
         """Bytes held by the caching allocator.
 
@@ -243,6 +281,58 @@ class TorchMemoryMixin:
             ValueError: ``device_index`` is negative.
         """
         return int(device_module(self.device_type).memory_reserved(self._index(device_index)))
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        """The device's memory, from ``torch.<type>.get_device_properties``.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        module = device_module(self.device_type)
+        return int(module.get_device_properties(self._index(device_index)).total_memory)
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        """Free memory the driver reports for the device.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            The free size in bytes from ``torch.<type>.mem_get_info``.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        module = device_module(self.device_type)
+        free, _total = module.mem_get_info(self._index(device_index))
+        return int(free)
+
+
+class TorchMemoryStatsMixin(_TorchMemoryIndex):
+    """Peak statistics of a torch device type's allocator. Every size is in bytes."""
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        """Peak of :meth:`memory_allocated`, from ``torch.<type>.max_memory_allocated``.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        return int(device_module(self.device_type).max_memory_allocated(self._index(device_index)))
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_reserved`, from ``torch.<type>.max_memory_reserved``.
@@ -299,35 +389,6 @@ class TorchMemoryMixin:
         """
         device_module(self.device_type).reset_peak_memory_stats(self._index(device_index))
 
-    def total_memory(self, device_index: int | None = None) -> int:
-        """The device's memory, from ``torch.<type>.get_device_properties``.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
-        module = device_module(self.device_type)
-        return int(module.get_device_properties(self._index(device_index)).total_memory)
-
-    def available_memory(self, device_index: int | None = None) -> int:
-        """Free memory the driver reports for the device.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The free size in bytes from ``torch.<type>.mem_get_info``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
-        module = device_module(self.device_type)
-        free, _total = module.mem_get_info(self._index(device_index))
-        return int(free)
+class TorchMemoryMixin(TorchMemoryUsageMixin, TorchMemoryStatsMixin):
+    """Allocator statistics of a torch device type: usage and peaks. Every size is in bytes."""

@@ -1,12 +1,10 @@
-"""StreamAPI: the No-marker for synchronous devices, and torch device-module streams.
+"""StreamAPI: the No-mixin for synchronous devices, and torch device-module streams.
 
-A class-level marker annotated ``None`` makes ``isinstance(acc, StreamAPI)`` False at run
-time and makes assigning the class to ``StreamAPI`` a static error in mypy and pyright.
-Its value, from :func:`~accel.protocols._unsupported.unsupported`, makes reading the
-member raise an error naming the backend and the capability (calling ``None`` would say
-only "'NoneType' object is not callable"). The marker must stay at class level, and the
-No-mixin must come before any mixin that implements the capability in the bases, or the
-implementation would win.
+A member annotated ``None`` and declared absent (``accel.protocols._unsupported``) makes
+``isinstance(acc, StreamAPI)`` False at run time, for accel's protocols and anyone else's,
+and assigning the class to ``StreamAPI`` a static error in mypy and pyright; reading it
+raises ``CapabilityError`` naming the backend and the capability. Put the No-mixin before
+any mixin that implements the capability in the bases: the first one decides.
 """
 
 from __future__ import annotations
@@ -18,22 +16,28 @@ import torch
 
 from accel._device_module import device_module
 from accel._validate import check_optional_index
-from accel.protocols._unsupported import unsupported
+from accel.protocols._unsupported import Absence, AbsentMembers
 
 _WHY = "the device runs every op to completion before returning: no streams, no events"
 
 
-class NoStreamMixin:
+class NoStreamMixin(AbsentMembers):
     """The device runs every op to completion before returning: no streams, no events.
 
     ``is_synchronized_device()`` follows from this (see ``RuntimeEnvMixin``).
     """
 
-    Stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
-    Event: None = unsupported("StreamAPI", "supports_streams", _WHY)
-    stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
-    current_stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
-    default_stream: None = unsupported("StreamAPI", "supports_streams", _WHY)
+    _accel_absent = (
+        Absence("StreamAPI", "supports_streams", _WHY,
+                ("Stream", "Event", "stream", "current_stream", "default_stream")),
+        Absence("SetStreamAPI", "", _WHY, ("set_stream",)),
+    )  # fmt: skip
+    Stream: None
+    Event: None
+    stream: None
+    current_stream: None
+    default_stream: None
+    set_stream: None
 
 
 class TorchStreamMixin:
@@ -138,3 +142,22 @@ class TorchStreamMixin:
             check_optional_index(device_index)
         )
         return stream
+
+    def set_stream(self, stream: torch.Stream) -> None:
+        """Make ``stream`` current on its device, and its device current.
+
+        Args:
+            stream: A stream of this device type.
+
+        Raises:
+            TypeError: ``stream`` is not a ``torch.Stream``.
+            ValueError: ``stream`` is on a device of another type.
+        """
+        if not isinstance(stream, torch.Stream):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"stream must be a torch.Stream, got {type(stream).__name__}")
+        if stream.device.type != self.device_type:
+            raise ValueError(
+                f"stream must be a {self.device_type} stream, got one on {stream.device}"
+            )
+        setter = getattr(device_module(self.device_type), "set_stream", None)
+        (setter if callable(setter) else torch.accelerator.set_stream)(stream)

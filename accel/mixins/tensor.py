@@ -130,3 +130,24 @@ class PinnedHostMemoryMixin:
             TypeError: ``tensor`` is not a ``torch.Tensor``.
         """
         return bool(check_tensor(tensor).is_pinned())
+
+
+class TorchHostCacheMixin:
+    """``empty_host_cache`` through torch's pinned host allocator of its accelerator."""
+
+    device_type: ClassVar[str]
+
+    def empty_host_cache(self) -> None:
+        """``torch.accelerator.empty_host_cache()``: torch keeps one pinned host cache, that
+        of its accelerator.
+
+        Raises:
+            RuntimeError: This device type is not torch's accelerator in this process.
+        """
+        current = torch.accelerator.current_accelerator()
+        if current is None or current.type != self.device_type:
+            raise RuntimeError(
+                f"torch's accelerator here is {current}, not {self.device_type}: its pinned "
+                "host cache is not this device's"
+            )
+        torch.accelerator.empty_host_cache()

@@ -1,8 +1,10 @@
 """The core ``Accelerator`` protocol, intersections with optional capabilities, and checks.
 
-Every backend satisfies :class:`Accelerator`. Streams, graphs, profiler ranges, native
-op builders, and every member added after the first release are optional: test for them
-with ``isinstance(acc, GraphAPI)`` or with the ``supports_*`` helpers below, both of which
+Every backend satisfies :class:`CoreAccelerator`, and every backend but those whose device
+keeps no peak memory statistics (Apple's MPS) satisfies :class:`Accelerator`, which adds
+:class:`MemoryStatsAPI`. Streams, graphs, profiler ranges, native op builders, and every
+member added after the first release are optional: test for them with
+``isinstance(acc, GraphAPI)`` or with the ``supports_*`` helpers below, both of which
 narrow the static type.
 
 The members of :class:`Accelerator` are a contract with backend authors: they never
@@ -15,22 +17,49 @@ from __future__ import annotations
 from typing_extensions import Protocol, TypeIs, get_protocol_members, runtime_checkable
 
 from accel.protocols._fast import fast_protocol, static_member
-from accel.protocols.device import DeviceAPI, DevicePropertiesAPI
+from accel.protocols._unsupported import declared_absent
+from accel.protocols.device import DeviceAPI, DeviceCapabilityAPI, DevicePropertiesAPI
 from accel.protocols.dtype import DTypeAPI
-from accel.protocols.graph import GraphAPI
-from accel.protocols.memory import AccumulatedStatsAPI, MemoryAPI
+from accel.protocols.graph import GraphAPI, GraphObjectAPI
+from accel.protocols.memory import (
+    AccumulatedStatsAPI,
+    HostCacheAPI,
+    MemoryAPI,
+    MemoryInfoAPI,
+    MemoryStatsAPI,
+    MemoryUsageAPI,
+)
 from accel.protocols.op_builder import OpBuilderAPI
 from accel.protocols.profiler import ProfilerAPI
 from accel.protocols.rng import RNGAPI, ForkRNGAPI
 from accel.protocols.runtime import RuntimeAPI
-from accel.protocols.stream import StreamAPI
+from accel.protocols.stream import SetStreamAPI, StreamAPI
 from accel.protocols.tensor import TensorAPI
 
 
 @fast_protocol
 @runtime_checkable
+class CoreAccelerator(DeviceAPI, RNGAPI, MemoryUsageAPI, DTypeAPI, TensorAPI, RuntimeAPI, Protocol):
+    """What every backend provides: devices, RNG, memory in use, dtypes, tensors and runtime.
+
+    :class:`Accelerator` adds peak memory statistics; a backend whose device keeps none
+    (Apple's MPS) is a ``CoreAccelerator`` only. ``isinstance(acc, MemoryStatsAPI)`` and
+    :func:`supports_memory_stats` tell them apart and narrow.
+    """
+
+
+@fast_protocol
+@runtime_checkable
 class Accelerator(DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI, Protocol):
-    """What every backend provides: devices, RNG, memory, dtypes, tensors and runtime."""
+    """What backends provide: devices, RNG, memory with peak statistics, dtypes, tensors and
+    runtime (the first release's members, unchanged).
+
+    ``get_accelerator()`` is typed to return it, so that code written for the first release
+    keeps type-checking. On a backend without peak memory statistics (a
+    :class:`CoreAccelerator` only: Apple's MPS) the :class:`MemoryStatsAPI` members raise
+    ``CapabilityError``, as ``torch.accelerator.max_memory_allocated`` raises there; code
+    that runs on such devices checks ``isinstance(acc, MemoryStatsAPI)`` first.
+    """
 
 
 @fast_protocol
@@ -58,7 +87,10 @@ class OpBuilderAccelerator(Accelerator, OpBuilderAPI, Protocol):
 
 
 CORE_PROTOCOLS: tuple[type, ...] = (DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI)
-"""The capabilities every backend has, composed into :class:`Accelerator`."""
+"""The capabilities composed into :class:`Accelerator`. :class:`MemoryAPI` is
+:class:`MemoryUsageAPI`, which every backend has, and :class:`MemoryStatsAPI`, which is
+optional since API version 3."""
+
 
 OPTIONAL_PROTOCOLS: tuple[type, ...] = (
     StreamAPI,
@@ -68,16 +100,30 @@ OPTIONAL_PROTOCOLS: tuple[type, ...] = (
     DevicePropertiesAPI,
     ForkRNGAPI,
     AccumulatedStatsAPI,
+    MemoryStatsAPI,
+    MemoryInfoAPI,
+    HostCacheAPI,
+    SetStreamAPI,
+    GraphObjectAPI,
+    DeviceCapabilityAPI,
 )
 """The capabilities a backend may have; test with ``isinstance``."""
 
-API_VERSION = 2
+CAPABILITIES: tuple[type, ...] = (*CORE_PROTOCOLS, MemoryUsageAPI, *OPTIONAL_PROTOCOLS)
+"""Every capability, one row each in ``accel report`` and checked by the conformance kit."""
+
+API_VERSION = 3
 """The version of the protocols, raised by one whenever a member or capability is added.
 
 1: the first release. 2: :class:`DevicePropertiesAPI`, :class:`ForkRNGAPI` and
 :class:`AccumulatedStatsAPI` (optional), and ``accel.set_device``/``device_index``/
 ``get_device_properties``/``fork_rng``/``reset_accumulated_memory_stats``, which work with
-backends of every version. What :class:`Accelerator` requires has not changed since 1.
+backends of every version. 3: :class:`MemoryAPI` split into :class:`MemoryUsageAPI` and
+:class:`MemoryStatsAPI`, which a backend may declare absent (:class:`CoreAccelerator`);
+:class:`MemoryInfoAPI`, :class:`HostCacheAPI`, :class:`SetStreamAPI`,
+:class:`GraphObjectAPI` and :class:`DeviceCapabilityAPI` (optional), and the
+``torch.accelerator`` names of ``accel.functions`` (``get_memory_info``,
+``current_device_index``, ...). What :class:`Accelerator` requires has not changed since 1.
 """
 
 
@@ -86,6 +132,10 @@ def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
 
     The one rule behind ``set_accelerator()``, backend discovery, ``accel report`` and the
     conformance kit, so all of them reject the same backends and name the same members.
+    For :class:`Accelerator` (that rule), a member of :class:`MemoryStatsAPI` that ``obj``
+    declares absent (``accel.mixins.NoMemoryStatsMixin``) is not missing: peak statistics
+    are the one part of the first release's core that a device may lack, and only by saying
+    so.
 
     Args:
         obj: An instance or a class.
@@ -94,9 +144,27 @@ def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
     Returns:
         The missing member names, sorted; empty when ``obj`` has them all.
     """
-    return sorted(
-        name for name in get_protocol_members(protocol) if not callable(static_member(obj, name))
+    may_be_absent = (
+        get_protocol_members(MemoryStatsAPI) if protocol is Accelerator else frozenset[str]()
     )
+    return sorted(
+        name
+        for name in get_protocol_members(protocol)
+        if not callable(static_member(obj, name))
+        and not (name in may_be_absent and declared_absent(obj, name))
+    )
+
+
+def supports_memory_stats(acc: CoreAccelerator) -> TypeIs[Accelerator]:
+    """Whether ``acc`` keeps peak memory statistics; narrows ``acc`` to :class:`Accelerator`.
+
+    Args:
+        acc: Any accelerator.
+
+    Returns:
+        ``isinstance(acc, MemoryStatsAPI)``.
+    """
+    return isinstance(acc, MemoryStatsAPI)
 
 
 def supports_streams(acc: Accelerator) -> TypeIs[StreamAccelerator]:

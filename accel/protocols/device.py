@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from typing_extensions import Protocol, runtime_checkable
 
@@ -149,6 +149,33 @@ class DevicePropertiesAPI(Protocol):
 
         Returns:
             The device's :class:`DeviceProperties`.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        ...
+
+
+@fast_protocol
+@runtime_checkable
+class DeviceCapabilityAPI(Protocol):
+    """What a device can hold, as ``torch.accelerator.get_device_capability`` answers (since
+    API version 3).
+
+    Optional: ``accel.get_device_capability()`` answers for every backend, from this member
+    where a backend has it and from :meth:`DTypeAPI.supported_dtypes` otherwise.
+    """
+
+    def get_device_capability(self, device_index: int | None = None) -> dict[str, Any]:
+        """The capability of a device, under torch's keys.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            At least ``"supported_dtypes"``: the set of ``torch.dtype`` that tensors on the
+            device can have and convert between.
 
         Raises:
             TypeError: ``device_index`` is not an ``int``.

@@ -1,4 +1,9 @@
-"""MemoryAPI: how much device memory is used, reserved, free, and its peaks."""
+"""Memory capabilities: current usage and sizes, peak statistics, and their union MemoryAPI.
+
+Every backend reports how much memory is in use (:class:`MemoryUsageAPI`); peak statistics
+(:class:`MemoryStatsAPI`) need an allocator that keeps them, which some devices' runtimes
+do not (``torch.mps``). :class:`MemoryAPI` is both, as in the first release.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,9 @@ from accel.protocols._fast import fast_protocol
 
 @fast_protocol
 @runtime_checkable
-class MemoryAPI(Protocol):
-    """Memory accounting of one device (default: the current one). Every size is in bytes.
-
-    ``max_*`` values are peaks since the process started or since the last
-    :meth:`reset_peak_memory_stats`, and are never below the matching current value.
-    """
+class MemoryUsageAPI(Protocol):
+    """Memory in use on one device (default: the current one), and its size. Every size is
+    in bytes."""
 
     def empty_cache(self) -> None:
         """Return memory cached by the allocator to the system."""
@@ -35,21 +37,6 @@ class MemoryAPI(Protocol):
         """
         ...
 
-    def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated`.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes, never below :meth:`memory_allocated`.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
-        ...
-
     def memory_reserved(self, device_index: int | None = None) -> int:
         """Bytes currently held by the allocator, used or cached.
 
@@ -58,6 +45,63 @@ class MemoryAPI(Protocol):
 
         Returns:
             A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        ...
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        """Total memory of a device.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        ...
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        """Memory that a new allocation could still obtain.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative.
+        """
+        ...
+
+
+@fast_protocol
+@runtime_checkable
+class MemoryStatsAPI(Protocol):
+    """Peak memory statistics of one device's allocator (default: the current device).
+
+    ``max_*`` values are peaks since the process started or since the last
+    :meth:`reset_peak_memory_stats`, and are never below the matching current value of
+    :class:`MemoryUsageAPI`. Optional since API version 3: a device whose runtime keeps no
+    peaks (Apple's MPS) declares these members absent (``accel.mixins.NoMemoryStatsMixin``).
+    """
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        """Peak of :meth:`memory_allocated`.
+
+        Args:
+            device_index: The device; ``None`` for the current one.
+
+        Returns:
+            A size in bytes, never below :meth:`memory_allocated`.
 
         Raises:
             TypeError: ``device_index`` is not an ``int``.
@@ -107,14 +151,33 @@ class MemoryAPI(Protocol):
         """
         ...
 
-    def total_memory(self, device_index: int | None = None) -> int:
-        """Total memory of a device.
+
+@fast_protocol
+@runtime_checkable
+class MemoryAPI(MemoryUsageAPI, MemoryStatsAPI, Protocol):
+    """Memory accounting of one device: current usage, sizes and peaks (the first release's
+    memory protocol, now the union of :class:`MemoryUsageAPI` and :class:`MemoryStatsAPI`)."""
+
+
+@fast_protocol
+@runtime_checkable
+class MemoryInfoAPI(Protocol):
+    """Free and total memory in one call, as ``torch.accelerator.get_memory_info`` answers
+    (since API version 3).
+
+    Optional: ``accel.get_memory_info()`` answers for every backend, from this member where
+    a backend has it and from ``available_memory``/``total_memory`` otherwise.
+    """
+
+    def get_memory_info(self, device_index: int | None = None) -> tuple[int, int]:
+        """Free and total memory of a device.
 
         Args:
             device_index: The device; ``None`` for the current one.
 
         Returns:
-            A size in bytes.
+            ``(free, total)`` in bytes; ``free`` is what a new allocation could still
+            obtain (``available_memory()``), ``total`` the device's size (``total_memory()``).
 
         Raises:
             TypeError: ``device_index`` is not an ``int``.
@@ -122,19 +185,15 @@ class MemoryAPI(Protocol):
         """
         ...
 
-    def available_memory(self, device_index: int | None = None) -> int:
-        """Memory that a new allocation could still obtain.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
+@fast_protocol
+@runtime_checkable
+class HostCacheAPI(Protocol):
+    """A cache of page-locked host memory that can be handed back (since API version 3)."""
 
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+    def empty_host_cache(self) -> None:
+        """Release the page-locked (pinned) host memory that the device runtime caches and no
+        tensor uses, as ``torch.accelerator.empty_host_cache`` does."""
         ...
 
 

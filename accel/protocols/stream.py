@@ -96,3 +96,22 @@ class StreamAPI(Protocol):
             ValueError: ``device_index`` is negative.
         """
         ...
+
+
+@fast_protocol
+@runtime_checkable
+class SetStreamAPI(Protocol):
+    """Making a stream current for good, as ``torch.accelerator.set_stream`` does (since API
+    version 3). :meth:`StreamAPI.stream` does it for a ``with`` block."""
+
+    def set_stream(self, stream: torch.Stream) -> None:
+        """Make ``stream`` the current stream of its device, and its device the current one.
+
+        Args:
+            stream: A stream of this accelerator's device type.
+
+        Raises:
+            TypeError: ``stream`` is not a ``torch.Stream``.
+            ValueError: ``stream`` is on a device of another type.
+        """
+        ...

@@ -15,7 +15,15 @@ from __future__ import annotations
 from typing import cast
 
 from accel.backends.base import BackendClass
-from accel.protocols import CORE_PROTOCOLS, OPTIONAL_PROTOCOLS, Accelerator, missing_members
+from accel.protocols import (
+    CAPABILITIES,
+    CORE_PROTOCOLS,
+    OPTIONAL_PROTOCOLS,
+    Accelerator,
+    CoreAccelerator,
+    MemoryAPI,
+    missing_members,
+)
 
 # Importing the checks registers them in CHECKS.
 from accel.testing import checks
@@ -104,28 +112,34 @@ def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Rep
     """
     accelerator = _instance(backend)
     report = Report(type(accelerator).__qualname__)
-    if not isinstance(accelerator, Accelerator):
+    missing = missing_members(accelerator)
+    if missing or not isinstance(accelerator, CoreAccelerator):
         message = (
             f"does not satisfy accel.Accelerator; missing or not callable: "
-            f"{', '.join(missing_members(accelerator))}; no check can run"
+            f"{', '.join(missing)}; no check can run"
         )
         report.violations.append(Violation("Accelerator", "*", "core_protocols", message))
         return report
+    # A backend without peak statistics is a CoreAccelerator; the checks call only the
+    # members of the capabilities it claims.
+    checked = cast(Accelerator, accelerator)
     previous, KitConfig.max_examples = KitConfig.max_examples, max_examples
     try:
-        claimed = [p for p in (*CORE, *OPTIONAL) if isinstance(accelerator, p)]
+        claimed = [p for p in CAPABILITIES if isinstance(checked, p)]
         report.protocols = [p.__name__ for p in claimed]
-        for protocol in (*CORE, *OPTIONAL):
+        for protocol in CAPABILITIES:
+            if protocol is MemoryAPI and protocol not in claimed:
+                continue  # its halves, MemoryUsageAPI and MemoryStatsAPI, are checked
             generic = members_are_real if protocol in claimed else no_partial_capabilities
             report.checks_run += 1
             try:
-                generic(accelerator, protocol)
+                generic(checked, protocol)
             except Exception as error:
                 report.violations.append(_violation(protocol, "*", generic.__name__, error))
-        for registered in sorted(CHECKS, key=lambda c: (*CORE, *OPTIONAL).index(c.protocol)):
+        for registered in sorted(CHECKS, key=lambda c: CAPABILITIES.index(c.protocol)):
             if registered.protocol in claimed:
                 report.checks_run += 1
-                violation = run_check(accelerator, registered)
+                violation = run_check(checked, registered)
                 if violation is not None:
                     report.violations.append(violation)
     finally:

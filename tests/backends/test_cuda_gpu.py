@@ -78,3 +78,41 @@ def test_nvtx_ranges_and_pinned_memory() -> None:
     pinned = acc.pin_memory(torch.ones(16))
     assert acc.is_pinned(pinned)
     assert torch.equal(pinned.to("cuda", non_blocking=True).cpu(), torch.ones(16))
+
+
+def test_graph_objects_have_torch_accelerator_graphs_shape() -> None:
+    acc = CUDAAccelerator()
+    x = torch.zeros(1024, device="cuda")
+    side = acc.Stream()
+    acc.set_stream(side)  # capture needs a stream other than the legacy default one
+    try:
+        first = acc.Graph()
+        assert isinstance(first, torch.cuda.CUDAGraph)  # create_graph's callers take it too
+        with first:
+            x += 1
+        second = acc.Graph(keep_graph=True, pool=first.pool(), capture_error_mode="relaxed")
+        second.capture_begin()
+        x *= 2
+        second.capture_end()
+        second.instantiate()
+    finally:
+        acc.set_stream(acc.default_stream())
+    x.zero_()
+    first.replay()
+    second.replay()
+    acc.replay_graph(first)
+    acc.synchronize()
+    assert torch.equal(x, torch.full_like(x, 3.0))
+    with pytest.raises(ValueError, match="capture_error_mode must be one of"):
+        acc.Graph(capture_error_mode="loose")  # type: ignore[arg-type]
+
+
+def test_torch_accelerator_names_on_cuda() -> None:
+    acc = CUDAAccelerator()
+    free, total = accel.get_memory_info(0, acc)
+    assert 0 < free <= total == acc.total_memory(0)
+    assert accel.get_device_capability(0, acc) == torch.accelerator.get_device_capability(0)
+    torch.ones(1 << 20).pin_memory()
+    accel.empty_host_cache(acc)
+    with pytest.raises(ValueError, match="must be a cuda stream"):
+        acc.set_stream(torch.Stream("cpu"))

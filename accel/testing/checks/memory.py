@@ -1,4 +1,4 @@
-"""MemoryAPI: current and peak counters, sizes."""
+"""Memory: current usage and sizes (MemoryUsageAPI), peaks (MemoryStatsAPI), free/total."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from hypothesis import strategies as st
 from accel.protocols import (
     Accelerator,
     AccumulatedStatsAPI,
-    MemoryAPI,
+    MemoryInfoAPI,
+    MemoryStatsAPI,
+    MemoryUsageAPI,
 )
 from accel.testing._framework import check
 from accel.testing.checks._helpers import MiB, holds, raises
 
 
-@check(MemoryAPI, "max_memory_allocated/max_memory_reserved")
+@check(MemoryStatsAPI, "max_memory_allocated/max_memory_reserved")
 def peaks_are_never_below_current(acc: Accelerator) -> None:
     """With any few tensors alive, every peak is at least its current value, which is >= 0.
 
@@ -52,7 +54,7 @@ def peaks_are_never_below_current(acc: Accelerator) -> None:
     holds(body, sizes=st.lists(st.integers(min_value=0, max_value=8 * MiB), max_size=4))
 
 
-@check(MemoryAPI, "max_memory_allocated/reset_peak_memory_stats")
+@check(MemoryStatsAPI, "max_memory_allocated/reset_peak_memory_stats")
 def peak_is_real_and_resettable(acc: Accelerator) -> None:
     """A transient 256 MiB allocation shows in ``max_memory_allocated()``, and
     ``reset_peak_memory_stats()`` brings the peak down again.
@@ -78,24 +80,38 @@ def peak_is_real_and_resettable(acc: Accelerator) -> None:
     assert after < peak, f"reset_peak_memory_stats() left the peak at {after} (was {peak})"
 
 
-@check(MemoryAPI, "memory_stats/total_memory/available_memory/empty_cache")
-def sizes_are_consistent(acc: Accelerator) -> None:
-    """``memory_stats()`` has the allocated keys and ``int`` values, the total memory is at
-    least the available memory (>= 0), and ``empty_cache()`` leaves live tensors intact.
+@check(MemoryStatsAPI, "memory_stats")
+def stats_have_torch_keys(acc: Accelerator) -> None:
+    """``memory_stats()`` has the allocated keys and ``int`` values.
 
     Args:
         acc: The backend instance to check.
 
     Raises:
         AssertionError: ``memory_stats()`` lacks ``allocated_bytes.all.current`` or ``.peak`` or
-            holds a value that is not an ``int``; a size is not an ``int``, ``total_memory()``
-            is 0 or the sizes are out of order; or a live tensor changes across
-            ``empty_cache()``.
+            holds a value that is not an ``int``.
     """
     stats = acc.memory_stats()
     for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak"):
         assert key in stats, f"memory_stats() lacks {key!r}"
     assert all(isinstance(v, int) for v in stats.values()), "memory_stats() has non-int values"
+
+
+@check(MemoryUsageAPI, "total_memory/available_memory/empty_cache")
+def sizes_are_consistent(acc: Accelerator) -> None:
+    """The total memory is at least the available memory (>= 0), the current sizes are
+    ``int`` and >= 0, and ``empty_cache()`` leaves live tensors intact.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: A size is not an ``int`` or is negative, ``total_memory()`` is 0 or
+            the sizes are out of order; or a live tensor changes across ``empty_cache()``.
+    """
+    for name in ("memory_allocated", "memory_reserved"):
+        value = getattr(acc, name)()
+        assert isinstance(value, int) and value >= 0, f"{name}()={value!r}"
     total, available = acc.total_memory(), acc.available_memory()
     assert isinstance(total, int) and isinstance(available, int), "memory sizes must be int bytes"
     assert total >= available >= 0 and total > 0, (
@@ -132,10 +148,10 @@ def accumulated_counters_reset(acc: Accelerator) -> None:
     raises(ValueError, "device_index", functools.partial(acc.reset_accumulated_memory_stats, -1))
 
 
-@check(MemoryAPI, "memory_* (device_index)")
+@check(MemoryUsageAPI, "memory_* (device_index)")
 def memory_rejects_bad_device_index(acc: Accelerator) -> None:
-    """Every ``MemoryAPI`` member that takes a device index rejects -1 with a ``ValueError``
-    naming ``device_index``.
+    """Every ``MemoryUsageAPI`` member that takes a device index rejects -1 with a
+    ``ValueError`` naming ``device_index``.
 
     Args:
         acc: The backend instance to check.
@@ -143,6 +159,40 @@ def memory_rejects_bad_device_index(acc: Accelerator) -> None:
     Raises:
         AssertionError: One of them does not.
     """
-    for method in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-                   "memory_stats", "reset_peak_memory_stats", "total_memory", "available_memory"):  # fmt: skip
+    for method in ("memory_allocated", "memory_reserved", "total_memory", "available_memory"):
         raises(ValueError, "device_index", functools.partial(getattr(acc, method), -1))
+
+
+@check(MemoryStatsAPI, "max_memory_*/memory_stats (device_index)")
+def stats_reject_bad_device_index(acc: Accelerator) -> None:
+    """Every ``MemoryStatsAPI`` member rejects -1 with a ``ValueError`` naming
+    ``device_index``.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: One of them does not.
+    """
+    for method in ("max_memory_allocated", "max_memory_reserved", "memory_stats",
+                   "reset_peak_memory_stats"):  # fmt: skip
+        raises(ValueError, "device_index", functools.partial(getattr(acc, method), -1))
+
+
+@check(MemoryInfoAPI, "get_memory_info")
+def memory_info_is_free_and_total(acc: Accelerator) -> None:
+    """``get_memory_info()`` is ``(free, total)`` with ``0 <= free <= total`` and ``total``
+    equal to ``total_memory()``; -1 raises a ``ValueError`` naming ``device_index``.
+
+    Args:
+        acc: The backend instance to check.
+
+    Raises:
+        AssertionError: One of these does not hold.
+    """
+    assert isinstance(acc, MemoryInfoAPI)  # the kit runs this only on such backends
+    free, total = acc.get_memory_info()
+    assert isinstance(free, int) and isinstance(total, int), "sizes must be int bytes"
+    assert 0 <= free <= total, f"get_memory_info()=({free}, {total})"
+    assert total == acc.total_memory(), f"total {total} != total_memory() {acc.total_memory()}"
+    raises(ValueError, "device_index", functools.partial(acc.get_memory_info, -1))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from accel import Accelerator, get_accelerator
 from accel.backends.cpu import CPUAccelerator
-from accel.protocols import GraphAPI, StreamAPI
+from accel.backends.mps import MPSAccelerator
+from accel.protocols import CoreAccelerator, GraphAPI, MemoryStatsAPI, StreamAPI
 
 acc = get_accelerator()
 acc.create_graph()  # expect-error: graphs are optional; narrow with isinstance first
@@ -15,6 +16,15 @@ streams: StreamAPI = CPUAccelerator()  # expect-error: nor streams
 
 cpu = CPUAccelerator()
 cpu.create_graph()  # expect-error: the marker is None, not a method
+cpu.Graph()  # expect-error: nor is the graph factory
+cpu.set_stream(get_accelerator().current_stream())  # expect-error: nor set_stream (or streams)
+
+mps: Accelerator = MPSAccelerator()  # expect-error: no peak memory statistics
+peaks: MemoryStatsAPI = MPSAccelerator()  # expect-error: its markers are None
+
+
+def peak(core: CoreAccelerator) -> int:
+    return core.max_memory_allocated()  # expect-error: narrow with isinstance first
 
 
 class HalfBackend:

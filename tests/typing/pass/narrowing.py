@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+import accel
 from accel import Accelerator, get_accelerator
 from accel.backends.cpu import CPUAccelerator
+from accel.backends.mps import MPSAccelerator
 from accel.protocols import (
+    CaptureGraph,
+    CoreAccelerator,
     GraphAPI,
+    GraphObjectAPI,
+    HostCacheAPI,
+    MemoryInfoAPI,
+    MemoryStatsAPI,
+    MemoryUsageAPI,
     OpBuilderAPI,
     ProfilerAPI,
+    SetStreamAPI,
     StreamAPI,
     supports_graphs,
+    supports_memory_stats,
     supports_op_builders,
     supports_streams,
 )
@@ -53,3 +66,34 @@ core: Accelerator = CPUAccelerator()
 profiler: ProfilerAPI = CPUAccelerator()
 builders: OpBuilderAPI = CPUAccelerator()
 maybe_streams: Accelerator | StreamAPI = CPUAccelerator()
+
+
+def peak_or_current(acc: CoreAccelerator) -> int:
+    # A backend without peak statistics (MPS) is a CoreAccelerator; the check narrows.
+    if isinstance(acc, MemoryStatsAPI):
+        return acc.max_memory_allocated()
+    if supports_memory_stats(acc):
+        return acc.max_memory_reserved()  # narrowed to Accelerator: every member is there
+    return acc.memory_allocated()
+
+
+def newer_capabilities(acc: Accelerator) -> tuple[int, int]:
+    if isinstance(acc, SetStreamAPI) and isinstance(acc, StreamAPI):
+        acc.set_stream(acc.Stream())
+    if isinstance(acc, GraphObjectAPI):
+        graph = acc.Graph(keep_graph=True, capture_error_mode="thread_local")
+        with graph:
+            pass
+        shared: CaptureGraph = acc.Graph(pool=graph.pool())
+        shared.reset()
+    if isinstance(acc, HostCacheAPI):
+        acc.empty_host_cache()
+    capability: dict[str, Any] = accel.get_device_capability(accelerator=acc)
+    assert capability
+    return accel.get_memory_info(accelerator=acc)
+
+
+partial: CoreAccelerator = MPSAccelerator()
+also_core: CoreAccelerator = CPUAccelerator()
+usage: MemoryUsageAPI = MPSAccelerator()
+info: MemoryInfoAPI = MPSAccelerator()

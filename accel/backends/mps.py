@@ -1,0 +1,189 @@
+"""Apple GPUs through ``torch.mps``: one device, memory in use but no peak statistics.
+
+``torch.mps`` has no device selection (there is one GPU), no ``initial_seed`` or
+``manual_seed_all``, and its allocator reports current sizes only
+(``current_allocated_memory``, ``driver_allocated_memory``, ``recommended_max_memory``).
+So this backend is a :class:`~accel.protocols.CoreAccelerator` without
+:class:`~accel.protocols.MemoryStatsAPI`, without streams (the module has events only) and
+without graphs, each said by a No-mixin; seeding goes through the device's one generator.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from accel import _host
+from accel._device_module import device_module
+from accel._validate import check_index, check_optional_index
+from accel.backends.base import Availability
+from accel.mixins import (
+    CompileBackendMixin,
+    DeviceCapabilityMixin,
+    DeviceNamingMixin,
+    DTypeListMixin,
+    GeneratorRNGMixin,
+    MemoryInfoMixin,
+    NoGraphMixin,
+    NoMemoryStatsMixin,
+    NoStreamMixin,
+    PinnedHostMemoryMixin,
+    RecordFunctionProfilerMixin,
+    RuntimeEnvMixin,
+    SingleDeviceMixin,
+    TensorPlacementMixin,
+    TorchDTypeMixin,
+    TorchRuntimeMixin,
+)
+from accel.mixins.device import check_below_count
+
+# What the backend calls on torch.mps; a module without one of them cannot back it.
+MPS_MODULE_FUNCTIONS = (
+    "device_count", "synchronize", "is_available", "_get_default_mps_generator",
+    "current_allocated_memory", "driver_allocated_memory", "recommended_max_memory",
+    "empty_cache",
+)  # fmt: skip
+
+
+class MPSDeviceMixin(SingleDeviceMixin):
+    """The one device's generator and memory, with every index checked against the count."""
+
+    def _checked(self, device_index: int | None) -> None:
+        index = check_optional_index(device_index)
+        if index is not None:
+            check_below_count(index, self.device_count(), self.device_type)
+
+    def default_generator(self, device_index: int) -> torch.Generator:
+        """The device's generator (``torch.mps``'s default one).
+
+        Args:
+            device_index: 0.
+
+        Returns:
+            The generator random ops on the device draw from.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
+        """
+        check_below_count(check_index(device_index), self.device_count(), self.device_type)
+        generator: torch.Generator = device_module(self.device_type)._get_default_mps_generator()
+        return generator
+
+    def empty_cache(self) -> None:
+        """Release the allocator's cached, unused blocks (``torch.mps.empty_cache``)."""
+        device_module(self.device_type).empty_cache()
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        """Bytes occupied by tensors (``torch.mps.current_allocated_memory``).
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
+        """
+        self._checked(device_index)
+        return int(device_module(self.device_type).current_allocated_memory())
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        """Bytes the Metal driver holds for this process, tensors and caches
+        (``torch.mps.driver_allocated_memory``).
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
+        """
+        self._checked(device_index)
+        return int(device_module(self.device_type).driver_allocated_memory())
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        """The GPU's working-set budget (``torch.mps.recommended_max_memory``): the unified
+        memory Metal recommends a process keep on the GPU.
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
+        """
+        self._checked(device_index)
+        return int(device_module(self.device_type).recommended_max_memory())
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        """What is left of the budget after what the driver holds, and no more than the
+        host has free (the memory is the host's).
+
+        Args:
+            device_index: The device; ``None`` or 0.
+
+        Returns:
+            A size in bytes.
+
+        Raises:
+            TypeError: ``device_index`` is not an ``int``.
+            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
+        """
+        budget = self.total_memory(device_index) - self.memory_reserved(device_index)
+        return max(0, min(budget, _host.available_memory()))
+
+
+class MPSAccelerator(
+    NoStreamMixin,
+    NoGraphMixin,
+    NoMemoryStatsMixin,
+    DeviceNamingMixin,
+    MPSDeviceMixin,
+    GeneratorRNGMixin,
+    MemoryInfoMixin,
+    TorchDTypeMixin,
+    DTypeListMixin,
+    DeviceCapabilityMixin,
+    TensorPlacementMixin,
+    PinnedHostMemoryMixin,
+    RuntimeEnvMixin,
+    CompileBackendMixin,
+    TorchRuntimeMixin,
+    RecordFunctionProfilerMixin,
+):
+    """Apple GPUs (``torch.mps``): a :class:`~accel.protocols.CoreAccelerator` with memory
+    in use and sizes, but no peak statistics, streams or graphs.
+
+    Not yet run on Apple hardware by accel's tests: they drive it with a stand-in for
+    ``torch.mps`` that has exactly torch 2.13's functions.
+    """
+
+    name: ClassVar[str] = "mps"
+    priority: ClassVar[int] = 70
+    device_type: ClassVar[str] = "mps"
+    visible_devices_env_names: ClassVar[tuple[str, ...]] = ()
+    exported_env_prefixes: ClassVar[tuple[str, ...]] = ("PYTORCH_MPS",)
+
+    @classmethod
+    def probe(cls) -> Availability:
+        """Available when ``torch.mps`` has what the backend calls and sees the GPU."""
+        try:
+            module = device_module(cls.device_type)
+        except (RuntimeError, AttributeError) as error:
+            return Availability(False, f"torch has no {cls.device_type} device module: {error}")
+        missing = [f for f in MPS_MODULE_FUNCTIONS if not callable(getattr(module, f, None))]
+        if missing:
+            return Availability(False, f"torch.{cls.device_type} lacks {', '.join(missing)}")
+        if not module.is_available():
+            return Availability(False, f"torch.{cls.device_type}.is_available() is False")
+        return Availability(True, f"{module.device_count()} device(s)")
