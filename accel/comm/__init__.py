@@ -17,6 +17,17 @@ host) runs all-reduce, all-gather, reduce-scatter and broadcast over two levels:
 memory inside each node, gloo between nodes (``_spanning`` places the ranks and makes the
 gloo sub-groups, ``_two_level`` runs the collectives).
 
+Failures are every rank's: a peer that exits, stays silent for the timeout, or leaves a
+collective after an error of its own ends the step on every rank, and a rank that comes
+late to a step another rank gave up on raises too, touching nothing (each step is settled
+at a shared gate that either every rank passes or none does). Once a rank has been told a
+step failed, no peer reads or writes its tensors for that step, so the caller may reuse
+them at once. The group's segment is then unusable: later calls raise, naming the first
+failure. Errors every rank makes alike before any byte moves (a bad argument) leave the
+group usable. Setting a group up is collective per group: groups may be used first in any
+order, from any thread, and under torch.compile. A rank outside a group gets torch's
+warning and a call that does nothing, as with torch.distributed's own collectives.
+
 The package: the public collectives here (argument checks, then the path: ``_local`` for a
 group on one node, ``_two_level`` for one on several); the segment and its registry in
 ``_segment``;

@@ -172,15 +172,8 @@ class AccelProcessGroup(dist.ProcessGroup):
         Returns:
             ``True`` when every rank of the group is on this node.
         """
-        if self._shared is None:  # the setup is collective: in order, after the queue
+        if self._shared is None:  # the setup is collective: in this thread, in order
             self.wait_queued()
-            return self._set_up()
-        return self._shared
-
-    def _set_up(self) -> bool:
-        """Set the segment up now, in this thread, if no call did before (its own
-        collectives go straight to gloo); whether the group has one."""
-        if self._shared is None:
             self._inside.active = True
             try:
                 self._shared = comm.uses_shared_memory(self)
@@ -360,10 +353,15 @@ class AccelProcessGroup(dist.ProcessGroup):
             or len(tensors) != 1
             or not (opts.reduceOp == dist.ReduceOp.SUM or average)
             or tensors[0].device.type != "cpu"
-            or (self._shared is False and spanning_of(self) is None)
         ):
             self.wait_queued()
             return self.gloo.allreduce(tensors, opts)
+        # The first reduction sets the group up here, in the caller's thread: collective,
+        # so a rank that issues async reductions on two new groups in the other order than
+        # its peers waits until the group's timeout (gloo does not).
+        if not self.uses_shared_memory() and spanning_of(self) is None:
+            return self.gloo.allreduce(tensors, opts)
+        self.shared_reductions += 1
         outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()
         future = outcome.then(_raise_failure)
         tensor = tensors[0]
@@ -372,10 +370,6 @@ class AccelProcessGroup(dist.ProcessGroup):
         def run() -> None:
             try:
                 self._raise_if_failed()  # in queue order: nothing runs after a failure
-                # A group's first reduction sets it up here, on its own worker: a rank may
-                # touch its groups first in any order, as with gloo's asynchronous work.
-                if self._set_up() or spanning_of(self) is not None:
-                    self.shared_reductions += 1
                 self._reduce(tensor)
             except BaseException as error:  # reported through the Work, as gloo does
                 self._failed = self._failed or error
