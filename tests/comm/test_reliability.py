@@ -2,11 +2,11 @@
 2-rank job (tests/comm/scripts/reliability_check.py runs each case on groups of its own).
 
 Each assertion below failed before the fix it guards: the set-up lock shared by all
-groups (two groups first used from two threads), a late peer summing into a rank's pooled tensor after that
-rank was told the step failed, local errors marking the group failed, a non-member's
-call, one rank's bad pool size, a pool size whose segment overflowed, and a group's first
-call made inside torch.compile. One is a known failure, marked: async all-reduces on two
-new "accel" groups issued in different orders on different ranks.
+groups (two groups first used from two threads), a late peer summing into a rank's
+pooled tensor after that rank was told the step failed, local errors marking the group
+failed, a non-member's call, one rank's bad pool size, a pool size whose segment
+overflowed, and a group's first call made inside torch.compile. One is a known failure,
+marked: async all-reduces on two new "accel" groups issued in different orders.
 """
 
 from __future__ import annotations
