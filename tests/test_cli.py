@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from accel.ops import isa
-from tests.support import warm
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -25,7 +24,7 @@ CUDA_UNAVAILABLE = ("this torch build has no CUDA or ROCm support", "no CUDA dev
 
 def _accel(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != "ACCEL_BACKEND"} | CPU_ONLY | env
-    return warm.run(
+    return subprocess.run(
         [sys.executable, "-m", "accel", *args],
         capture_output=True,
         text=True,

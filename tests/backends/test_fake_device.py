@@ -10,12 +10,13 @@ is once per process.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from tests.support import TESTS, warm
+from tests.support import TESTS
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -75,7 +76,7 @@ FAKE_TORCH_NPU = textwrap.dedent(
 
 def _check(device: str, backend: str, prepare: str = "") -> dict[str, object]:
     code = KIT.format(tests=str(SUPPORT), device=device, backend=backend, prepare=prepare)
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -13,7 +14,6 @@ import torch
 from accel.backends.devices import PrivateUse1Accelerator
 from accel.backends.torch_device import DiscoveredTorchDevice
 from accel.protocols import Accelerator, GraphAPI, StreamAPI
-from tests.support import warm
 from tests.support.fakes import fake_device_module
 
 
@@ -158,7 +158,7 @@ def test_privateuse1_device_is_found_through_torch_registration() -> None:
         print("ok")
         """
     )
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr

@@ -22,7 +22,6 @@ import torch.distributed as dist
 
 import accel.comm
 from accel.comm import all_reduce_
-from tests.support import warm
 from tests.support.shm import PLANTED, SHM, shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
@@ -221,7 +220,7 @@ def _spawn(tmp_path: Path, scenario: str, wait_for_all: bool = False) -> list[di
     script.write_text(RANK_SCRIPT)
     store = tmp_path / "store"
     procs = [
-        warm.popen(
+        subprocess.Popen(
             [sys.executable, str(script), scenario, str(tmp_path), str(store), str(rank)],
             env=_env(),
             stdout=subprocess.PIPE,
@@ -254,7 +253,7 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     script.write_text(RANK_SCRIPT)
     before = shm_names()
     command = ["-m", "torch.distributed.run"] if launcher == "torchrun" else ["-m", "accel", "run"]
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, *command, "--standalone", "--nproc-per-node", "2", str(script), "exact",
          str(tmp_path)],
         env=_env(), capture_output=True, text=True, timeout=300, check=False,
@@ -430,13 +429,10 @@ def test_three_ranks_hold_identical_bits_within_the_summation_bound(tmp_path: Pa
 
     script = tmp_path / "three.py"
     script.write_text(THREE_RANKS)
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-m", "accel", "run", "--standalone", "--nproc-per-node", "3",
          str(script), str(tmp_path)],
-        # torchrun's value for several ranks, given to the launcher too: the ranks start
-        # as it did, so they can be forked warm (tests/support/stand_in.py)
-        env=_env() | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300,
-        check=False,
+        env=_env(), capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]

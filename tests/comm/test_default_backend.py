@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import torch.distributed as dist
 
 import accel.process_group as accel_pg
-from tests.support import ROOT, warm
+from tests.support import ROOT
 
 pytestmark = pytest.mark.usefixtures("default_backend_map")
 
@@ -78,7 +79,7 @@ def test_init_process_group_without_a_backend_uses_accel_after_make_default(tmp_
     script.write_text(RANK)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
     env["OMP_NUM_THREADS"] = "1"
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-m", "accel", "run", "--standalone", "--nproc-per-node=2", str(script),
          str(tmp_path)],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,

@@ -15,7 +15,7 @@ import pytest
 import torch.distributed as dist
 
 import accel.process_group
-from tests.support import ROOT, warm
+from tests.support import ROOT
 from tests.support.once import once_per_session
 from tests.support.shm import shm_names
 
@@ -31,7 +31,7 @@ def _torchrun(
     script: pathlib.Path, ranks: int = 2, timeout: float = 400
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return warm.run(
+    return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(script)],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip

@@ -21,7 +21,7 @@ import torch
 from accel.comm._nodes import NODE_ENV, node_identity
 from accel.comm._spanning import placement
 from accel.comm._two_level import _permute_rows  # pyright: ignore[reportPrivateUsage]
-from tests.support import ROOT, warm
+from tests.support import ROOT
 from tests.support.ports import free_port
 
 CHECK = Path(__file__).resolve().parent / "scripts" / "two_level_check.py"
@@ -49,7 +49,7 @@ def _nodes_by_launcher(tmp_path: Path, per_node: int, backend: str) -> list[dict
             f"--nproc-per-node={per_node}", "--master-addr=127.0.0.1", f"--master-port={port}",
             str(CHECK), str(tmp_path), backend,
         ]  # fmt: skip
-        launchers.append(warm.popen(
+        launchers.append(subprocess.Popen(
             command, env=_env(f"node{node}"), cwd=tmp_path, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
@@ -68,7 +68,7 @@ def _launch(tmp_path: Path, script: Path, nodes: list[str], *args: str) -> None:
         env = _env(node)
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
                    WORLD_SIZE=str(len(nodes)), LOCAL_RANK=str(rank))  # fmt: skip
-        processes.append(warm.popen(
+        processes.append(subprocess.Popen(
             [sys.executable, str(script), str(tmp_path), *args], env=env, cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
@@ -154,7 +154,7 @@ def test_launchers_meeting_through_a_c10d_rendezvous_are_nodes(tmp_path: Path) -
             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-level",
             "--bind-cores-to-rank", str(script), str(tmp_path),
         ]  # fmt: skip
-        launchers.append(warm.popen(
+        launchers.append(subprocess.Popen(
             command, env=_env(node), cwd=tmp_path, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
@@ -297,7 +297,7 @@ def test_a_killed_rank_or_node_makes_every_survivor_raise(
         env = _env(node)
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="4",
                    LOCAL_RANK=str(rank))  # fmt: skip
-        processes.append(warm.popen(
+        processes.append(subprocess.Popen(
             [sys.executable, str(script), str(tmp_path), ",".join(map(str, victims))],
             env=env, cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

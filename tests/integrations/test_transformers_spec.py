@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -15,7 +16,7 @@ import torch
 import accel
 from accel.cli import main
 from accel.integrations.transformers import HOOKS, render_spec, spec_accelerator
-from tests.support import ROOT, TESTS, warm
+from tests.support import ROOT, TESTS
 
 CHECK = TESTS / "integrations" / "transformers_spec_check.py"
 
@@ -95,7 +96,7 @@ def _env() -> dict[str, str]:
 
 
 def _check(tmp_path: Path, *args: str) -> dict[str, Any]:
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, str(CHECK), "out.json", *args], cwd=tmp_path, env=_env(),
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -106,7 +107,7 @@ def _check(tmp_path: Path, *args: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_transformers_helpers_dispatch_to_accel_on_the_cpu(tmp_path: Path) -> None:
-    warm.run(
+    subprocess.run(
         [sys.executable, "-m", "accel", "spec", "transformers", "-o", "accel_spec.py"],
         cwd=tmp_path, env=_env(), check=True, timeout=120,
     )  # fmt: skip
@@ -123,7 +124,7 @@ def test_transformers_helpers_dispatch_to_accel_on_the_cpu(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_transformers_helpers_dispatch_to_accel_on_a_fake_device(tmp_path: Path) -> None:
     code = WRITE_FAKE_SPEC.format(support=str(TESTS / "support"))
-    warm.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), check=True, timeout=120)
     answer = _check(tmp_path, "--fake", "accelfake")
     assert answer["device"] == "accelfake"
     assert answer["seed_hook_is_accel"]

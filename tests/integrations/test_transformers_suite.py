@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, TESTS, warm
+from tests.support import ROOT, TESTS
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("parameterized")  # transformers' test_modeling_common imports it
@@ -78,14 +78,14 @@ def transformers_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_transformers_model_tests_pass_with_accels_spec(transformers_tests: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "TRANSFORMERS_"))}
     env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    warm.run(
+    subprocess.run(
         [sys.executable, "-m", "accel", "spec", "transformers", "-o", "accel_spec.py"],
         cwd=transformers_tests, env=env, check=True, timeout=120,
     )  # fmt: skip
     # The leak check makes MemoryCleanupMixin ask for the device's memory too.
     env.update(TRANSFORMERS_TEST_DEVICE_SPEC="counting_spec.py",
                TRANSFORMERS_TEST_MEMORY_LEAK_MIB="1024")  # fmt: skip
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
          "-k", SELECTED, "tests/models/bert/test_accel_bert.py"],
         cwd=transformers_tests, env=env, capture_output=True, text=True, timeout=600, check=False,

@@ -18,7 +18,6 @@ import pytest
 from accel.launch import cli as launch_cli
 from accel.launch.cores import parse_core_list, split_cores
 from accel.launch.worker import PLAN_ENV
-from tests.support import warm
 
 TWO_NODES = {0: frozenset(range(4)), 1: frozenset(range(4, 8))}
 
@@ -97,7 +96,7 @@ REPORT = textwrap.dedent(
 def _accel_run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     # These tests are about CPU ranks: the same on a GPU machine.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | {"ACCEL_BACKEND": "cpu"}
-    return warm.run(
+    return subprocess.run(
         [sys.executable, "-m", "accel", "run", "--standalone", *args],
         capture_output=True, text=True, timeout=timeout, env=env, check=False,
     )  # fmt: skip

@@ -28,7 +28,6 @@ import torch
 
 from accel.cli import main
 from accel.port.rewrite import port_source
-from tests.support import warm
 from tests.support.ports import free_port
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
@@ -46,19 +45,16 @@ def _env() -> dict[str, str]:
     }
 
 
-def _python(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return warm.run(
-        [sys.executable, *args], cwd=cwd, env=_env() | env, capture_output=True, text=True,
+def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
 
 
 def _two_ranks(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``accel run --standalone --nproc-per-node 2 ARGS``. OMP_NUM_THREADS=1 is what
-    torchrun gives ranks when it starts several; given to the launcher too, the ranks
-    start as it did, so they can be forked warm (tests/support/stand_in.py)."""
-    launch = ("-m", "accel", "run", "--standalone", "--nproc-per-node", "2")
-    return _python(*launch, *args, cwd=cwd, OMP_NUM_THREADS="1")
+    """``accel run --standalone --nproc-per-node 2 ARGS``."""
+    return _python("-m", "accel", "run", "--standalone", "--nproc-per-node", "2", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +207,7 @@ def test_the_ported_snapshot_script_trains_on_two_nodes(ported: Path, tmp_path: 
     rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "corpus"]
     command = [sys.executable, "-m", "accel", "run", "--nnodes", "2", "--nproc-per-node", "1"]
     launchers = [
-        warm.popen(
+        subprocess.Popen(
             [*command, *rendezvous, *script],
             cwd=ported,
             env=_env(),

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.support import ROOT, warm
+from tests.support import ROOT
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "scripts"
 
@@ -28,15 +28,13 @@ def fresh_env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
 
 
 def run_python(
-    code: str, env: dict[str, str], timeout: float = 240, *, cold: bool = False
+    code: str, env: dict[str, str], timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c code``; ``cold``: a fresh interpreter, not a warm fork (tests/support/
-    warm.py), for the tests whose subject is what happens while an interpreter starts."""
-    command = [sys.executable, "-c", textwrap.dedent(code)]
-    run = subprocess.run if cold else warm.run
-    return run(
-        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    """``python -c code`` in a fresh interpreter, from the repository's root."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
 
 
 def last_json(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
@@ -57,7 +55,7 @@ def last_json_list(result: subprocess.CompletedProcess[str]) -> list[str]:
 def torchrun(
     script: pathlib.Path, ranks: int, env: dict[str, str], *args: str
 ) -> subprocess.CompletedProcess[str]:
-    return warm.run(
+    return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
          "--standalone", str(script), *args],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=400, check=False,

@@ -66,7 +66,7 @@ def test_every_activation_ends_with_accel_everywhere(
     env = (
         fresh_env(tmp_path) if env_value is None else fresh_env(tmp_path, ACCEL_DEEPSPEED=env_value)
     )
-    facts = last_json(run_python(PROBE.format(before=before, after=after), env, cold=True))
+    facts = last_json(run_python(PROBE.format(before=before, after=after), env))
     assert facts == {
         "torch_at_start": False,  # the startup hook never imports torch by itself
         "accelerator": "AccelDeepSpeedAccelerator",
@@ -112,27 +112,25 @@ def test_without_the_variable_deepspeed_is_untouched(tmp_path: pathlib.Path) -> 
         print(json.dumps({"accelerator": type(get_accelerator()).__name__,
                           "accel_imported": "accel" in sys.modules}))
     """
-    facts = last_json(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="0"), cold=True))
+    facts = last_json(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="0")))
     assert facts == {"accelerator": "CPU_Accelerator", "accel_imported": False}
 
 
 def test_bad_variable_value_is_an_error_naming_it(tmp_path: pathlib.Path) -> None:
-    result = run_python("import deepspeed", fresh_env(tmp_path, ACCEL_DEEPSPEED="yes"), cold=True)
+    result = run_python("import deepspeed", fresh_env(tmp_path, ACCEL_DEEPSPEED="yes"))
     assert result.returncode != 0
     message = "environment variable ACCEL_DEEPSPEED must be 0 or 1, got 'yes'"
     assert message in result.stderr  # said once at start-up, raised on import
     assert f"ValueError: {message}" in result.stderr
-    quiet = run_python(
-        "print('no deepspeed here')", fresh_env(tmp_path, ACCEL_DEEPSPEED="yes"), cold=True
-    )
+    quiet = run_python("print('no deepspeed here')", fresh_env(tmp_path, ACCEL_DEEPSPEED="yes"))
     assert quiet.returncode == 0
     assert quiet.stderr.count(message) == 1
 
 
 def test_startup_hook_does_nothing_without_the_variable(tmp_path: pathlib.Path) -> None:
     code = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('accel', 'torch', 'deepspeed')))))"
-    assert last_json_list(run_python(code, fresh_env(tmp_path), cold=True)) == []
-    armed = last_json_list(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1"), cold=True))
+    assert last_json_list(run_python(code, fresh_env(tmp_path))) == []
+    armed = last_json_list(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")))
     assert not [m for m in armed if m.startswith(("torch", "deepspeed"))]
 
 
@@ -170,9 +168,7 @@ def test_unsupported_version_names_the_supported_range(
 
 def test_ds_accelerator_that_disagrees_with_accel_is_an_error(tmp_path: pathlib.Path) -> None:
     result = run_python(
-        "import deepspeed",
-        fresh_env(tmp_path, ACCEL_DEEPSPEED="1", DS_ACCELERATOR="cuda"),
-        cold=True,
+        "import deepspeed", fresh_env(tmp_path, ACCEL_DEEPSPEED="1", DS_ACCELERATOR="cuda")
     )
     assert result.returncode != 0
     assert "DS_ACCELERATOR='cuda'" in result.stderr
@@ -215,7 +211,7 @@ def test_a_broken_accel_is_said_once_without_a_traceback(tmp_path: pathlib.Path)
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('half-installed')\n")
     env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", PYTHONPATH=str(broken.parent))
-    result = run_python("print('ran')", env, cold=True)
+    result = run_python("print('ran')", env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ran"
     said = [line for line in result.stderr.splitlines() if line.startswith("accel:")]
@@ -253,7 +249,7 @@ def test_ds_report_says_accels_prebuilt_ops_are_installed(
     """.replace("REPORT_FIRST", str(report_first))
     env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1")
     env.pop("CCL_ROOT", None)
-    found = last_json(run_python(code, env, cold=True))
+    found = last_json(run_python(code, env))
     rows = found["rows"]
     assert isinstance(rows, dict)
     for op in (

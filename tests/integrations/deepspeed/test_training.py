@@ -26,7 +26,6 @@ from tests.integrations.deepspeed.processes import (
     run_python,
     torchrun,
 )
-from tests.support import warm
 from tests.support.ports import free_port
 from tests.support.shm import shm_names
 
@@ -36,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_deepspeeds_optimizers_run_on_accels_kernels(tmp_path: pathlib.Path) -> None:
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, str(SCRIPTS / "ds_optimizers.py")], env=fresh_env(tmp_path, ACCEL_DEEPSPEED="1"),
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
@@ -83,7 +82,7 @@ def test_zero_stages_match_native_deepspeed_on_one_rank(tmp_path: pathlib.Path) 
     env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", MASTER_PORT=str(29500 + os.getpid() % 1000))
     bf16_states = json.loads((SCRIPTS / "zero_bf16_states_reference.json").read_text())["losses"]
     configs = ",".join([*REFERENCE["1"], *bf16_states])
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, str(SCRIPTS / "zero_parity.py"), "--world", "1", "--configs", configs,
          "--out", str(out)],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=400, check=False,
@@ -117,7 +116,7 @@ def _two_simulated_nodes(tmp_path: pathlib.Path, backend: str) -> dict[str, Any]
             str(SCRIPTS / "zero_parity.py"), "--world", "4", "--backend", backend,
             "--configs", "zero2-fp32,zero2-bf16", "--out", str(out),
         ]  # fmt: skip
-        launchers.append(warm.popen(
+        launchers.append(subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
         ))  # fmt: skip
@@ -154,7 +153,7 @@ def test_zero_infinity_swaps_through_accel_io_with_cpu_offloads_losses(
     if ranks == 1:
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(free_port()))  # fmt: skip
-        result = warm.run(
+        result = subprocess.run(
             [sys.executable, str(script), "--swap", str(swap)], env=env, cwd=ROOT,
             capture_output=True, text=True, timeout=400, check=False,
         )  # fmt: skip

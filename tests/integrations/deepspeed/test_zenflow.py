@@ -17,13 +17,13 @@ import torch
 
 from accel.integrations.deepspeed.kernels import CPUAdamKernels
 from tests.integrations.deepspeed.processes import SCRIPTS, assert_no_jit, fresh_env, last_json
-from tests.support import ROOT, warm
+from tests.support import ROOT
 
 STEPS = SCRIPTS / "zenflow_steps.py"
 
 
 def _run(tmp_path: pathlib.Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return warm.run(
+    return subprocess.run(
         [sys.executable, str(STEPS), *args], env=fresh_env(tmp_path, **env), cwd=ROOT,
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -143,7 +143,7 @@ def test_the_module_imports_where_the_extension_was_not_built() -> None:
         "except ImportError as error:\n"
         "    print('ImportError', error)\n"
     )
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
         check=False,
     )  # fmt: skip

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT, warm
+from tests.support import ROOT
 from tests.support.once import once_per_session
 from tests.support.ports import free_port
 
@@ -67,7 +67,7 @@ def _records(out: Path, ranks: int) -> Records:
 def _run(tmp_path: Path, *args: str) -> Records:
     out = _out(tmp_path)
     command = [sys.executable, str(TRAIN), "--root", str(out), "--out", str(out), *BOTH, *args]
-    result = warm.run(
+    result = subprocess.run(
         command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -80,7 +80,7 @@ def _launch(tmp_path: Path, ranks: int, *args: str) -> Records:
     command = [sys.executable, "-m", "accel", "run", "--standalone", f"--nproc-per-node={ranks}",
                str(TRAIN), "--root", str(out), "--out", str(out), "--devices", str(ranks),
                *BOTH, *args]  # fmt: skip
-    result = warm.run(
+    result = subprocess.run(
         command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -96,7 +96,7 @@ def _two_nodes(tmp_path: Path, *args: str) -> Records:
         env = _env()
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NODE_RANK=str(node), LOCAL_RANK="0",
                    WORLD_SIZE="2")  # fmt: skip
-        processes.append(warm.popen(
+        processes.append(subprocess.Popen(
             [sys.executable, str(TRAIN), "--root", str(out / f"node{node}"), "--out", str(out),
              "--devices", "1", "--num-nodes", "2", *BOTH, *args],
             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -111,7 +111,7 @@ def _failures(tmp_path: Path, *args: str) -> dict[str, str]:
     """One process that must fail: each API's stderr (train.py opens it with a line
     ``train.py: --api <api>``), for each API it ran."""
     command = [sys.executable, str(TRAIN), "--root", str(tmp_path), "--out", str(tmp_path), *args]
-    result = warm.run(
+    result = subprocess.run(
         command, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode != 0
