@@ -78,6 +78,8 @@ class IORequest(Future[int]):
 
         Raises:
             OSError: The transfer failed.
+            RuntimeError: A read's storage was given other memory while it ran, by a call
+                that does not wait for transfers (docs/io.md): the bytes did not reach it.
             TimeoutError: ``timeout`` passed first.
         """
         self.delivered = True
@@ -292,7 +294,9 @@ class AsyncIO:
 
         Raises:
             OSError: The first failure among those requests, after all have ended.
-            RuntimeError: The engine is closed, or was created in another process.
+            RuntimeError: The engine is closed, or was created in another process; or that
+                first failure was a read whose storage was given other memory (see
+                :meth:`IORequest.result`).
         """
         self._check_usable()
         with self._idle:
