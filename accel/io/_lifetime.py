@@ -61,7 +61,11 @@ class Hold:
 
     def moved(self) -> bool:
         """Whether the storage's memory is no longer the memory the transfers used."""
-        return self.storage.data_ptr() != self.address or self.storage.nbytes() != self.nbytes
+        try:
+            address = self.storage.data_ptr()
+        except RuntimeError:  # torch's "invalid python storage": no memory at all
+            return True
+        return address != self.address or self.storage.nbytes() != self.nbytes
 
     def give_back(self) -> None:
         """Return the owning pointer to the storage, unless the storage has other memory
