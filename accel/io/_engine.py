@@ -19,13 +19,14 @@ import os
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 from typing_extensions import override
+
+from accel.io import _lifetime
 
 ALIGNMENT = 4096
 """Bytes O_DIRECT needs buffers, offsets and lengths aligned to (covers 512 and 4 KiB
@@ -41,117 +42,12 @@ def _after_fork_in_child() -> None:
     # The pool's threads do not exist in the child, and its requests belong to the parent:
     # close the child's copies of their descriptors and refuse further use. No transfer
     # uses the child's memory, and a lock a parent thread held is held for ever here.
-    global _busy_changed
     for engine in list(_engines):
         engine.forget_after_fork()
-    _busy.clear()
-    _busy_changed = threading.Condition()
+    _lifetime.forget_after_fork()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-# Storages that requests are moving data to or from, by data address. A transfer holds its
-# storage (not only the tensor: ``t.data = torch.empty(0)`` and ``t.set_(...)``, as ZeRO-3
-# releases parameters, leave the tensor alive and drop its old storage), so the memory
-# stays allocated whatever the caller does with the tensor. Two calls still free that
-# memory in place: ``untyped_storage().resize_(n)`` (FSDP and ZeRO-3 free parameters with
-# ``resize_(0)``) and a ``Tensor.resize_``/``resize_as_`` that grows the tensor past its
-# storage (the storage moves to a new allocation). Each waits for the storage's transfers
-# to end first; any other call costs one dict lookup.
-_busy: dict[int, int] = {}
-_busy_changed = threading.Condition()
-_torch_resize: Callable[[torch.UntypedStorage, int], torch.UntypedStorage] = getattr(  # noqa: B009
-    torch.UntypedStorage, "resize_"
-)
-_torch_tensor_resize: Callable[..., torch.Tensor] = getattr(torch.Tensor, "resize_")  # noqa: B009
-_torch_tensor_resize_as: Callable[..., torch.Tensor] = getattr(torch.Tensor, "resize_as_")  # noqa: B009
-
-
-def _wait_for_transfers(address: int) -> None:
-    with _busy_changed:
-        while _busy.get(address):
-            _busy_changed.wait()
-
-
-def _resize_after_transfers(storage: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
-    """``UntypedStorage.resize_``, once no accel.io transfer uses the storage's memory."""
-    if _busy:
-        _wait_for_transfers(storage.data_ptr())
-    return _torch_resize(storage, size)
-
-
-def _requested_numel(sizes: tuple[object, ...]) -> int | None:
-    """The element count ``Tensor.resize_(*sizes)`` asks for; None where the sizes are not
-    plain ints (symbolic or NumPy sizes: the caller then waits, and torch checks them)."""
-    dims = sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes
-    if not isinstance(dims, Iterable):
-        return None
-    numel = 1
-    for dim in cast("Iterable[object]", dims):
-        if not isinstance(dim, int):
-            return None
-        numel *= dim
-    return numel
-
-
-def _wait_if_growing(tensor: torch.Tensor, numel: int | None) -> None:
-    # Growing past the storage moves it to a new allocation and frees the old one.
-    if tensor.device.type != "cpu":
-        return  # accel.io only moves CPU memory
-    try:
-        storage = tensor.untyped_storage()
-    except (RuntimeError, NotImplementedError):
-        return  # a tensor without storage (a wrapper subclass, a functional tensor)
-    address = storage.data_ptr()
-    if not _busy.get(address):
-        return
-    if (
-        numel is None
-        or (tensor.storage_offset() + numel) * tensor.element_size() > storage.nbytes()
-    ):
-        _wait_for_transfers(address)
-
-
-def _tensor_resize_after_transfers(
-    tensor: torch.Tensor, *sizes: object, **kwargs: object
-) -> torch.Tensor:
-    """``Tensor.resize_``; one that grows the storage first waits for its accel.io transfers."""
-    if _busy:
-        requested = (kwargs["size"],) if not sizes and "size" in kwargs else sizes
-        _wait_if_growing(tensor, _requested_numel(requested))
-    return _torch_tensor_resize(tensor, *sizes, **kwargs)
-
-
-def _tensor_resize_as_after_transfers(
-    tensor: torch.Tensor, template: object, **kwargs: object
-) -> torch.Tensor:
-    """``Tensor.resize_as_``; one that grows the storage first waits for its accel.io
-    transfers."""
-    if _busy:
-        numel = template.numel() if isinstance(template, torch.Tensor) else None
-        _wait_if_growing(tensor, numel)
-    return _torch_tensor_resize_as(tensor, template, **kwargs)
-
-
-setattr(torch.UntypedStorage, "resize_", _resize_after_transfers)  # noqa: B010  (typed above)
-setattr(torch.Tensor, "resize_", _tensor_resize_after_transfers)  # noqa: B010
-setattr(torch.Tensor, "resize_as_", _tensor_resize_as_after_transfers)  # noqa: B010
-
-
-def _hold(address: int) -> None:
-    with _busy_changed:
-        _busy[address] = _busy.get(address, 0) + 1
-
-
-def _release(address: int) -> None:
-    with _busy_changed:
-        left = _busy[address] - 1
-        if left:
-            _busy[address] = left
-        else:
-            del _busy[address]
-        _busy_changed.notify_all()
 
 
 class IORequest(Future[int]):
@@ -182,6 +78,8 @@ class IORequest(Future[int]):
 
         Raises:
             OSError: The transfer failed.
+            RuntimeError: A read's storage was given other memory while it ran, by a call
+                that does not wait for transfers (docs/io.md): the bytes did not reach it.
             TimeoutError: ``timeout`` passed first.
         """
         self.delivered = True
@@ -218,8 +116,7 @@ class _Transfer:
     """What the worker threads share for one request."""
 
     request: IORequest
-    memory: torch.UntypedStorage  # the tensor's storage when submitted, alive until the end
-    storage: int  # its data address, held in _busy until the transfer ends
+    memory: _lifetime.Hold  # the tensor's storage and its memory, kept until the end
     view: memoryview
     direct_fd: int | None
     buffered_fd: int
@@ -397,7 +294,9 @@ class AsyncIO:
 
         Raises:
             OSError: The first failure among those requests, after all have ended.
-            RuntimeError: The engine is closed, or was created in another process.
+            RuntimeError: The engine is closed, or was created in another process; or that
+                first failure was a read whose storage was given other memory (see
+                :meth:`IORequest.result`).
         """
         self._check_usable()
         with self._idle:
@@ -496,6 +395,8 @@ class AsyncIO:
         tensor = _check_tensor(tensor)
         offset = _check_offset(offset)
         nbytes = tensor.numel() * tensor.element_size()
+        storage = tensor.untyped_storage()
+        storage.data_ptr()  # gives a copy-on-write storage its own memory before we use it
         address = tensor.data_ptr()
         aligned = address % ALIGNMENT == 0 and offset % ALIGNMENT == 0
         if self.direct is True and not aligned:
@@ -527,23 +428,19 @@ class AsyncIO:
                     f"{offset + nbytes} bytes, the file has {size}"
                 )
         request = IORequest(kind, name, offset, nbytes, direct_fd is not None)
-        # A view of the tensor's bytes (no copy); the transfer keeps their storage alive.
-        view = (
-            memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
-            if nbytes
-            else memoryview(b"")
-        )
         blocks = self._blocks(nbytes, direct_fd is not None)
-        memory = tensor.untyped_storage()
-        storage = memory.data_ptr()
-        transfer = _Transfer(
-            request, memory, storage, view, direct_fd, buffered_fd, owned, remaining=len(blocks)
-        )
         if not blocks:  # an empty tensor: nothing to move
-            transfer.close()
-            self._finish(transfer, register=True)
+            for fd in owned:
+                os.close(fd)
+            request.set_running_or_notify_cancel()
+            self._finish(request, None)
             return request
-        _hold(storage)
+        # The kernel moves the bytes in place (no copy); the hold keeps them allocated.
+        memory = _lifetime.hold(storage)
+        view = memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
+        transfer = _Transfer(
+            request, memory, view, direct_fd, buffered_fd, owned, remaining=len(blocks)
+        )
         with self._lock:
             self._in_flight.add(transfer)
         request.set_running_or_notify_cancel()
@@ -585,8 +482,18 @@ class AsyncIO:
             done = transfer.remaining == 0
         if done:
             transfer.close()
-            _release(transfer.storage)
-            self._finish(transfer, register=False)
+            request = transfer.request
+            # Given back before the request ends: whoever waits for it may then resize.
+            moved = _lifetime.release(transfer.memory)
+            if moved and request.kind == "read" and transfer.error is None:
+                transfer.error = RuntimeError(
+                    f"{request.path}: the read of {request.nbytes} bytes at offset "
+                    f"{request.offset} did not reach the tensor: its storage was given other "
+                    "memory while the read ran, by a call that does not wait for transfers "
+                    "(not UntypedStorage.resize_, share_memory_ or Tensor.resize_, which do); "
+                    "the bytes went to the old memory, kept allocated until the read ended"
+                )
+            self._finish(request, transfer.error, transfer)
 
     def _move(self, transfer: _Transfer, start: int, end: int, direct: bool) -> None:
         request = transfer.request
@@ -618,15 +525,15 @@ class AsyncIO:
                 )
             position += moved
 
-    def _finish(self, transfer: _Transfer, register: bool) -> None:
-        request = transfer.request
-        if transfer.error is not None:
-            request.set_exception(transfer.error)
+    def _finish(
+        self, request: IORequest, error: BaseException | None, transfer: _Transfer | None = None
+    ) -> None:
+        if error is not None:
+            request.set_exception(error)
         else:
-            if register:
-                request.set_running_or_notify_cancel()
             request.set_result(request.nbytes)
         with self._idle:
-            self._in_flight.discard(transfer)
+            if transfer is not None:
+                self._in_flight.discard(transfer)
             self._finished.append(request)
             self._idle.notify_all()

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from accel.io import ALIGNMENT, AsyncIO, aligned_empty
 from accel.ops.prebuilt import CPU_OP_BUILDERS, HOST_OP_BUILDERS
+from tests.support import warm
 
 DTYPES = [
     torch.float32,
@@ -213,7 +214,7 @@ def test_closed_engine_refuses_work(tmp_path: pathlib.Path, no_leaks: object) ->
 
 
 def _run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+    return warm.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
@@ -334,7 +335,7 @@ def test_a_write_from_an_atexit_handler_completes_and_exit_does_not_hang(
             """
         )
     )
-    result = subprocess.run(
+    result = warm.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -397,7 +398,7 @@ def test_freeing_a_storage_waits_for_the_reads_into_it(tmp_path: pathlib.Path) -
             """
         )
     )
-    result = subprocess.run(
+    result = warm.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -472,65 +473,3 @@ def test_an_o_direct_descriptor_takes_unaligned_requests(tmp_path: pathlib.Path)
     finally:
         os.close(fd)
     assert path.read_bytes() == data.numpy().tobytes()
-
-
-RELEASES = {
-    # ZeRO-3 releases a parameter by swapping its .data; set_ and a growing resize_ also
-    # leave the tensor alive and free the memory it pointed to.
-    # (Source of a function of the tensor, run in the child.)
-    "data": "lambda tensor: setattr(tensor, 'data', torch.empty(0, dtype=torch.uint8))",
-    "set_": "lambda tensor: tensor.set_(torch.empty(0, dtype=torch.uint8))",
-    "resize_": "lambda tensor: tensor.resize_(2 * n)",
-    "resize_as_": "lambda tensor: tensor.resize_as_(torch.empty(2 * n, dtype=torch.uint8))",
-}
-
-
-def test_releasing_a_tensor_mid_transfer_keeps_its_memory_until_the_end(
-    tmp_path: pathlib.Path,
-) -> None:
-    # A transfer kept the tensor object alive, not its memory: a read went on into freed
-    # memory that the next allocation reused (its bytes then held the file's) or failed
-    # with EFAULT; a write stored whatever reused that memory. In a child (it may crash),
-    # one for every release and direction: each says which one it survived, so a crash
-    # names the one that followed.
-    cases = [(release, kind) for release in RELEASES for kind in ("read", "write")]
-    script = tmp_path / "release_mid_transfer.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import sys
-            import torch
-            from accel.io import AsyncIO
-            path = sys.argv[1]
-            n = 64 << 20  # above glibc's largest mmap threshold: freed memory is unmapped
-            with AsyncIO() as engine:
-                engine.write(torch.full((n,), 7, dtype=torch.uint8), path).result()
-
-            def survive(kind, release):
-                tensor = torch.full((n,), 7 if kind == "write" else 0, dtype=torch.uint8)
-                # Small blocks, one at a time: the transfer outlasts the release.
-                with AsyncIO(block_size=1 << 12, queue_depth=1) as engine:
-                    request = getattr(engine, kind)(tensor, path)
-                    release(tensor)
-                    unrelated = torch.zeros(n, dtype=torch.uint8)
-                    assert request.result() == n
-                    assert unrelated.count_nonzero() == 0, "the transfer used freed memory"
-                if kind == "write":
-                    with open(path, "rb") as file:
-                        assert file.read() == bytes([7]) * n, "the write stored other bytes"
-                elif tensor.numel() == 2 * n:  # grown in place: the read's bytes come first
-                    assert torch.equal(tensor[:n], torch.full((n,), 7, dtype=torch.uint8))
-            """
-        )
-        + "".join(
-            f"survive({kind!r}, {RELEASES[release]})\nprint('survived {release}-{kind}', flush=True)\n"
-            for release, kind in cases
-        )
-    )
-    result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "data.bin")],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    survived = result.stdout.split()[1::2]
-    assert survived == [f"{release}-{kind}" for release, kind in cases], result.stderr[-3000:]
-    assert result.returncode == 0, result.stderr[-3000:]

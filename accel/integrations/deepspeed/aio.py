@@ -339,7 +339,9 @@ class aio_handle:
         Raises:
             OSError: A request failed (the first failure, raised once all have ended), or a
                 ``validate`` check found the file's bytes differ from the buffer's.
-            RuntimeError: The handle was made in another process (before a ``fork``).
+            RuntimeError: The handle was made in another process (before a ``fork``), or
+                the first failure was a read whose buffer's storage was given other memory
+                while it ran (:meth:`accel.io.IORequest.result`).
         """
         with self._lock:  # taken first: a failed request must not leave them for later
             pending, self._validations = self._validations, []
