@@ -4,6 +4,7 @@
 ``_fast``), and mypy and pyright narrow on it.
 """
 
+from accel.protocols._contract import implements
 from accel.protocols._unsupported import CapabilityError
 from accel.protocols.accelerator import (
     API_VERSION,
@@ -85,6 +86,7 @@ __all__ = [
     "StreamAPI",
     "StreamAccelerator",
     "TensorAPI",
+    "implements",
     "missing_members",
     "supports_graphs",
     "supports_memory_stats",

@@ -15,8 +15,7 @@ from accel.backends.cuda import CUDAAccelerator
 from accel.backends.devices import XPUAccelerator
 from accel.backends.mps import MPSAccelerator
 from accel.ops.prebuilt import PrebuiltOpBuilder
-from accel.protocols import CAPABILITIES, OpBuilder
-from accel.protocols._contract import implements
+from accel.protocols import CAPABILITIES, OpBuilder, implements
 
 MIXINS = [
     getattr(accel.mixins, name)
