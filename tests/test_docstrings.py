@@ -37,6 +37,10 @@ _CONTRACT_SECTION = re.compile(r"^\s*(Args|Arguments|Returns|Yields|Raises):\s*$
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
+# The device-index convention, written once in accel.protocols' docstring: an optional
+# ``device_index: int | None`` needs no Args entry, and one that only restates it is a copy.
+_DEVICE_INDEX_CONVENTION = "device_index: The device; ``None`` for the current one."
+
 
 def _public_modules() -> list[pathlib.Path]:
     modules: list[pathlib.Path] = []
@@ -78,6 +82,18 @@ def _parameters(function: Function) -> list[str]:
     names = [a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs]
     names += [a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None]
     return [name for name in names if name not in ("self", "cls")]
+
+
+def _by_convention(function: Function) -> set[str]:
+    """The parameters the device-index convention documents: an optional ``device_index``."""
+    arguments = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
+    return {
+        a.arg
+        for a in arguments
+        if a.arg == "device_index"
+        and a.annotation is not None
+        and ast.unparse(a.annotation) == "int | None"
+    }
 
 
 Contract = tuple[str, str]  # ("<protocol that declares it>.<member>", its docstring)
@@ -178,6 +194,11 @@ def _undocumented(
                 )
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 where = f"{path.relative_to(root)}:{node.lineno} {owner}{node.name}"
+                docstring = ast.get_docstring(node) or ""
+                if _DEVICE_INDEX_CONVENTION in docstring:
+                    problems.append(
+                        f"{where}: restates the device_index convention of accel.protocols"
+                    )
                 if elsewhere is not None and not node.name.startswith("_"):
                     problems.extend(_contract_copies(node, where, (f"{elsewhere}.{node.name}", "")))
                     continue
@@ -204,10 +225,9 @@ def _undocumented(
                 problems.extend(_contract_copies(node, where, contract))
                 if node.name.startswith("_") or _is_override(node) or contract is not None:
                     continue
-                documented = _documented_parameters(ast.get_docstring(node) or "")
+                documented = _documented_parameters(docstring)
                 parameters = set(_parameters(node))
-                where = f"{path.relative_to(root)}:{node.lineno} {owner}{node.name}"
-                if missing := parameters - documented:
+                if missing := parameters - documented - _by_convention(node):
                     problems.append(f"{where}: no Args entry for {', '.join(sorted(missing))}")
                 if stale := documented - parameters:
                     problems.append(f"{where}: Args names no parameter {', '.join(sorted(stale))}")
@@ -266,6 +286,22 @@ def renamed(count: int) -> None:
         size: The parameter's old name.
         count: How many.
     """
+
+
+def by_convention(device_index: int | None = None) -> None:
+    """The convention documents ``device_index``."""
+
+
+def restated(device_index: int | None = None) -> None:
+    """Do a thing.
+
+    Args:
+        device_index: The device; ``None`` for the current one.
+    """
+
+
+def required(device_index: int) -> None:
+    """A required index is the member's own to document."""
 '''
     path = tmp_path / "example.py"
     path.write_text(source)
@@ -274,6 +310,8 @@ def renamed(count: int) -> None:
         "no Args entry for count",
         "no Args entry for value",
         "Args names no parameter size",
+        "restates the device_index convention of accel.protocols",
+        "no Args entry for device_index",
     ]
 
 
@@ -281,11 +319,11 @@ def test_the_check_finds_contracts_copied_into_implementations(tmp_path: pathlib
     protocol = tmp_path / "protocol.py"
     protocol.write_text('''
 class SizeAPI(Protocol):
-    def size(self, device_index: int | None = None) -> int:
+    def size(self, index: int | None = None) -> int:
         """The size of a device.
 
         Args:
-            device_index: The device; ``None`` for the current one.
+            index: The device; ``None`` for the current one.
 
         Returns:
             Bytes.
@@ -301,7 +339,7 @@ class CountAPI(SizeAPI, Protocol):
     source = '''
 @implements(CountAPI)
 class Inherited:
-    def size(self, device_index: int | None = None) -> int:
+    def size(self, index: int | None = None) -> int:
         return 0
 
     def count(self) -> int:
@@ -311,11 +349,11 @@ class Inherited:
 
 @implements(SizeAPI)
 class Verbatim:
-    def size(self, device_index: int | None = None) -> int:
+    def size(self, index: int | None = None) -> int:
         """The size of a device.
 
         Args:
-            device_index: The device; ``None`` for the current one.
+            index: The device; ``None`` for the current one.
 
         Returns:
             Bytes.
@@ -325,7 +363,7 @@ class Verbatim:
 
 @implements(SizeAPI)
 class Drifted:
-    def size(self, device_index: int | None = None) -> int:
+    def size(self, index: int | None = None) -> int:
         """The device's size, from the driver.
 
         Returns:
@@ -335,7 +373,7 @@ class Drifted:
 
 
 class Unnamed:
-    def size(self, device_index: int | None = None) -> int:
+    def size(self, index: int | None = None) -> int:
         """From the driver."""
         return 0
 '''
@@ -353,7 +391,7 @@ class Unnamed:
         "repeats Returns of SizeAPI.size's contract; say only what this implementation adds "
         "or changes",
         "implements SizeAPI.size without naming SizeAPI in @implements",
-        "no Args entry for device_index",
+        "no Args entry for index",
     ]
 
 

@@ -2,6 +2,12 @@
 
 ``isinstance(acc, GraphAPI)`` is the honest capability check (constant time, see
 ``_fast``), and mypy and pyright narrow on it.
+
+Device indices, written once for every member: a ``device_index`` is an ``int`` counted
+from 0, and ``None`` where the parameter is optional means the current device (where it
+means something else, the member says so). A member raises ``TypeError`` when
+``device_index`` is not an ``int`` and ``ValueError`` when it is negative, besides what it
+lists itself.
 """
 
 from accel.protocols._contract import implements

@@ -59,15 +59,8 @@ class RNGAPI(Protocol):
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
         """Save a device's generator state.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             The state as a 1-D ``uint8`` CPU tensor.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -76,13 +69,10 @@ class RNGAPI(Protocol):
 
         Args:
             new_state: The saved state.
-            device_index: The device; ``None`` for the current one.
 
         Raises:
-            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor, or ``device_index`` is
-                not an ``int``.
-            ValueError: ``new_state`` is not a state of this device type's generator, or
-                ``device_index`` is negative.
+            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor.
+            ValueError: ``new_state`` is not a state of this device type's generator.
         """
         ...
 
@@ -96,7 +86,6 @@ class RNGAPI(Protocol):
             The device's default generator.
 
         Raises:
-            TypeError: ``device_index`` is not an ``int``.
             ValueError: ``device_index`` is negative or, where each device has its own
                 generator, at or beyond the number of devices.
         """
