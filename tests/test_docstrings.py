@@ -37,9 +37,21 @@ _CONTRACT_SECTION = re.compile(r"^\s*(Args|Arguments|Returns|Yields|Raises):\s*$
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
-# The device-index convention, written once in accel.protocols' docstring: an optional
-# ``device_index: int | None`` needs no Args entry, and one that only restates it is a copy.
-_DEVICE_INDEX_CONVENTION = "device_index: The device; ``None`` for the current one."
+# Parameters documented once, by a convention in a module docstring (accel.protocols:
+# an optional device index; accel.functions: its device argument and the accelerator it
+# acts on): they need no Args entry, and an entry that only restates one is a copy.
+# (parameter, annotation) -> (the one module it holds in, or None for all; its restatement)
+_CONVENTIONS = {
+    ("device_index", "int | None"): (
+        None,
+        "device_index: The device; ``None`` for the current one.",
+    ),
+    ("device_index", "DeviceLike | None"): ("accel/functions.py", ""),
+    ("accelerator", "Accelerator | None"): (
+        "accel/functions.py",
+        "accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.",
+    ),
+}
 
 
 def _public_modules() -> list[pathlib.Path]:
@@ -84,16 +96,15 @@ def _parameters(function: Function) -> list[str]:
     return [name for name in names if name not in ("self", "cls")]
 
 
-def _by_convention(function: Function) -> set[str]:
-    """The parameters the device-index convention documents: an optional ``device_index``."""
+def _by_convention(function: Function, module: str) -> set[str]:
+    """The parameters a convention documents in ``module`` (:data:`_CONVENTIONS`)."""
     arguments = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
-    return {
-        a.arg
-        for a in arguments
-        if a.arg == "device_index"
-        and a.annotation is not None
-        and ast.unparse(a.annotation) == "int | None"
-    }
+    names: set[str] = set()
+    for a in arguments:
+        key = (a.arg, ast.unparse(a.annotation) if a.annotation is not None else "")
+        if key in _CONVENTIONS and _CONVENTIONS[key][0] in (None, module):
+            names.add(a.arg)
+    return names
 
 
 Contract = tuple[str, str]  # ("<protocol that declares it>.<member>", its docstring)
@@ -195,10 +206,10 @@ def _undocumented(
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 where = f"{path.relative_to(root)}:{node.lineno} {owner}{node.name}"
                 docstring = ast.get_docstring(node) or ""
-                if _DEVICE_INDEX_CONVENTION in docstring:
-                    problems.append(
-                        f"{where}: restates the device_index convention of accel.protocols"
-                    )
+                module = path.relative_to(root).as_posix()
+                for (name, _), (scope, text) in _CONVENTIONS.items():
+                    if text and text in docstring and scope in (None, module):
+                        problems.append(f"{where}: restates the {name} convention")
                 if elsewhere is not None and not node.name.startswith("_"):
                     problems.extend(_contract_copies(node, where, (f"{elsewhere}.{node.name}", "")))
                     continue
@@ -227,7 +238,7 @@ def _undocumented(
                     continue
                 documented = _documented_parameters(docstring)
                 parameters = set(_parameters(node))
-                if missing := parameters - documented - _by_convention(node):
+                if missing := parameters - documented - _by_convention(node, module):
                     problems.append(f"{where}: no Args entry for {', '.join(sorted(missing))}")
                 if stale := documented - parameters:
                     problems.append(f"{where}: Args names no parameter {', '.join(sorted(stale))}")
@@ -310,7 +321,7 @@ def required(device_index: int) -> None:
         "no Args entry for count",
         "no Args entry for value",
         "Args names no parameter size",
-        "restates the device_index convention of accel.protocols",
+        "restates the device_index convention",
         "no Args entry for device_index",
     ]
 

@@ -103,8 +103,7 @@ class DeviceAPI(Protocol):
         ...
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Block until all work queued on a device has finished.
-        """
+        """Block until all work queued on a device has finished."""
         ...
 
     def is_available(self) -> bool:

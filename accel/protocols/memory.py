@@ -91,8 +91,7 @@ class MemoryStatsAPI(Protocol):
         ...
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        """Start the ``max_*`` peaks again from the current values.
-        """
+        """Start the ``max_*`` peaks again from the current values."""
         ...
 
 
@@ -144,6 +143,5 @@ class AccumulatedStatsAPI(Protocol):
     """
 
     def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
-        """Zero the counters in ``memory_stats`` that only grow (allocation and free totals).
-        """
+        """Zero the counters in ``memory_stats`` that only grow (allocation and free totals)."""
         ...
