@@ -23,35 +23,19 @@ class MemoryUsageAPI(Protocol):
         ...
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes currently occupied by tensors.
-
-        Returns:
-            A size in bytes.
-        """
+        """Bytes currently occupied by tensors."""
         ...
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Bytes currently held by the allocator, used or cached.
-
-        Returns:
-            A size in bytes.
-        """
+        """Bytes currently held by the allocator, used or cached."""
         ...
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """Total memory of a device.
-
-        Returns:
-            A size in bytes.
-        """
+        """Total memory of a device, in bytes."""
         ...
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """Memory that a new allocation could still obtain.
-
-        Returns:
-            A size in bytes.
-        """
+        """Bytes that a new allocation could still obtain."""
         ...
 
 

@@ -37,14 +37,10 @@ class RNGAPI(Protocol):
         ...
 
     def manual_seed_all(self, seed: int) -> None:
-        """Seed the default generator of every device.
+        """Seed the default generator of every device, as :meth:`manual_seed` seeds one.
 
         Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is out of range.
+            seed: As for :meth:`manual_seed`, which also says what it raises.
         """
         ...
 
