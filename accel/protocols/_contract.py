@@ -11,7 +11,6 @@ adds or changes, or nothing) followed by the protocol's.
 
 from __future__ import annotations
 
-import inspect
 import types
 from collections.abc import Callable
 from typing import TypeVar
@@ -74,11 +73,16 @@ def attach_contract(function: Callable[..., object], protocol: type, name: str) 
         name: The member's name.
     """
     declaring = next(base for base in protocol.__mro__ if name in vars(base))
-    contract = inspect.getdoc(vars(declaring)[name])
-    if not contract:
+    contract = (vars(declaring)[name].__doc__ or "").strip()
+    heading = f"{declaring.__name__}.{name}: "
+    own = (function.__doc__ or "").rstrip()
+    if not contract or heading in own:  # nothing to show, or shown (a second class)
         return
-    heading = f"{declaring.__name__}.{name}: {contract}"
-    own = inspect.cleandoc(function.__doc__) if function.__doc__ else ""
-    if heading in own:  # the same function in a second class
+    if not own:
+        function.__doc__ = heading + contract
         return
-    function.__doc__ = f"{own}\n\n{heading}" if own else heading
+    # Raw text, cleaned by inspect.getdoc when read: nothing to do at import but join. The
+    # heading takes the indentation of the contract's own lines so that both dedent alike.
+    lines = contract.splitlines()[1:]
+    indent = next((line[: len(line) - len(line.lstrip())] for line in lines if line.strip()), "")
+    function.__doc__ = f"{own}\n\n{indent}{heading}{contract}"
