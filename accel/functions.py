@@ -1,6 +1,11 @@
 """Device-generic functions that work with every backend, whatever accel it was written for.
 
-Each function acts on ``accelerator`` (default: ``get_accelerator()``). They are how
+Each function acts on ``accelerator`` (default: ``get_accelerator()``, whose errors it then
+raises: ``RuntimeError`` where no backend can be selected). A ``device_index`` is an index,
+``"<type>:<index>"`` or a ``torch.device``, ``None`` for the current device: ``TypeError``
+where it is none of those (a ``bool`` is not an index), ``ValueError`` where it is negative,
+an unparsable string or a device of another type. A function documents these two
+parameters only where it differs. They are how
 callers use the members added to the protocols after the first release (and the device
 arguments ``DistributedDataParallel`` wants, which differ by device type): a backend that
 has such a member is asked through it, and one written before it gets an honest answer
@@ -76,15 +81,12 @@ def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> No
 
     Args:
         device: An index, ``"<type>:<index>"`` or a ``torch.device``.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Raises:
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
         ValueError: ``device`` is negative, an unparsable string, a device of another type,
             or a name without an index where names carry one; or the backend's
             ``set_device`` refuses the index (the built-in ones: past ``device_count()``).
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     select_device(_resolve(accelerator), device)
 
@@ -96,15 +98,10 @@ def device_index(
 
     Args:
         device: An index, ``"<type>:<index>"`` or a ``torch.device``.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Returns:
         The context manager. ``device`` is checked when the block is entered, and raises
         there what :func:`set_device` raises.
-
-    Raises:
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     return device_scope(_resolve(accelerator), device)
 
@@ -119,20 +116,8 @@ def get_device_properties(
     ``total_memory`` the backend's ``total_memory()``, and the processor count and compute
     capability are ``None`` (unknown), never guessed.
 
-    Args:
-        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``, as torch's
-            ``get_device_properties`` takes; ``None`` for the current device.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
-
     Returns:
         The device's :class:`~accel.protocols.DeviceProperties`.
-
-    Raises:
-        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-            ``torch.device``.
-        ValueError: ``device_index`` is negative, an unparsable string, or a device of another type.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     index = _index_of(acc, device_index)
@@ -172,15 +157,10 @@ def fork_rng(
         devices: The device indices whose generators are restored with the host's; ``None``
             for every device.
         enabled: ``False`` makes the context manager do nothing.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Returns:
         The context manager. On entering it, an index in ``devices`` that is not an
         ``int`` raises ``TypeError`` and a negative one ``ValueError``.
-
-    Raises:
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     if isinstance(acc, ForkRNGAPI):
@@ -193,20 +173,10 @@ def reset_accumulated_memory_stats(
 ) -> None:
     """Zero the allocator's counters that only grow (allocation and free totals).
 
-    Args:
-        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``; ``None`` for the
-            current device.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
-
     Raises:
         NotImplementedError: The backend has no ``reset_accumulated_memory_stats``
             (:class:`~accel.protocols.AccumulatedStatsAPI`): accel cannot know what its
             ``memory_stats()`` counts, so it does not pretend to have reset it.
-        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-            ``torch.device``.
-        ValueError: ``device_index`` is negative, an unparsable string, or a device of another type.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, AccumulatedStatsAPI):
@@ -231,7 +201,6 @@ def ddp_device_ids(device: int, accelerator: Accelerator | None = None) -> list[
 
     Args:
         device: The module's device index.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Returns:
         ``[device]`` on accelerators; ``None`` on the CPU, where DDP refuses device ids.
@@ -239,8 +208,6 @@ def ddp_device_ids(device: int, accelerator: Accelerator | None = None) -> list[
     Raises:
         TypeError: ``device`` is not an ``int``.
         ValueError: ``device`` is negative.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     index = check_index(device, "device")
     return [index] if _takes_device_ids(_resolve(accelerator)) else None
@@ -251,7 +218,6 @@ def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> in
 
     Args:
         device: The module's device index.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Returns:
         ``device`` on accelerators; ``None`` on the CPU.
@@ -259,8 +225,6 @@ def ddp_output_device(device: int, accelerator: Accelerator | None = None) -> in
     Raises:
         TypeError: ``device`` is not an ``int``.
         ValueError: ``device`` is negative.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     index = check_index(device, "device")
     return index if _takes_device_ids(_resolve(accelerator)) else None
@@ -274,7 +238,6 @@ def process_group_device_id(
     Args:
         device: An index, ``"<type>:<index>"`` or a ``torch.device``; a name without an
             index means the current device.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Returns:
         That device, with its index, on accelerators; ``None`` on the CPU, which torch
@@ -283,8 +246,6 @@ def process_group_device_id(
     Raises:
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
         ValueError: ``device`` is negative, an unparsable string, or a device of another type.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     index = _index_of(acc, device, "device")
@@ -298,14 +259,11 @@ def set_device_index(device: DeviceLike, accelerator: Accelerator | None = None)
 
     Args:
         device: An index, ``"<type>:<index>"`` or a ``torch.device``.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Raises:
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
         ValueError: What :func:`set_device` raises (a negative index, one at or beyond
             ``device_count()`` on the built-in backends, a device of another type).
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     set_device(device, accelerator)
 
@@ -314,15 +272,8 @@ def current_device_index(accelerator: Accelerator | None = None) -> int:
     """The index of the current device (the backend's ``current_device()``), under
     ``torch.accelerator``'s name.
 
-    Args:
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
-
     Returns:
         An index in ``[0, device_count())``.
-
-    Raises:
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     return _resolve(accelerator).current_device()
 
@@ -336,15 +287,12 @@ def current_accelerator(
 
     Args:
         check_available: Answer ``None`` when the backend's ``is_available()`` is False.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Returns:
         The backend's ``device()`` (a ``torch.device`` without an index), or ``None``.
 
     Raises:
         TypeError: ``check_available`` is not a ``bool``.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     if not isinstance(check_available, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"check_available must be a bool, got {type(check_available).__name__}")
@@ -365,21 +313,12 @@ def get_memory_info(
     available and total memory as psutil reports them, capped by the process's cgroup
     limit where one applies.
 
-    Args:
-        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``; ``None`` for the
-            current device.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
-
     Returns:
         ``(free, total)`` in bytes.
 
     Raises:
-        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-            ``torch.device``.
-        ValueError: ``device_index`` is negative, an unparsable string, a device of another
-            type, or (on a backend that counts its devices per call) out of range.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
+        ValueError: Also where ``device_index`` is out of range on a backend that counts its
+            devices per call.
     """
     acc = _resolve(accelerator)
     index = _index_of(acc, device_index)
@@ -397,20 +336,8 @@ def get_device_capability(
     (:class:`~accel.protocols.DeviceCapabilityAPI`); otherwise ``{"supported_dtypes": ...}``
     found by making a one-element tensor of every (non-quantized) dtype on the device.
 
-    Args:
-        device_index: An index, ``"<type>:<index>"`` or a ``torch.device``; ``None`` for the
-            current device.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
-
     Returns:
         The capability under torch's keys; ``"supported_dtypes"`` is a set of ``torch.dtype``.
-
-    Raises:
-        TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-            ``torch.device``.
-        ValueError: ``device_index`` is negative, an unparsable string, or a device of another type.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     index = _index_of(acc, device_index)
@@ -423,15 +350,10 @@ def get_device_capability(
 def empty_host_cache(accelerator: Accelerator | None = None) -> None:
     """Release the page-locked host memory the device runtime caches and no tensor uses.
 
-    Args:
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
-
     Raises:
         CapabilityError: The backend keeps no such cache (it is not a
             :class:`~accel.protocols.HostCacheAPI`: the CPU, whose "pinned" memory is
             ordinary memory, and devices whose runtime offers no call for it).
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, HostCacheAPI):
@@ -447,15 +369,12 @@ def set_stream(stream: torch.Stream, accelerator: Accelerator | None = None) -> 
 
     Args:
         stream: A stream of the accelerator's device type.
-        accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.
 
     Raises:
         CapabilityError: The backend cannot set a stream (it is not a
             :class:`~accel.protocols.SetStreamAPI`; the CPU has no streams).
         TypeError: ``stream`` is not a ``torch.Stream``.
         ValueError: ``stream`` is on a device of another type.
-        RuntimeError: ``accelerator`` is ``None`` and no backend can be selected (see
-            :func:`~accel.get_accelerator` for this and its other errors).
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, SetStreamAPI):

@@ -39,8 +39,11 @@ from accel.mixins import (
 )
 from accel.mixins.dtype import matmul_runs
 from accel.ops.table import PrebuiltOpBuilders
-from accel.protocols.device import DeviceLike, DeviceProperties
+from accel.protocols._contract import implements
+from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties, DevicePropertiesAPI
+from accel.protocols.dtype import DTypeAPI
 from accel.protocols.op_builder import OpBuilder
+from accel.protocols.runtime import RuntimeAPI
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +87,7 @@ def _onednn_has_native_fp16() -> bool:
         return False
 
 
+@implements(DeviceAPI, DevicePropertiesAPI, RuntimeAPI, DTypeAPI)
 class CPUAccelerator(
     NoStreamMixin,
     NoGraphMixin,
@@ -159,15 +163,9 @@ class CPUAccelerator(
         return visible
 
     def device_count(self) -> int:
-        """``LOCAL_SIZE`` if set, else the number of (visible) NUMA nodes with CPUs.
-
-        Returns:
-            The number of device slots.
-
-        Raises:
-            ValueError: ``LOCAL_SIZE`` is not a positive decimal integer, or
-                ``ACCEL_VISIBLE_NUMA_NODES`` is invalid (see :meth:`numa_nodes`).
-        """
+        """``LOCAL_SIZE`` if set, else the number of (visible) NUMA nodes with CPUs; ``ValueError``
+        where ``LOCAL_SIZE`` is not a positive decimal integer or ``ACCEL_VISIBLE_NUMA_NODES`` is
+        invalid (see :meth:`numa_nodes`)."""
         local_size = env_index("LOCAL_SIZE")
         if local_size == 0:
             raise ValueError("environment variable LOCAL_SIZE must be a positive integer, got '0'")
@@ -194,41 +192,18 @@ class CPUAccelerator(
         return 0 if raw is None else parse_env_index("LOCAL_RANK", raw)
 
     def set_device(self, device_index: DeviceLike) -> None:
-        """Record a device slot as current.
-
-        ``"cpu"`` without an index names every slot (it is what ``device_name(i)`` returns
-        for any ``i``), so it leaves the current slot as it is.
-
-        Args:
-            device_index: An index, ``"cpu:<i>"`` or a ``torch.device``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-                ``torch.device``.
-            ValueError: ``device_index`` is negative, an unparsable string or not a CPU device.
-        """
+        """Records the slot as current. ``"cpu"`` without an index names every slot (it is what
+        ``device_name(i)`` returns for any ``i``), so it leaves the current slot as it is."""
         index = check_device(device_index, "cpu")
         if index is not None:
             self._selected_device = index
 
     def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
-        """The CPU model, the (cgroup-capped) memory, and the usable cores of the NUMA
-        node behind the slot (slots map to nodes as ``accel run`` assigns them).
-
-        Args:
-            device_index: The slot; ``None`` for :meth:`current_device`.
-
-        Returns:
-            The CPU's model name, :meth:`total_memory`'s size, and as
-            ``multi_processor_count`` the number of CPUs this process may use on the slot's
-            node (on the whole host when that is 0); ``compute_capability`` is ``None``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative; or ``LOCAL_SIZE``,
-                ``ACCEL_VISIBLE_NUMA_NODES`` or (for ``None``) ``LOCAL_RANK`` is invalid (see
-                :meth:`device_count` and :meth:`numa_nodes`).
-        """
+        """The CPU model, :meth:`total_memory`'s (cgroup-capped) size, and as
+        ``multi_processor_count`` the CPUs this process may use on the NUMA node behind the slot
+        (slots map to nodes as ``accel run`` assigns them; the whole host's when that is 0).
+        ``ValueError`` also where ``LOCAL_SIZE``, ``ACCEL_VISIBLE_NUMA_NODES`` or (for ``None``)
+        ``LOCAL_RANK`` is invalid."""
         index = check_optional_index(device_index)
         slot = self.current_device() if index is None else index
         nodes, count = self.numa_nodes(), self.device_count()
@@ -242,26 +217,11 @@ class CPUAccelerator(
         )
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Returns at once: CPU ops have finished when their calls return.
-
-        Args:
-            device_index: Checked, then ignored.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Returns at once: CPU ops have finished when their calls return."""
         check_optional_index(device_index)
 
     def lazy_call(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` now: the CPU runtime needs no lazy initialisation.
-
-        Args:
-            callback: A function of no arguments.
-
-        Raises:
-            TypeError: ``callback`` is not callable.
-        """
+        """Calls ``callback`` now: the CPU runtime needs no lazy initialisation."""
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         callback()

@@ -32,7 +32,11 @@ from accel.mixins import (
 )
 from accel.mixins.dtype import triton_runs_on
 from accel.ops.table import PrebuiltOpBuilders
+from accel.protocols._contract import implements
+from accel.protocols.dtype import DTypeAPI
+from accel.protocols.memory import MemoryUsageAPI
 from accel.protocols.op_builder import OpBuilder
+from accel.protocols.runtime import RuntimeAPI
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +96,7 @@ def fp16_allowed(capability: tuple[int, int]) -> bool:
     return major >= 7 or (major == 6 and allow_deprecated_fp16())
 
 
+@implements(MemoryUsageAPI, DTypeAPI, RuntimeAPI)
 class CUDAAccelerator(
     TorchStreamMixin,
     TorchGraphMixin,

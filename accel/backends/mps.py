@@ -37,6 +37,9 @@ from accel.mixins import (
     TorchRuntimeMixin,
 )
 from accel.mixins.device import check_below_count
+from accel.protocols._contract import implements
+from accel.protocols.memory import MemoryUsageAPI
+from accel.protocols.rng import RNGAPI
 
 # What the backend calls on torch.mps; a module without one of them cannot back it.
 MPS_MODULE_FUNCTIONS = (
@@ -46,6 +49,7 @@ MPS_MODULE_FUNCTIONS = (
 )  # fmt: skip
 
 
+@implements(RNGAPI, MemoryUsageAPI)
 class MPSDeviceMixin(SingleDeviceMixin):
     """The one device's generator and memory, with every index checked against the count."""
 
@@ -55,90 +59,35 @@ class MPSDeviceMixin(SingleDeviceMixin):
             check_below_count(index, self.device_count(), self.device_type)
 
     def default_generator(self, device_index: int) -> torch.Generator:
-        """The device's generator (``torch.mps``'s default one).
-
-        Args:
-            device_index: 0.
-
-        Returns:
-            The generator random ops on the device draw from.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
-        """
+        """``torch.mps``'s default generator."""
         check_below_count(check_index(device_index), self.device_count(), self.device_type)
         generator: torch.Generator = device_module(self.device_type)._get_default_mps_generator()
         return generator
 
     def empty_cache(self) -> None:
-        """Release the allocator's cached, unused blocks (``torch.mps.empty_cache``)."""
+        """``torch.mps.empty_cache``."""
         device_module(self.device_type).empty_cache()
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes occupied by tensors (``torch.mps.current_allocated_memory``).
-
-        Args:
-            device_index: The device; ``None`` or 0.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
-        """
+        """``torch.mps.current_allocated_memory``."""
         self._checked(device_index)
         return int(device_module(self.device_type).current_allocated_memory())
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Bytes the Metal driver holds for this process, tensors and caches
-        (``torch.mps.driver_allocated_memory``).
-
-        Args:
-            device_index: The device; ``None`` or 0.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
-        """
+        """What the Metal driver holds for this process, tensors and caches
+        (``torch.mps.driver_allocated_memory``)."""
         self._checked(device_index)
         return int(device_module(self.device_type).driver_allocated_memory())
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """The GPU's working-set budget (``torch.mps.recommended_max_memory``): the unified
-        memory Metal recommends a process keep on the GPU.
-
-        Args:
-            device_index: The device; ``None`` or 0.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
-        """
+        """The GPU's working-set budget (``torch.mps.recommended_max_memory``): the unified memory
+        Metal recommends a process keep on the GPU."""
         self._checked(device_index)
         return int(device_module(self.device_type).recommended_max_memory())
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """What is left of the budget after what the driver holds, and no more than the
-        host has free (the memory is the host's).
-
-        Args:
-            device_index: The device; ``None`` or 0.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
-        """
+        """What is left of the budget after what the driver holds, and no more than the host has
+        free (the memory is the host's)."""
         budget = self.total_memory(device_index) - self.memory_reserved(device_index)
         return max(0, min(budget, _host.available_memory()))
 

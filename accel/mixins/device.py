@@ -15,7 +15,8 @@ from typing_extensions import Protocol
 
 from accel._device_module import device_module
 from accel._validate import check_device, check_index, check_optional_index
-from accel.protocols.device import DeviceLike, DeviceProperties
+from accel.protocols._contract import implements
+from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties, DevicePropertiesAPI
 
 
 class _NamedDevices(Protocol):
@@ -104,6 +105,7 @@ def check_below_count(index: int, count: int, device_type: str) -> int:
     return index
 
 
+@implements(DeviceAPI)
 class SingleDeviceMixin:
     """DeviceAPI's selection members for a device type with one device and no selection
     call in its torch module (``torch.mps``): device 0 is always current."""
@@ -119,42 +121,24 @@ class SingleDeviceMixin:
         return 0
 
     def set_device(self, device_index: DeviceLike) -> None:
-        """Accept the only device (index 0).
-
-        Args:
-            device_index: ``0``, ``"<type>:0"`` or that ``torch.device``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-                ``torch.device``.
-            ValueError: ``device_index`` is negative, at or beyond ``device_count()``, an
-                unparsable string, a device of another type, or a name without an index.
-        """
+        """Accepts the only device: ``0``, ``"<type>:0"`` or that ``torch.device``."""
         index = check_device(device_index, self.device_type)
         if index is None:
             raise _names_no_index(device_index, self.device_type)
         check_below_count(index, self.device_count(), self.device_type)
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Wait for all queued work on the device.
-
-        Args:
-            device_index: The device; ``None`` or 0.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond ``device_count()``.
-        """
+        """Also refuses an index at or beyond ``device_count()`` (``ValueError``)."""
         index = check_optional_index(device_index)
         if index is not None:
             check_below_count(index, self.device_count(), self.device_type)
         device_module(self.device_type).synchronize()
 
     def is_available(self) -> bool:
-        """Whether torch sees the device."""
         return bool(device_module(self.device_type).is_available())
 
 
+@implements(DeviceAPI)
 class DeviceNamingMixin:
     """``device_name``/``device``/``current_device_name`` for a torch device type.
 
@@ -166,19 +150,7 @@ class DeviceNamingMixin:
     indexed_device_names: ClassVar[bool] = True
 
     def device_name(self, device_index: int | None = None) -> str:
-        """``"<type>:<index>"``, or ``"<type>"`` without an index or for unindexed devices.
-
-        Args:
-            device_index: The device; ``None`` for the type alone.
-
-        Returns:
-            E.g. ``"cuda:1"``; ``device_type`` alone when ``device_index`` is ``None`` or
-            ``indexed_device_names`` is ``False``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """``device_type`` alone for every index where ``indexed_device_names`` is ``False``."""
         # Hot path (a `device=` argument per tensor): a plain non-negative int skips the
         # general validation, which still sees everything else.
         if device_index is None:
@@ -190,22 +162,9 @@ class DeviceNamingMixin:
         return f"{self.device_type}:{device_index}"
 
     def device(self, device_index: int | None = None) -> torch.device:
-        """The ``torch.device`` that :meth:`device_name` names.
-
-        Args:
-            device_index: The device; ``None`` for the type alone.
-
-        Returns:
-            ``torch.device(self.device_name(device_index))``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         return torch.device(self.device_name(device_index))
 
     def current_device_name(self: _NamedDevices) -> str:
-        """The device string of the current device."""
         if not self.indexed_device_names:
             # Hot path (every `device=` argument): the name cannot depend on the index.
             return self.device_type
@@ -226,31 +185,21 @@ class DeviceNamingMixin:
         return device_scope(self, device_index)
 
 
+@implements(DeviceAPI, DevicePropertiesAPI)
 class TorchDeviceMixin:
     """DeviceAPI's selection members (count, current, set, synchronize, availability)."""
 
     device_type: ClassVar[str]
 
     def device_count(self) -> int:
-        """Devices visible to this process."""
         return int(device_module(self.device_type).device_count())
 
     def current_device(self) -> int:
         return int(device_module(self.device_type).current_device())
 
     def set_device(self, device_index: DeviceLike) -> None:
-        """Make a device current, named as torch names it.
-
-        Args:
-            device_index: An index, ``"<type>:<i>"`` or a ``torch.device``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int`` (``bool`` excluded), ``str`` or
-                ``torch.device``.
-            ValueError: ``device_index`` is negative, at or beyond ``device_count()``, an
-                unparsable string, a device of another type, or a name without an index (torch
-                refuses that too: it would not say which device).
-        """
+        """Also takes ``"<type>:<i>"`` or a ``torch.device``; a name without an index is a
+        ``ValueError`` (torch refuses it too: it would not say which device)."""
         index = check_device(device_index, self.device_type)
         if index is None:
             raise _names_no_index(device_index, self.device_type)
@@ -259,36 +208,14 @@ class TorchDeviceMixin:
         )
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Wait for all queued work on the device (default: current).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         device_module(self.device_type).synchronize(check_optional_index(device_index))
 
     def is_available(self) -> bool:
-        """Whether torch sees at least one device of this type."""
         return bool(device_module(self.device_type).is_available())
 
     def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
-        """``torch.<type>.get_device_properties`` as a :class:`DeviceProperties`.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The device's name (``"<type> device"`` when torch gives none) and total memory;
-            its multiprocessor (CUDA, ROCm) or EU (XPU) count and its compute capability
-            where torch reports them, else ``None``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """``torch.<type>.get_device_properties``; the name is ``"<type> device"`` where torch
+        gives none, the processor count the SMs (CUDA, ROCm) or EUs (XPU)."""
         index = check_optional_index(device_index)
         module = device_module(self.device_type)
         found = module.get_device_properties(self.current_device() if index is None else index)

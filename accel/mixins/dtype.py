@@ -11,6 +11,9 @@ from typing_extensions import Protocol
 
 from accel._device_module import device_module
 from accel._validate import check_optional_index
+from accel.protocols._contract import implements
+from accel.protocols.device import DeviceCapabilityAPI
+from accel.protocols.dtype import DTypeAPI
 
 
 class _DTypeAnswers(Protocol):
@@ -18,6 +21,7 @@ class _DTypeAnswers(Protocol):
     def is_fp16_supported(self) -> bool: ...
 
 
+@implements(DTypeAPI)
 class DTypeListMixin:
     """Keeps ``supported_dtypes()`` consistent with ``is_bf16/fp16_supported()`` by construction."""
 
@@ -72,24 +76,24 @@ def triton_runs_on(device_type: str) -> bool:
     return device_type in ("cuda", "xpu")
 
 
+@implements(DTypeAPI)
 class TorchDTypeMixin:
     """bf16 from ``torch.<type>.is_bf16_supported()`` when it exists; fp16 by probe."""
 
     device_type: ClassVar[str]
 
     def is_bf16_supported(self) -> bool:
-        """Whether the device computes in bfloat16."""
+        """``torch.<type>.is_bf16_supported()`` where it exists, else a probe matmul."""
         native = getattr(device_module(self.device_type), "is_bf16_supported", None)
         if callable(native):
             return bool(native())
         return matmul_runs(self.device_type, torch.bfloat16)
 
     def is_fp16_supported(self) -> bool:
-        """Whether a float16 matmul runs correctly on the device."""
+        """By a probe matmul (:func:`matmul_runs`)."""
         return matmul_runs(self.device_type, torch.float16)
 
     def is_triton_supported(self) -> bool:
-        """Whether Triton kernels can run on the device."""
         return triton_runs_on(self.device_type)
 
 
@@ -126,25 +130,15 @@ def allocatable_dtypes(device_type: str) -> frozenset[torch.dtype]:
     return frozenset(found)
 
 
+@implements(DeviceCapabilityAPI)
 class DeviceCapabilityMixin:
     """``get_device_capability`` as ``torch.accelerator.get_device_capability`` answers."""
 
     device_type: ClassVar[str]
 
     def get_device_capability(self, device_index: int | None = None) -> dict[str, Any]:
-        """torch's own answer where this device type is torch's accelerator and torch has one;
-        else ``{"supported_dtypes": ...}`` found by making a tensor in every dtype.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The capability under torch's keys.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """torch's own answer where this device type is torch's accelerator and torch has one; else
+        ``{"supported_dtypes": ...}`` found by making a tensor in every dtype."""
         index = check_optional_index(device_index)
         current = torch.accelerator.current_accelerator()
         if current is not None and current.type == self.device_type:

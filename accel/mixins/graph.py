@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 import torch
 
 from accel._device_module import device_module
+from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
 
 # Aliased: inside TorchGraphMixin, `Graph` is the factory method.
-from accel.protocols.graph import CaptureErrorMode, CaptureGraph
+from accel.protocols.graph import CaptureErrorMode, CaptureGraph, GraphAPI, GraphObjectAPI
 from accel.protocols.graph import Graph as GraphHandle
 
 CAPTURE_ERROR_MODES = ("default", "global", "thread_local", "relaxed")
@@ -182,6 +183,7 @@ def _accelerator_capture(
             graph.capture_end()
 
 
+@implements(GraphAPI, GraphObjectAPI)
 class TorchGraphMixin:
     """Capture and replay with the device module's graphs, else ``torch.accelerator.Graph``."""
 
@@ -197,14 +199,8 @@ class TorchGraphMixin:
         return graph
 
     def create_graph(self) -> GraphHandle:
-        """A new, empty device graph.
-
-        Returns:
-            An instance of the device module's graph class, else ``torch.accelerator.Graph``.
-
-        Raises:
-            RuntimeError: The device has neither.
-        """
+        """An instance of the device module's graph class, else ``torch.accelerator.Graph``;
+        ``RuntimeError`` where the device has neither."""
         cls = graph_class(self.device_type)
         if cls is None:
             raise RuntimeError(f"torch.{self.device_type} has no graph class")
@@ -217,22 +213,9 @@ class TorchGraphMixin:
         pool: tuple[int, int] | None = None,
         stream: torch.Stream | None = None,
     ) -> AbstractContextManager[None]:
-        """Record the device work issued inside the ``with`` block into ``graph``.
-
-        Args:
-            graph: A graph from :meth:`create_graph` of this accelerator.
-            pool: A memory pool to share with another graph (``graph.pool()``).
-            stream: The stream to capture on; ``None`` for the device module's choice (with
-                ``torch.accelerator.Graph``: the current stream).
-
-        Returns:
-            ``torch.<type>.graph(graph, pool=pool, stream=stream)`` where the device module
-            has graphs, else a context manager around ``torch.accelerator.Graph``'s
-            ``capture_begin``/``capture_end``.
-
-        Raises:
-            TypeError: ``graph`` is not an instance of the device's graph class.
-        """
+        """``torch.<type>.graph(graph, pool=pool, stream=stream)`` where the device module has
+        graphs, else ``capture_begin``/``capture_end`` of ``torch.accelerator.Graph`` (which
+        captures on the current stream where ``stream`` is ``None``)."""
         checked = self._checked(graph)
         if module_graph_class(self.device_type) is None:
             return _accelerator_capture(checked, pool, stream)
@@ -248,23 +231,8 @@ class TorchGraphMixin:
         pool: tuple[int, int] | None = None,
         capture_error_mode: CaptureErrorMode = "default",
     ) -> CaptureGraph:
-        """A new graph of the device's graph class with ``torch.accelerator.Graph``'s shape
-        (:func:`capture_graph_class`).
-
-        Args:
-            keep_graph: Keep the recorded graph after ``capture_end``.
-            pool: Another graph's ``pool()``, to share its memory pool.
-            capture_error_mode: ``"default"`` (the device module's own default),
-                ``"global"``, ``"thread_local"`` or ``"relaxed"``.
-
-        Returns:
-            The graph.
-
-        Raises:
-            TypeError: ``keep_graph`` is not a ``bool`` or ``pool`` not a pair of ints.
-            ValueError: ``capture_error_mode`` is none of the four modes.
-            RuntimeError: The device has no graph class.
-        """
+        """An instance of :func:`capture_graph_class`; ``RuntimeError`` where the device has no
+        graph class."""
         if not isinstance(keep_graph, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"keep_graph must be a bool, got {type(keep_graph).__name__}")
         if pool is not None and not (
@@ -283,12 +251,5 @@ class TorchGraphMixin:
         return graph
 
     def replay_graph(self, graph: GraphHandle) -> None:
-        """Replay a captured graph (``graph.replay()``).
-
-        Args:
-            graph: A graph captured with :meth:`capture_to_graph`.
-
-        Raises:
-            TypeError: ``graph`` is not an instance of the device's graph class.
-        """
+        """``graph.replay()``."""
         self._checked(graph).replay()

@@ -14,7 +14,14 @@ from typing_extensions import Protocol
 from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_optional_index
+from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
+from accel.protocols.memory import (
+    AccumulatedStatsAPI,
+    MemoryInfoAPI,
+    MemoryStatsAPI,
+    MemoryUsageAPI,
+)
 
 
 class _SizedMemory(Protocol):
@@ -22,22 +29,12 @@ class _SizedMemory(Protocol):
     def available_memory(self, device_index: int | None = None) -> int: ...
 
 
+@implements(MemoryInfoAPI)
 class MemoryInfoMixin:
     """``get_memory_info`` from the backend's own ``available_memory`` and ``total_memory``."""
 
     def get_memory_info(self: _SizedMemory, device_index: int | None = None) -> tuple[int, int]:
-        """``(available_memory(i), total_memory(i))``, in bytes.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            Free and total bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """``(available_memory(i), total_memory(i))``."""
         return self.available_memory(device_index), self.total_memory(device_index)
 
 
@@ -78,6 +75,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return cast("Callable[[int], int]", trim)
 
 
+@implements(MemoryUsageAPI, MemoryStatsAPI, AccumulatedStatsAPI)
 class HostMemoryMixin(MemoryInfoMixin):
     """Memory accounting from the process's resident set, shared by every device index.
 
@@ -93,81 +91,26 @@ class HostMemoryMixin(MemoryInfoMixin):
             trim(0)
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Resident set size of this process, in bytes.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            The RSS in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The process's resident set size."""
         check_optional_index(device_index)
         return _host.process_memory.rss()
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak resident set size since start or the last reset, in bytes.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            The peak RSS in bytes (the kernel's high-water mark where it has one).
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The peak RSS (the kernel's high-water mark where it has one)."""
         check_optional_index(device_index)
         return _host.process_memory.peak()
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Same as :meth:`memory_allocated`: the host allocator's cache is part of the RSS.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            The RSS in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Same as :meth:`memory_allocated`: the host allocator's cache is part of the RSS."""
         return self.memory_allocated(device_index)
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Same as :meth:`max_memory_allocated`.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            The peak RSS in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Same as :meth:`max_memory_allocated`."""
         return self.max_memory_allocated(device_index)
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
-        """The values above under the key names ``torch.cuda.memory_stats()`` uses.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            ``allocated_bytes.all.current``/``.peak`` and ``reserved_bytes.all.current``/
-            ``.peak``: the RSS and its peak, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """``allocated_bytes.all.current``/``.peak`` and ``reserved_bytes.all.current``/``.peak``:
+        the RSS and its peak."""
         check_optional_index(device_index)
         current = _host.process_memory.rss()
         peak = _host.process_memory.peak()
@@ -179,60 +122,22 @@ class HostMemoryMixin(MemoryInfoMixin):
         }
 
     def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
-        """Nothing to do: the host reports no counters that only grow (``memory_stats()``
-        holds current values and peaks), so after this call none is non-zero.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Nothing to do: the host reports no counters that only grow (``memory_stats()`` holds
+        current values and peaks), so after this call none is non-zero."""
         check_optional_index(device_index)
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        """Restart the peaks from the current RSS.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Restarts the peaks from the current RSS."""
         check_optional_index(device_index)
         _host.process_memory.reset_peak()
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """Physical memory, capped by the process's cgroup limit, in bytes.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Physical memory, capped by the process's cgroup limit."""
         check_optional_index(device_index)
         return _host.total_memory()
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """Memory still obtainable, capped by the cgroup's headroom, in bytes.
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's memory.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Memory still obtainable, capped by the cgroup's headroom."""
         check_optional_index(device_index)
         return _host.available_memory()
 
@@ -245,148 +150,50 @@ class _TorchMemoryIndex:
         return int(device_module(self.device_type).current_device()) if index is None else index
 
 
+@implements(MemoryUsageAPI)
 class TorchMemoryUsageMixin(_TorchMemoryIndex, MemoryInfoMixin):
     """Memory in use and sizes from a torch device type's allocator. Every size is in bytes."""
 
     def empty_cache(self) -> None:
-        """Release cached, unused blocks of the allocator to the device."""
         device_module(self.device_type).empty_cache()
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes occupied by tensors, from ``torch.<type>.memory_allocated``.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         return int(device_module(self.device_type).memory_allocated(self._index(device_index)))
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Bytes held by the caching allocator.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         return int(device_module(self.device_type).memory_reserved(self._index(device_index)))
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """The device's memory, from ``torch.<type>.get_device_properties``.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """From ``torch.<type>.get_device_properties``."""
         module = device_module(self.device_type)
         return int(module.get_device_properties(self._index(device_index)).total_memory)
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """Free memory the driver reports for the device.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The free size in bytes from ``torch.<type>.mem_get_info``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The free size ``torch.<type>.mem_get_info`` reports."""
         module = device_module(self.device_type)
         free, _total = module.mem_get_info(self._index(device_index))
         return int(free)
 
 
+@implements(MemoryStatsAPI, AccumulatedStatsAPI)
 class TorchMemoryStatsMixin(_TorchMemoryIndex):
     """Peak statistics of a torch device type's allocator. Every size is in bytes."""
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated`, from ``torch.<type>.max_memory_allocated``.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         return int(device_module(self.device_type).max_memory_allocated(self._index(device_index)))
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_reserved`, from ``torch.<type>.max_memory_reserved``.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         return int(device_module(self.device_type).max_memory_reserved(self._index(device_index)))
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
-        """The allocator's integer statistics under torch's key names.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The statistics by key; entries whose value is not an ``int`` are left out.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Entries whose value is not an ``int`` are left out."""
         stats = device_module(self.device_type).memory_stats(self._index(device_index))
         return {str(key): int(value) for key, value in stats.items() if isinstance(value, int)}
 
     def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
-        """Zero the allocator's allocation and free totals.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         device_module(self.device_type).reset_accumulated_memory_stats(self._index(device_index))
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        """Restart the peaks from the current values.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         device_module(self.device_type).reset_peak_memory_stats(self._index(device_index))
 
 

@@ -6,43 +6,23 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from accel._validate import check_str
-from accel.protocols.op_builder import OpBuilder
+from accel.protocols._contract import implements
+from accel.protocols.op_builder import OpBuilder, OpBuilderAPI
 
 
+@implements(OpBuilderAPI)
 class OpBuilderTableMixin:
     """``create_op_builder``/``get_op_builder``/``op_builder_names`` from ``op_builders``."""
 
     op_builders: ClassVar[Mapping[str, type[OpBuilder]]]
 
     def get_op_builder(self, class_name: str) -> type[OpBuilder] | None:
-        """The builder class named ``class_name``, or ``None`` if this backend has none.
-
-        Args:
-            class_name: DeepSpeed's builder class name, e.g. ``"CPUAdamBuilder"``.
-
-        Returns:
-            ``op_builders[class_name]``, or ``None`` when the table has no such key.
-
-        Raises:
-            TypeError: ``class_name`` is not a ``str``.
-        """
+        """``op_builders[class_name]``, or ``None`` when the table has no such key."""
         return self.op_builders.get(check_str(class_name, "class_name"))
 
     def create_op_builder(self, class_name: str) -> OpBuilder | None:
-        """A new builder named ``class_name``, or ``None`` if this backend has none.
-
-        Args:
-            class_name: DeepSpeed's builder class name, e.g. ``"CPUAdamBuilder"``.
-
-        Returns:
-            An instance of :meth:`get_op_builder`'s class, or ``None``.
-
-        Raises:
-            TypeError: ``class_name`` is not a ``str``.
-        """
         builder = self.get_op_builder(class_name)
         return builder() if builder is not None else None
 
     def op_builder_names(self) -> list[str]:
-        """Every builder class name this backend knows, sorted."""
         return sorted(self.op_builders)

@@ -13,6 +13,8 @@ from torch.autograd.profiler import record_function
 
 from accel._torch_typed import nvtx_range_pop, nvtx_range_push
 from accel._validate import check_str
+from accel.protocols._contract import implements
+from accel.protocols.profiler import ProfilerAPI
 
 
 class _RangeStack(threading.local):
@@ -23,28 +25,17 @@ class _RangeStack(threading.local):
 _ranges = _RangeStack()
 
 
+@implements(ProfilerAPI)
 class RecordFunctionProfilerMixin:
     """``range_push``/``range_pop`` as nested ``record_function`` ranges, per thread."""
 
     def range_push(self, msg: str) -> None:
-        """Open a range named ``msg`` on this thread.
-
-        Args:
-            msg: The name of the ``record_function`` range in ``torch.profiler`` traces.
-
-        Raises:
-            TypeError: ``msg`` is not a ``str``.
-        """
+        """Opens a ``record_function`` range: ``msg`` names it in ``torch.profiler`` traces."""
         scope = record_function(check_str(msg, "msg"))
         scope.__enter__()  # type: ignore[no-untyped-call]
         _ranges.open.append(scope)
 
     def range_pop(self) -> None:
-        """Close this thread's innermost open range.
-
-        Raises:
-            RuntimeError: No range is open on this thread.
-        """
         if not _ranges.open:
             raise RuntimeError("range_pop() called with no open range on this thread")
         _ranges.open.pop().__exit__(None, None, None)
@@ -58,6 +49,7 @@ class _Depth(threading.local):
 _depth = _Depth()
 
 
+@implements(ProfilerAPI)
 class NVTXProfilerMixin:
     """``range_push``/``range_pop`` through ``torch.cuda.nvtx``.
 
@@ -66,23 +58,11 @@ class NVTXProfilerMixin:
     """
 
     def range_push(self, msg: str) -> None:
-        """Open an NVTX range named ``msg``.
-
-        Args:
-            msg: The range's name in the NVTX timeline (Nsight Systems).
-
-        Raises:
-            TypeError: ``msg`` is not a ``str``.
-        """
+        """Opens an NVTX range (Nsight Systems' timeline)."""
         nvtx_range_push(check_str(msg, "msg"))
         _depth.open += 1
 
     def range_pop(self) -> None:
-        """Close this thread's innermost NVTX range.
-
-        Raises:
-            RuntimeError: No range is open on this thread.
-        """
         if _depth.open == 0:
             raise RuntimeError("range_pop() called with no open range on this thread")
         nvtx_range_pop()

@@ -16,6 +16,8 @@ from typing_extensions import Protocol
 
 from accel._device_module import device_module
 from accel._validate import check_index, check_optional_index, check_rng_state, check_seed
+from accel.protocols._contract import implements
+from accel.protocols.rng import RNGAPI, ForkRNGAPI
 
 
 class _SavableRNG(Protocol):
@@ -59,25 +61,14 @@ def fork_rng_states(
         torch.set_rng_state(host)
 
 
+@implements(ForkRNGAPI)
 class ForkRNGMixin:
     """``fork_rng`` from the backend's own ``get/set_rng_state`` (any device type)."""
 
     def fork_rng(
         self: _SavableRNG, devices: Iterable[int] | None = None, enabled: bool = True
     ) -> contextlib.AbstractContextManager[None]:
-        """Restore the host's and ``devices``' (default: all) generators on exit.
-
-        Through :func:`fork_rng_states`, with this backend's ``get/set_rng_state``.
-
-        Args:
-            devices: The device indices whose generators are restored with the host's;
-                ``None`` for every device.
-            enabled: ``False`` makes the context manager do nothing.
-
-        Returns:
-            The context manager. On entering it, an index in ``devices`` that is not an
-            ``int`` raises ``TypeError`` and a negative one ``ValueError``.
-        """
+        """Through :func:`fork_rng_states`, with this backend's ``get/set_rng_state``."""
         return fork_rng_states(self, devices, enabled)
 
 
@@ -92,6 +83,7 @@ def _generator(devices: _GeneratorDevices, device_index: int | None) -> torch.Ge
     return devices.default_generator(devices.current_device() if index is None else index)
 
 
+@implements(RNGAPI)
 class GeneratorRNGMixin(ForkRNGMixin):
     """Seeding and state through ``default_generator(i)``, which the backend provides.
 
@@ -100,68 +92,26 @@ class GeneratorRNGMixin(ForkRNGMixin):
     """
 
     def manual_seed(self: _GeneratorDevices, seed: int) -> None:
-        """Seed the current device's ``default_generator``.
-
-        Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is not in ``[-2**63, 2**64)``.
-        """
         _generator(self, None).manual_seed(check_seed(seed))
 
     def manual_seed_all(self: _GeneratorDevices, seed: int) -> None:
-        """Seed the default generator of every device (each generator once).
-
-        Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is not in ``[-2**63, 2**64)``.
-        """
+        """Each distinct generator is seeded once."""
         value = check_seed(seed)
         generators = {id(g): g for g in map(self.default_generator, range(self.device_count()))}
         for generator in generators.values():
             generator.manual_seed(value)
 
     def initial_seed(self: _GeneratorDevices) -> int:
-        """The current device generator's seed, in ``[0, 2**64)``."""
         return _generator(self, None).initial_seed()
 
     def get_rng_state(self: _GeneratorDevices, device_index: int | None = None) -> torch.Tensor:
-        """A copy of the generator state as a ``uint8`` CPU tensor.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The state of the device's ``default_generator``, as a 1-D ``uint8`` CPU tensor.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative; or what the backend's
-                ``default_generator`` raises for it.
-        """
+        """Also raises what the backend's ``default_generator`` raises for the index."""
         return _generator(self, device_index).get_state()
 
     def set_rng_state(
         self: _GeneratorDevices, new_state: torch.Tensor, device_index: int | None = None
     ) -> None:
-        """Restore a state from :meth:`get_rng_state` of the same device type.
-
-        Args:
-            new_state: The saved state.
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor, or ``device_index`` is
-                not an ``int``.
-            ValueError: The generator rejects ``new_state`` (not a state of its device type),
-                or ``device_index`` is negative; or what the backend's ``default_generator``
-                raises for it.
-        """
+        """Also raises what the backend's ``default_generator`` raises for the index."""
         state = check_rng_state(new_state)
         generator = _generator(self, device_index)
         try:
@@ -172,26 +122,17 @@ class GeneratorRNGMixin(ForkRNGMixin):
             ) from error
 
 
+@implements(RNGAPI)
 class HostRNGMixin(GeneratorRNGMixin):
     """The host's single ``torch.default_generator`` behind every device index."""
 
     def default_generator(self, device_index: int) -> torch.Generator:
-        """``torch.default_generator`` (validated index; the host has one generator).
-
-        Args:
-            device_index: Checked, then ignored: every index shares the host's generator.
-
-        Returns:
-            ``torch.default_generator``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """``torch.default_generator`` for every (checked) index: the host has one generator."""
         check_index(device_index)
         return torch.default_generator
 
 
+@implements(RNGAPI)
 class TorchRNGMixin(ForkRNGMixin):
     """RNGAPI for a torch device type.
 
@@ -206,64 +147,21 @@ class TorchRNGMixin(ForkRNGMixin):
         return self.device_type if index is None else index
 
     def manual_seed(self, seed: int) -> None:
-        """Seed the current device's generator through ``torch.<type>.manual_seed``.
-
-        Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is not in ``[-2**63, 2**64)``.
-        """
         device_module(self.device_type).manual_seed(check_seed(seed))
 
     def manual_seed_all(self, seed: int) -> None:
-        """Seed every device's generator through ``torch.<type>.manual_seed_all``.
-
-        Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is not in ``[-2**63, 2**64)``.
-        """
         device_module(self.device_type).manual_seed_all(check_seed(seed))
 
     def initial_seed(self) -> int:
-        """The current device generator's seed."""
         return int(device_module(self.device_type).initial_seed())
 
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
-        """The generator state of a device (default: current) as a uint8 CPU tensor.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            ``torch.<type>.get_rng_state``'s answer: a 1-D ``uint8`` CPU tensor.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         state: torch.Tensor = device_module(self.device_type).get_rng_state(
             self._target(device_index)
         )
         return state
 
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
-        """Restore a state from :meth:`get_rng_state`.
-
-        Args:
-            new_state: The saved state.
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor, or ``device_index`` is
-                not an ``int``.
-            ValueError: ``torch.<type>.set_rng_state`` rejects ``new_state`` (not a state of
-                this device type's generator), or ``device_index`` is negative.
-        """
         state = check_rng_state(new_state)
         try:
             device_module(self.device_type).set_rng_state(state, self._target(device_index))
@@ -273,19 +171,8 @@ class TorchRNGMixin(ForkRNGMixin):
             ) from error
 
     def default_generator(self, device_index: int) -> torch.Generator:
-        """The default generator of a device (starts the device runtime if needed).
-
-        Args:
-            device_index: The device.
-
-        Returns:
-            ``torch.<type>.default_generators[device_index]``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or at or beyond the number of the
-                device type's generators.
-        """
+        """``torch.<type>.default_generators[device_index]``; starts the device runtime if it has
+        not started."""
         index = check_index(device_index)
         module = device_module(self.device_type)
         generators: tuple[torch.Generator, ...] = tuple(module.default_generators)

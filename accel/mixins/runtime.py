@@ -10,9 +10,12 @@ from typing_extensions import override
 from accel._device_module import device_module
 from accel._torch_typed import compile_backends
 from accel._validate import check_index_list, check_str
+from accel.protocols._contract import attach_contract, implements
+from accel.protocols.runtime import RuntimeAPI
 from accel.protocols.stream import StreamAPI
 
 
+@implements(RuntimeAPI)
 class RuntimeEnvMixin:
     """Environment handling parametrised by two class attributes, and synchronicity.
 
@@ -36,26 +39,14 @@ class RuntimeEnvMixin:
         cls.is_synchronized_device = _synchronized if cls._synchronized else _not_synchronized  # type: ignore[method-assign]
 
     def visible_devices_envs(self) -> list[str]:
-        """Names of the variables that restrict which devices a process sees."""
+        """``visible_devices_env_names``."""
         return list(self.visible_devices_env_names)
 
     def set_visible_devices_envs(
         self, current_env: MutableMapping[str, str], local_accelerator_ids: Sequence[int]
     ) -> None:
-        """Set each visible-devices variable in ``current_env`` to ``"i,j,..."``.
-
-        Args:
-            current_env: The child's environment, e.g. a copy of ``os.environ``.
-            local_accelerator_ids: The devices the child may use, written in this order.
-
-        Raises:
-            TypeError: ``current_env`` is not a mutable mapping, ``local_accelerator_ids`` is
-                not a sequence (a ``str`` or ``bytes`` is not one here), or an id is not an
-                ``int``.
-            ValueError: An id is negative or repeated.
-            RuntimeError: ``visible_devices_env_names`` is empty: the backend knows no
-                variable that restricts its devices.
-        """
+        """Sets each of ``visible_devices_env_names`` to ``"i,j,..."`` (ids in the order given); a
+        ``str`` or ``bytes`` is not a sequence of ids here."""
         if not isinstance(current_env, MutableMapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
                 "current_env must be a mutable mapping such as os.environ or a dict, "
@@ -73,16 +64,13 @@ class RuntimeEnvMixin:
             current_env[name] = value
 
     def export_envs(self) -> list[str]:
-        """Prefixes of variables a launcher must forward to remote ranks.
-
-        ``ACCEL`` first on every backend (``ACCEL_BACKEND`` and the backends' own
-        variables must reach every rank), then the backend's ``exported_env_prefixes``.
-        """
+        """``ACCEL`` first on every backend (``ACCEL_BACKEND`` and the backends' own variables must
+        reach every rank), then the backend's ``exported_env_prefixes``."""
         return ["ACCEL", *(p for p in self.exported_env_prefixes if p != "ACCEL")]
 
     def is_synchronized_device(self) -> bool:
-        """True exactly when the backend has no streams: an op has finished when its call
-        returns. Derived from the capability, so the two answers cannot drift apart."""
+        """True exactly when the backend has no streams: derived from the capability, so the two
+        answers cannot drift apart."""
         return self._synchronized
 
 
@@ -96,6 +84,11 @@ def _not_synchronized(self: object) -> bool:
     return False
 
 
+# Set as each backend's is_synchronized_device by RuntimeEnvMixin.__init_subclass__.
+attach_contract(_synchronized, RuntimeAPI, "is_synchronized_device")
+attach_contract(_not_synchronized, RuntimeAPI, "is_synchronized_device")
+
+
 def registered_compile_backends() -> list[str]:
     """Every backend name ``torch.compile`` accepts in this process.
 
@@ -104,6 +97,7 @@ def registered_compile_backends() -> list[str]:
     return sorted(compile_backends())
 
 
+@implements(RuntimeAPI)
 class CompileBackendMixin:
     """``get/set_compile_backend``, starting from ``default_compile_backend``."""
 
@@ -111,19 +105,10 @@ class CompileBackendMixin:
     _compile_backend: str | None = None
 
     def get_compile_backend(self) -> str:
-        """The chosen backend name (``default_compile_backend`` until one is set)."""
+        """``default_compile_backend`` until one is set."""
         return self._compile_backend or self.default_compile_backend
 
     def set_compile_backend(self, backend: str) -> None:
-        """Choose a registered ``torch.compile`` backend by name.
-
-        Args:
-            backend: The backend's name.
-
-        Raises:
-            TypeError: ``backend`` is not a ``str``.
-            ValueError: ``torch.compile`` has no backend of that name.
-        """
         name = check_str(backend, "backend")
         known = registered_compile_backends()
         if name not in known:
@@ -174,27 +159,20 @@ def default_communication_backend(device_type: str) -> str:
     return "gloo"
 
 
+@implements(RuntimeAPI)
 class TorchRuntimeMixin:
     """``communication_backend_name`` and ``lazy_call`` through the device module."""
 
     device_type: ClassVar[str]
 
     def communication_backend_name(self) -> str:
-        """The torch.distributed backend for this device type."""
+        """The vendor's library where :data:`VENDOR_COMMUNICATION_BACKENDS` has the type, else
+        torch's default (:func:`default_communication_backend`)."""
         return default_communication_backend(self.device_type)
 
     def lazy_call(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when the device runtime starts (now, if it has started).
-
-        Through the device module's ``_lazy_call`` where it has one; otherwise ``callback``
-        runs at once.
-
-        Args:
-            callback: A function of no arguments.
-
-        Raises:
-            TypeError: ``callback`` is not callable.
-        """
+        """Through the device module's ``_lazy_call`` where it has one; otherwise ``callback`` runs
+        at once."""
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         module = device_module(self.device_type)

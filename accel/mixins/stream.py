@@ -16,7 +16,9 @@ import torch
 
 from accel._device_module import device_module
 from accel._validate import check_optional_index
+from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
+from accel.protocols.stream import SetStreamAPI, StreamAPI
 
 _WHY = "the device runs every op to completion before returning: no streams, no events"
 
@@ -40,6 +42,7 @@ class NoStreamMixin(AbsentMembers):
     set_stream: None
 
 
+@implements(StreamAPI, SetStreamAPI)
 class TorchStreamMixin:
     """Streams and events of a torch device type."""
 
@@ -54,19 +57,7 @@ class TorchStreamMixin:
         )
 
     def Stream(self, device_index: int | None = None, priority: int = 0) -> torch.Stream:
-        """A new stream on the device (default: current).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-            priority: Passed to ``torch.<type>.Stream``: lower numbers run first.
-
-        Returns:
-            A new ``torch.<type>.Stream``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """A new ``torch.<type>.Stream``."""
         stream: torch.Stream = device_module(self.device_type).Stream(
             device=self._device(device_index), priority=priority
         )
@@ -75,84 +66,33 @@ class TorchStreamMixin:
     def Event(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
     ) -> torch.Event:
-        """A new event.
-
-        Args:
-            enable_timing: Let the event measure elapsed time between two records.
-            blocking: Make waiting on the event block the calling thread.
-            interprocess: Let other processes share the event.
-
-        Returns:
-            A new ``torch.<type>.Event`` with these settings.
-        """
+        """A new ``torch.<type>.Event``."""
         event: torch.Event = device_module(self.device_type).Event(
             enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
         )
         return event
 
     def stream(self, stream: torch.Stream | None) -> AbstractContextManager[None]:
-        """Make ``stream`` current inside the ``with`` block.
-
-        Args:
-            stream: The stream; ``None`` changes nothing.
-
-        Returns:
-            ``torch.<type>.stream(stream)``.
-
-        Raises:
-            TypeError: ``stream`` is neither a ``torch.Stream`` nor ``None``.
-        """
+        """``torch.<type>.stream(stream)``."""
         if stream is not None and not isinstance(stream, torch.Stream):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"stream must be a torch.Stream or None, got {type(stream).__name__}")
         context: AbstractContextManager[None] = device_module(self.device_type).stream(stream)
         return context
 
     def current_stream(self, device_index: int | None = None) -> torch.Stream:
-        """The stream new work on the device goes to.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            ``torch.<type>.current_stream`` of the device.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         stream: torch.Stream = device_module(self.device_type).current_stream(
             check_optional_index(device_index)
         )
         return stream
 
     def default_stream(self, device_index: int | None = None) -> torch.Stream:
-        """The device's default stream.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            ``torch.<type>.default_stream`` of the device.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
         stream: torch.Stream = device_module(self.device_type).default_stream(
             check_optional_index(device_index)
         )
         return stream
 
     def set_stream(self, stream: torch.Stream) -> None:
-        """Make ``stream`` current on its device, and its device current.
-
-        Args:
-            stream: A stream of this device type.
-
-        Raises:
-            TypeError: ``stream`` is not a ``torch.Stream``.
-            ValueError: ``stream`` is on a device of another type.
-        """
+        """Through ``torch.<type>.set_stream``, else ``torch.accelerator.set_stream``."""
         if not isinstance(stream, torch.Stream):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"stream must be a torch.Stream, got {type(stream).__name__}")
         if stream.device.type != self.device_type:

@@ -21,10 +21,13 @@ from types import ModuleType
 from typing import ClassVar
 
 from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, served_on
+from accel.protocols._contract import implements
+from accel.protocols.op_builder import OpBuilder
 
 logger = logging.getLogger(__name__)
 
 
+@implements(OpBuilder)
 class PrebuiltOpBuilder:
     """A builder whose module was compiled by ``pip install``; each subclass is one row
     (``spec``) of :data:`accel.ops.catalog.PREBUILT_OPS`, made by :func:`builder_class`."""
@@ -39,7 +42,6 @@ class PrebuiltOpBuilder:
     """The module ``load()`` returns (``spec.module``; None: DeepSpeed's builder's)."""
 
     def name(self) -> str:
-        """The op's name, e.g. ``"cpu_adam"``."""
         return self.op_name
 
     def incompatibility_reason(self) -> str | None:
@@ -59,32 +61,16 @@ class PrebuiltOpBuilder:
         return None
 
     def is_compatible(self, verbose: bool = False) -> bool:
-        """Whether :meth:`load` will succeed (logs the reason when ``verbose``).
-
-        Args:
-            verbose: Log why the op is incompatible, as a warning.
-
-        Returns:
-            ``True`` when :meth:`incompatibility_reason` finds nothing.
-        """
+        """Logs the reason as a warning when ``verbose``."""
         reason = self.incompatibility_reason()
         if reason is not None and verbose:
             logger.warning("%s is not compatible: %s", self.op_name, reason)
         return reason is None
 
     def load(self, verbose: bool = False) -> ModuleType:
-        """The op's validating module.
-
-        Args:
-            verbose: log where the module was loaded from.
-
-        Returns:
-            ``module_name``, imported; where accel has no kernels of its own (``module_name``
-            is None), the module DeepSpeed's CPU builder of the same class name builds.
-
-        Raises:
-            RuntimeError: the op is incompatible here; the message says why.
-        """
+        """``module_name``, imported (its location logged when ``verbose``); where accel has no
+        kernels of its own (``module_name`` is None), the module DeepSpeed's CPU builder of the same
+        class name builds."""
         reason = self.incompatibility_reason()
         if reason is not None:
             raise RuntimeError(f"cannot load {self.op_name}: {reason}")

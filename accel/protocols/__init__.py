@@ -2,8 +2,15 @@
 
 ``isinstance(acc, GraphAPI)`` is the honest capability check (constant time, see
 ``_fast``), and mypy and pyright narrow on it.
+
+Device indices, written once for every member: a ``device_index`` is an ``int`` counted
+from 0, and ``None`` where the parameter is optional means the current device (where it
+means something else, the member says so). A member raises ``TypeError`` when
+``device_index`` is not an ``int`` and ``ValueError`` when it is negative, besides what it
+lists itself.
 """
 
+from accel.protocols._contract import implements
 from accel.protocols._unsupported import CapabilityError
 from accel.protocols.accelerator import (
     API_VERSION,
@@ -85,6 +92,7 @@ __all__ = [
     "StreamAPI",
     "StreamAccelerator",
     "TensorAPI",
+    "implements",
     "missing_members",
     "supports_graphs",
     "supports_memory_stats",

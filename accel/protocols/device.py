@@ -47,10 +47,6 @@ class DeviceAPI(Protocol):
 
         Returns:
             E.g. ``"cuda"`` or ``"cuda:1"`` (``"cpu"`` for any index).
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -62,10 +58,6 @@ class DeviceAPI(Protocol):
 
         Returns:
             ``torch.device(self.device_name(device_index))``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -111,15 +103,7 @@ class DeviceAPI(Protocol):
         ...
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Block until all work queued on a device has finished.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Block until all work queued on a device has finished."""
         ...
 
     def is_available(self) -> bool:
@@ -144,15 +128,8 @@ class DevicePropertiesAPI(Protocol):
     def get_device_properties(self, device_index: int | None = None) -> DeviceProperties:
         """Name, memory, processor count and compute capability of a device.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             The device's :class:`DeviceProperties`.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -170,15 +147,8 @@ class DeviceCapabilityAPI(Protocol):
     def get_device_capability(self, device_index: int | None = None) -> dict[str, Any]:
         """The capability of a device, under torch's keys.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             At least ``"supported_dtypes"``: the set of ``torch.dtype`` that tensors on the
             device can have and convert between.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...

@@ -23,63 +23,19 @@ class MemoryUsageAPI(Protocol):
         ...
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes currently occupied by tensors.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Bytes currently occupied by tensors."""
         ...
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Bytes currently held by the allocator, used or cached.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Bytes currently held by the allocator, used or cached."""
         ...
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """Total memory of a device.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Total memory of a device, in bytes."""
         ...
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """Memory that a new allocation could still obtain.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A size in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Bytes that a new allocation could still obtain."""
         ...
 
 
@@ -97,58 +53,29 @@ class MemoryStatsAPI(Protocol):
     def max_memory_allocated(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_allocated`.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             A size in bytes, never below :meth:`memory_allocated`.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_reserved`.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             A size in bytes, never below :meth:`memory_reserved`.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
         """Allocator statistics under torch's key names.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             Integer statistics by key, e.g. ``"allocated_bytes.all.peak"``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        """Start the ``max_*`` peaks again from the current values.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Start the ``max_*`` peaks again from the current values."""
         ...
 
 
@@ -172,16 +99,9 @@ class MemoryInfoAPI(Protocol):
     def get_memory_info(self, device_index: int | None = None) -> tuple[int, int]:
         """Free and total memory of a device.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             ``(free, total)`` in bytes; ``free`` is what a new allocation could still
             obtain (``available_memory()``), ``total`` the device's size (``total_memory()``).
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -207,13 +127,5 @@ class AccumulatedStatsAPI(Protocol):
     """
 
     def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
-        """Zero the counters in ``memory_stats`` that only grow (allocation and free totals).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """Zero the counters in ``memory_stats`` that only grow (allocation and free totals)."""
         ...

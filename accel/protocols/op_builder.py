@@ -60,16 +60,10 @@ class OpBuilderAPI(Protocol):
     """Look up native op builders by their DeepSpeed class names (e.g. ``"CPUAdamBuilder"``)."""
 
     def create_op_builder(self, class_name: str) -> OpBuilder | None:
-        """A new builder of the op named ``class_name``.
+        """A new instance of :meth:`get_op_builder`'s class, or ``None`` where it has none.
 
         Args:
-            class_name: DeepSpeed's builder class name, e.g. ``"CPUAdamBuilder"``.
-
-        Returns:
-            A builder instance, or ``None`` when this backend has no op of that name.
-
-        Raises:
-            TypeError: ``class_name`` is not a ``str``.
+            class_name: As for :meth:`get_op_builder`, which also says what it raises.
         """
         ...
 

@@ -37,14 +37,10 @@ class RNGAPI(Protocol):
         ...
 
     def manual_seed_all(self, seed: int) -> None:
-        """Seed the default generator of every device.
+        """Seed the default generator of every device, as :meth:`manual_seed` seeds one.
 
         Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is out of range.
+            seed: As for :meth:`manual_seed`, which also says what it raises.
         """
         ...
 
@@ -59,15 +55,8 @@ class RNGAPI(Protocol):
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
         """Save a device's generator state.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             The state as a 1-D ``uint8`` CPU tensor.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -76,13 +65,10 @@ class RNGAPI(Protocol):
 
         Args:
             new_state: The saved state.
-            device_index: The device; ``None`` for the current one.
 
         Raises:
-            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor, or ``device_index`` is
-                not an ``int``.
-            ValueError: ``new_state`` is not a state of this device type's generator, or
-                ``device_index`` is negative.
+            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor.
+            ValueError: ``new_state`` is not a state of this device type's generator.
         """
         ...
 
@@ -96,7 +82,6 @@ class RNGAPI(Protocol):
             The device's default generator.
 
         Raises:
-            TypeError: ``device_index`` is not an ``int``.
             ValueError: ``device_index`` is negative or, where each device has its own
                 generator, at or beyond the number of devices.
         """

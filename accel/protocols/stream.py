@@ -26,15 +26,10 @@ class StreamAPI(Protocol):
         """A new stream on a device.
 
         Args:
-            device_index: The device; ``None`` for the current one.
             priority: Lower numbers run first.
 
         Returns:
             The stream.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
@@ -70,30 +65,16 @@ class StreamAPI(Protocol):
     def current_stream(self, device_index: int | None = None) -> torch.Stream:
         """The stream that new work on a device goes to.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             The stream.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 
     def default_stream(self, device_index: int | None = None) -> torch.Stream:
         """A device's default stream.
 
-        Args:
-            device_index: The device; ``None`` for the current one.
-
         Returns:
             The stream.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
         """
         ...
 

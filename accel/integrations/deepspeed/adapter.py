@@ -147,55 +147,23 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
 
     # Devices ------------------------------------------------------------------------
     def device_name(self, device_index: int | None = None) -> str:
-        """``"cuda:1"``, or the bare type without an index or on the CPU.
-
-        Args:
-            device_index: The device; ``None`` for the type alone. A decimal ``str`` (DeepSpeed
-                passes ``os.environ["LOCAL_RANK"]`` in places) is taken as the ``int`` it spells.
-
-        Returns:
-            The backend's ``device_name`` for the index.
-
-        Raises:
-            TypeError: ``device_index`` is neither an ``int`` nor a decimal ``str``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's ``device_name``; a decimal ``str`` (DeepSpeed passes
+        ``os.environ["LOCAL_RANK"]`` in places) is taken as the ``int`` it spells."""
         return self.accel.device_name(_index(device_index))
 
     def device(self, device_index: int | None = None) -> torch.device | None:
-        """``torch.device`` of the device; ``None`` on the CPU, as DeepSpeed's CPU backend
-        returns (its comm layer passes this as ``init_process_group(device_id=...)``).
-
-        Args:
-            device_index: The device; ``None`` for the type alone. A decimal ``str`` is taken as
-                the ``int`` it spells. Not looked at on the CPU.
-
-        Returns:
-            ``torch.device(device_type, device_index)``; ``None`` on the CPU.
-
-        Raises:
-            TypeError: ``device_index`` is neither an ``int`` nor a decimal ``str`` (not on the
-                CPU; torch's check).
-            RuntimeError: ``device_index`` is negative (not on the CPU; torch's check).
-        """
+        """``torch.device(device_type, device_index)``, torch checking the index; ``None`` on the
+        CPU, as DeepSpeed's CPU backend returns (its comm layer passes this as
+        ``init_process_group(device_id=...)``). A decimal ``str`` is taken as the ``int`` it
+        spells."""
         if self._name == "cpu":
             return None
         return torch.device(self._name, _index(device_index))
 
     def set_device(self, device_index: int | str | torch.device) -> None:
-        """Make a device current.
-
-        Args:
-            device_index: An index, a decimal ``str`` (taken as the ``int`` it spells), or another
-                form the backend's ``set_device`` takes (the built-in backends also take
-                ``"<type>:<index>"`` and ``torch.device``).
-
-        Raises:
-            TypeError: ``device_index`` is of a type the backend's ``set_device`` does not take.
-            ValueError: ``device_index`` is negative or names a device the backend does not have
-                (another device type; at or beyond :meth:`device_count`, on a backend that counts
-                its devices).
-        """
+        """The backend's ``set_device``, with what it takes (the built-in backends: also
+        ``"<type>:<index>"`` and ``torch.device``); a decimal ``str`` is taken as the ``int`` it
+        spells."""
         self.accel.set_device(_index(device_index))
 
     def current_device(self) -> int:
@@ -211,15 +179,7 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return self.accel.device_count()
 
     def synchronize(self, device_index: int | None = None) -> None:
-        """Wait for the device's queued work.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.DeviceAPI.synchronize`."""
         self.accel.synchronize(device_index)
 
     def is_available(self) -> bool:
@@ -232,57 +192,19 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return torch.random
 
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
-        """Restore a generator state.
-
-        Args:
-            new_state: A state from :meth:`get_rng_state`.
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``new_state`` is not a 1-D ``uint8`` CPU tensor, or ``device_index`` is not
-                an ``int``.
-            ValueError: ``new_state`` is not a state of this device type's generator, or
-                ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.RNGAPI.set_rng_state`."""
         self.accel.set_rng_state(new_state, device_index)
 
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
-        """The generator state.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's state of the device's generator, a 1-D ``uint8`` CPU tensor.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.RNGAPI.get_rng_state`."""
         return self.accel.get_rng_state(device_index)
 
     def manual_seed(self, seed: int) -> None:
-        """Seed the current device's generator.
-
-        Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is out of range.
-        """
+        """The backend's :meth:`~accel.protocols.RNGAPI.manual_seed`."""
         self.accel.manual_seed(seed)
 
     def manual_seed_all(self, seed: int) -> None:
-        """Seed every device's generator.
-
-        Args:
-            seed: An ``int`` in ``[-2**63, 2**64)``.
-
-        Raises:
-            TypeError: ``seed`` is not an ``int``.
-            ValueError: ``seed`` is out of range.
-        """
+        """The backend's :meth:`~accel.protocols.RNGAPI.manual_seed_all`."""
         self.accel.manual_seed_all(seed)
 
     def initial_seed(self) -> int:
@@ -290,19 +212,7 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return self.accel.initial_seed()
 
     def default_generator(self, device_index: int) -> torch.Generator:
-        """The device's default generator.
-
-        Args:
-            device_index: The device.
-
-        Returns:
-            The backend's default ``torch.Generator`` for the device.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative or, where each device has its own
-                generator, at or beyond the number of devices.
-        """
+        """The backend's :meth:`~accel.protocols.RNGAPI.default_generator`."""
         return self.accel.default_generator(device_index)
 
     # Streams and events ---------------------------------------------------------------
@@ -321,52 +231,20 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return stream
 
     def stream(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
-        """Make ``stream`` current inside ``with``; a no-op context without streams.
-
-        Args:
-            stream: The stream; ``None`` changes nothing. Not looked at without streams.
-
-        Returns:
-            The backend's context manager; ``contextlib.nullcontext()`` without streams.
-
-        Raises:
-            TypeError: The backend has streams and ``stream`` is neither a ``torch.Stream`` nor
-                ``None``.
-        """
+        """The backend's ``stream(stream)``; ``contextlib.nullcontext()`` without streams
+        (``stream`` is then not looked at)."""
         if isinstance(self.accel, StreamAPI):
             return self.accel.stream(stream)
         return contextlib.nullcontext()
 
     def current_stream(self, device_index: int | None = None) -> Any:
-        """The current stream; ``None`` without streams.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's current stream of the device; ``None`` without streams.
-
-        Raises:
-            TypeError: The backend has streams and ``device_index`` is not an ``int``.
-            ValueError: The backend has streams and ``device_index`` is negative.
-        """
+        """The backend's current stream of the device; ``None`` without streams."""
         if isinstance(self.accel, StreamAPI):
             return self.accel.current_stream(device_index)
         return None
 
     def default_stream(self, device_index: int | None = None) -> Any:
-        """The default stream; ``None`` without streams.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's default stream of the device; ``None`` without streams.
-
-        Raises:
-            TypeError: The backend has streams and ``device_index`` is not an ``int``.
-            ValueError: The backend has streams and ``device_index`` is negative.
-        """
+        """The backend's default stream of the device; ``None`` without streams."""
         if isinstance(self.accel, StreamAPI):
             return self.accel.default_stream(device_index)
         return None
@@ -391,174 +269,52 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         self.accel.empty_cache()
 
     def memory_allocated(self, device_index: int | None = None) -> int:
-        """Bytes in use (the process's resident memory on the CPU).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``memory_allocated``, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryUsageAPI.memory_allocated` (the process's
+        resident memory on the CPU)."""
         return self.accel.memory_allocated(device_index)
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated` since the last reset.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``max_memory_allocated``, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryStatsAPI.max_memory_allocated`."""
         return self.accel.max_memory_allocated(device_index)
 
     def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
-        """Reset the peaks (torch made this an alias of ``reset_peak_memory_stats``).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's ``reset_peak_memory_stats`` (torch made this an alias of it)."""
         self.accel.reset_peak_memory_stats(device_index)
 
     def memory_cached(self, device_index: int | None = None) -> int:
-        """Bytes reserved by the allocator (torch's old name for ``memory_reserved``).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``memory_reserved``, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's ``memory_reserved`` (torch's old name for it)."""
         return self.accel.memory_reserved(device_index)
 
     def max_memory_cached(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_cached`.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``max_memory_reserved``, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's ``max_memory_reserved`` (torch's old name for it)."""
         return self.accel.max_memory_reserved(device_index)
 
     def reset_max_memory_cached(self, device_index: int | None = None) -> None:
-        """Reset the peaks (an alias of ``reset_peak_memory_stats``, as in torch).
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's ``reset_peak_memory_stats`` (an alias, as in torch)."""
         self.accel.reset_peak_memory_stats(device_index)
 
     def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
-        """The allocator's statistics.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            A new ``dict`` of the backend's statistics, under torch's key names.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """A new ``dict`` of the backend's :meth:`~accel.protocols.MemoryStatsAPI.memory_stats`."""
         return dict(self.accel.memory_stats(device_index))
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
-        """Reset every peak statistic.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryStatsAPI.reset_peak_memory_stats`."""
         self.accel.reset_peak_memory_stats(device_index)
 
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Bytes reserved by the allocator.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``memory_reserved``, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryUsageAPI.memory_reserved`."""
         return self.accel.memory_reserved(device_index)
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_reserved`.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``max_memory_reserved``, in bytes.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryStatsAPI.max_memory_reserved`."""
         return self.accel.max_memory_reserved(device_index)
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """The device's memory in bytes.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``total_memory``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryUsageAPI.total_memory`."""
         return self.accel.total_memory(device_index)
 
     def available_memory(self, device_index: int | None = None) -> int:
-        """Free memory in bytes.
-
-        Args:
-            device_index: The device; ``None`` for the current one.
-
-        Returns:
-            The backend's ``available_memory``.
-
-        Raises:
-            TypeError: ``device_index`` is not an ``int``.
-            ValueError: ``device_index`` is negative.
-        """
+        """The backend's :meth:`~accel.protocols.MemoryUsageAPI.available_memory`."""
         return self.accel.available_memory(device_index)
 
     # Data types ---------------------------------------------------------------------
@@ -586,44 +342,19 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
 
     # Profiler ranges ----------------------------------------------------------------
     def range_push(self, msg: str, domain: Any = None, category: Any = None) -> None:
-        """Open a named profiler range; a no-op where the backend has no ranges.
-
-        Args:
-            msg: The range's name.
-            domain: Not used (DeepSpeed's CUDA backend takes an NVTX domain here).
-            category: Not used (DeepSpeed's CUDA backend takes an NVTX category here).
-
-        Raises:
-            TypeError: The backend has ranges and ``msg`` is not a ``str``.
-        """
+        """The backend's ``range_push(msg)``; a no-op where it has no ranges. ``domain`` and
+        ``category`` (an NVTX domain and category on DeepSpeed's CUDA backend) are not used."""
         if isinstance(self.accel, ProfilerAPI):
             self.accel.range_push(msg)
 
     def range_pop(self, domain: Any = None) -> None:
-        """Close the innermost range; a no-op where the backend has no ranges.
-
-        Args:
-            domain: Not used (DeepSpeed's CUDA backend takes an NVTX domain here).
-
-        Raises:
-            RuntimeError: The backend has ranges and none is open on this thread.
-        """
+        """The backend's ``range_pop()``; a no-op where it has no ranges. ``domain`` is not used."""
         if isinstance(self.accel, ProfilerAPI):
             self.accel.range_pop()
 
     # Misc ---------------------------------------------------------------------------
     def lazy_call(self, callback: Callable[[], Any]) -> Any:
-        """Run ``callback`` once the device runtime is initialised.
-
-        Args:
-            callback: A function of no arguments, passed to the backend's ``lazy_call``.
-
-        Returns:
-            What the backend's ``lazy_call`` returns (``None``).
-
-        Raises:
-            TypeError: ``callback`` is not callable.
-        """
+        """The backend's :meth:`~accel.protocols.RuntimeAPI.lazy_call`."""
         return self.accel.lazy_call(callback)
 
     def communication_backend_name(self) -> str:
@@ -635,18 +366,8 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return self.accel.get_compile_backend()
 
     def set_compile_backend(self, backend: str) -> None:
-        """Choose the ``torch.compile`` backend (``ValueError`` for an unknown one).
-
-        The backend's ``set_compile_backend`` checks and records it; :meth:`get_compile_backend`
-        then answers it.
-
-        Args:
-            backend: A backend name ``torch.compile`` has registered.
-
-        Raises:
-            TypeError: ``backend`` is not a ``str``.
-            ValueError: ``backend`` is not a registered backend.
-        """
+        """The backend's ``set_compile_backend``, which checks the name; :meth:`get_compile_backend`
+        then answers it."""
         self.accel.set_compile_backend(backend)
         self._compile_backend = backend
 
@@ -665,33 +386,14 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return None
 
     def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> Any:
-        """Capture into ``graph`` inside ``with``; a no-op context without graphs.
-
-        Args:
-            graph: A graph from :meth:`create_graph`.
-            pool: A memory pool to share with another graph (``graph.pool()``).
-            stream: The stream to capture on; ``None`` leaves the choice to the backend.
-
-        Returns:
-            The backend's capture context manager; ``contextlib.nullcontext()`` without graphs
-            (the arguments are then not looked at).
-
-        Raises:
-            TypeError: The backend has graphs and ``graph`` is not a graph of its kind.
-        """
+        """The backend's ``capture_to_graph``; ``contextlib.nullcontext()`` without graphs (the
+        arguments are then not looked at)."""
         if isinstance(self.accel, GraphAPI):
             return self.accel.capture_to_graph(graph, pool, stream)
         return contextlib.nullcontext()
 
     def replay_graph(self, graph: Any) -> None:
-        """Replay a captured graph; a no-op without graphs.
-
-        Args:
-            graph: A graph captured with :meth:`capture_to_graph`.
-
-        Raises:
-            TypeError: The backend has graphs and ``graph`` is not a graph of its kind.
-        """
+        """The backend's ``replay_graph``; a no-op without graphs."""
         if isinstance(self.accel, GraphAPI):
             self.accel.replay_graph(graph)
 
@@ -721,26 +423,9 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return bool(check_tensor(tensor).is_pinned())
 
     def register_host_memory(self, address: int, num_bytes: int) -> bool:
-        """Register ``num_bytes`` of page-locked host memory at ``address`` with the device
-        runtime (DeepSpeed's native pinned memory does this for each buffer), through
-        DeepSpeed's own backend for the device (CUDA: ``cudaHostRegister``). False where it
-        registers nothing: the CPU, and devices DeepSpeed has no backend for.
-
-        Args:
-            address: The address of the range's first byte, ``>= 1``.
-            num_bytes: The range's length, ``>= 1``.
-
-        Returns:
-            What DeepSpeed's backend answers (``True`` once the range is registered; its NPU
-            backend answers ``False`` where registration is unavailable); ``False`` where the
-            device has no DeepSpeed backend.
-
-        Raises:
-            TypeError: ``address`` or ``num_bytes`` is not an ``int``.
-            ValueError: ``address`` or ``num_bytes`` is below 1.
-            RuntimeError: The device runtime refused the registration (DeepSpeed's CUDA backend
-                raises its error).
-        """
+        """Through DeepSpeed's own backend for the device (CUDA: ``cudaHostRegister``); ``False``
+        where it registers nothing: the CPU, and devices DeepSpeed has no backend for. ``address``
+        and ``num_bytes`` are checked first (an ``int`` of at least 1)."""
         address = check_positive(address, "address")
         num_bytes = check_positive(num_bytes, "num_bytes")
         if self.native_accelerator is None:
@@ -748,17 +433,8 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return bool(self.native_accelerator.register_host_memory(address, num_bytes))
 
     def unregister_host_memory(self, address: int) -> None:
-        """Undo :meth:`register_host_memory` for the range starting at ``address``.
-
-        Args:
-            address: The ``address`` given to :meth:`register_host_memory`.
-
-        Raises:
-            TypeError: ``address`` is not an ``int``.
-            ValueError: ``address`` is below 1.
-            RuntimeError: The device runtime refused (DeepSpeed's CUDA and NPU backends raise its
-                error).
-        """
+        """Through DeepSpeed's own backend for the device, ``address`` checked first; nothing where
+        it registers nothing."""
         address = check_positive(address, "address")
         if self.native_accelerator is not None:
             self.native_accelerator.unregister_host_memory(address)
@@ -771,17 +447,7 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return int(self.native_accelerator.pin_memory_alignment())
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` lives on this accelerator's device type.
-
-        Args:
-            tensor: Any tensor.
-
-        Returns:
-            The backend's answer: ``True`` when the tensor's device type is the backend's.
-
-        Raises:
-            TypeError: ``tensor`` is not a ``torch.Tensor``.
-        """
+        """The backend's :meth:`~accel.protocols.TensorAPI.on_accelerator`."""
         return self.accel.on_accelerator(tensor)
 
     # Op builders --------------------------------------------------------------------
@@ -792,19 +458,10 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return "deepspeed.ops.op_builder"
 
     def get_op_builder(self, class_name: str) -> type[Any] | None:
-        """accel's prebuilt builder for ``class_name`` where there is one, otherwise
-        DeepSpeed's own builder for the device (so nothing that worked before breaks).
-
-        Args:
-            class_name: DeepSpeed's name of the builder class, e.g. ``"CPUAdamBuilder"``.
-
-        Returns:
-            accel's builder class (an
-            :class:`~accel.integrations.deepspeed.op_builders.AccelOpBuilder` subclass), else
-            what DeepSpeed's backend for the device answers (``None``, or on the CPU its
-            ``NotImplementedBuilder``, for a name it does not know); ``None`` where the
-            device has no DeepSpeed backend.
-        """
+        """accel's prebuilt builder for ``class_name`` where there is one (an
+        :class:`~accel.integrations.deepspeed.op_builders.AccelOpBuilder` subclass), otherwise
+        DeepSpeed's own backend's answer for the device, so nothing that worked before breaks;
+        ``None`` where the device has no DeepSpeed backend."""
         from accel.integrations.deepspeed.op_builders import accel_builder
 
         builder = accel_builder(self._name, class_name)
@@ -816,15 +473,8 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         return native
 
     def create_op_builder(self, class_name: str) -> Any | None:
-        """An instance of :meth:`get_op_builder`'s class, or ``None``.
-
-        Args:
-            class_name: DeepSpeed's name of the builder class, e.g. ``"CPUAdamBuilder"``.
-
-        Returns:
-            A new instance of that class, made with no arguments; ``None`` where
-            :meth:`get_op_builder` answers ``None``.
-        """
+        """An instance of :meth:`get_op_builder`'s class, made with no arguments; ``None`` where it
+        answers ``None``."""
         builder = self.get_op_builder(class_name)
         return builder() if builder is not None else None
 
@@ -853,22 +503,8 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
     def set_visible_devices_envs(
         self, current_env: MutableMapping[str, str], local_accelerator_ids: Sequence[int]
     ) -> None:
-        """Write ``local_accelerator_ids`` into :meth:`visible_devices_envs`.
-
-        On the CPU, DeepSpeed's own backend writes them, unchecked; elsewhere the backend's
-        ``set_visible_devices_envs`` does.
-
-        Args:
-            current_env: The child's environment, e.g. a copy of ``os.environ``.
-            local_accelerator_ids: The devices the child may use.
-
-        Raises:
-            TypeError: Not on the CPU: ``current_env`` is not a mutable mapping,
-                ``local_accelerator_ids`` is not a sequence, or an id is not an ``int``.
-            ValueError: Not on the CPU: an id is negative or repeated.
-            RuntimeError: Not on the CPU: the backend knows no variable that restricts its
-                devices.
-        """
+        """On the CPU, DeepSpeed's own backend writes them, unchecked; elsewhere the backend's
+        ``set_visible_devices_envs`` does."""
         if self._name == "cpu" and self.native_accelerator is not None:
             self.native_accelerator.set_visible_devices_envs(current_env, local_accelerator_ids)
             return
