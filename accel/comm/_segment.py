@@ -37,6 +37,8 @@ from accel.comm._spanning import Spanning, build, placement
 from accel.ops._dtypes import dtype_codes
 
 _log = logging.getLogger("accel.comm")
+# torch's graph-break decorator (untyped) and its internal-overlap check (private), as Any.
+_torch: Any = torch
 
 # Per rank and buffer; larger messages go in chunks, with two rank barriers per chunk.
 # Fewer, larger chunks mean fewer barriers (docs/benchmarks.md, "Slot size"); the segment
@@ -367,7 +369,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def _not_traced(function: _F) -> _F:
     """``function`` with a graph break around it: while torch.compile traces a call, it
     runs eagerly instead of being traced."""
-    return cast(_F, torch.compiler.disable(function))  # pyright: ignore[reportUnknownMemberType]
+    return cast(_F, _torch.compiler.disable(function))
 
 
 # The set-up (collectives on a process group, ctypes, a native segment) cannot be traced.
@@ -458,7 +460,7 @@ def summable(tensor: torch.Tensor, code: int | None) -> bool:
         return False  # is_cpu: far cheaper than device.type
     # 1: elements certainly share memory; 0 or 2 (too hard to tell, e.g. every other
     # element): summed through a contiguous copy, which copy_ writes back.
-    return tensor.is_contiguous() or torch._debug_has_internal_overlap(tensor) != 1  # pyright: ignore[reportPrivateUsage]
+    return tensor.is_contiguous() or _torch._debug_has_internal_overlap(tensor) != 1
 
 
 def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
