@@ -8,6 +8,7 @@ the kit runs in a fresh interpreter on a CPU-backed fake device (tensors need on
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ from accel.protocols import (
     missing_members,
     supports_memory_stats,
 )
-from tests.support import TESTS, warm
+from tests.support import TESTS
 from tests.support.fake_mps import DRIVER_CACHE, MPS_NAMES, RECOMMENDED_MAX, fake_mps_module
 
 STAND_IN = "maia"  # a torch device type nothing here uses
@@ -166,7 +167,7 @@ KIT = textwrap.dedent(
 @pytest.mark.slow
 def test_the_kit_passes_on_mps() -> None:
     code = KIT.format(support=str(TESTS / "support"))
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from accel.io import ALIGNMENT, AsyncIO, aligned_empty
 from accel.ops.prebuilt import CPU_OP_BUILDERS, HOST_OP_BUILDERS
-from tests.support import warm
 
 DTYPES = [
     torch.float32,
@@ -214,7 +213,7 @@ def test_closed_engine_refuses_work(tmp_path: pathlib.Path, no_leaks: object) ->
 
 
 def _run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    return warm.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
@@ -335,7 +334,7 @@ def test_a_write_from_an_atexit_handler_completes_and_exit_does_not_hang(
             """
         )
     )
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -398,7 +397,7 @@ def test_freeing_a_storage_waits_for_the_reads_into_it(tmp_path: pathlib.Path) -
             """
         )
     )
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -5,12 +5,11 @@ whether the route runs during the transfer)."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
 import sys
 import textwrap
 
 import pytest
-
-from tests.support import warm
 
 # Run in a child, which may crash; the parts every case shares. ``hold(kind)`` makes the
 # engine's next pread/pwrite wait until ``gate`` is set: the transfer is then in flight,
@@ -163,7 +162,7 @@ def test_memory_freed_under_a_transfer_is_never_used(tmp_path: pathlib.Path) -> 
             for kind, name in cases
         )
     )
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, "-W", "ignore::UserWarning", str(script), str(tmp_path / "data.bin")],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -211,7 +210,7 @@ def test_a_forked_child_gets_its_storages_back(tmp_path: pathlib.Path, kind: str
             """
         )
     )
-    result = warm.run(
+    result = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "data.bin"), kind],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
