@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import pytest
+
 import accel
 
 ROOT = pathlib.Path(accel.__file__).parent
@@ -126,6 +128,7 @@ def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
     assert names == ["y"]
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_import_accel_loads_no_framework() -> None:
     """Frameworks are imported by their integration only: ``import accel`` (and the pieces
     a framework's spec or process group needs) never pays for Lightning or transformers."""
@@ -143,6 +146,7 @@ def test_import_accel_loads_no_framework() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_selecting_a_backend_imports_no_host_or_metadata_readers_it_does_not_need() -> None:
     """``get_accelerator()`` after ``import torch`` reads no memory figure (psutil), parses
     no distribution's metadata file (only ``accel report`` names distributions) and makes

@@ -136,6 +136,7 @@ def test_visible_devices_env_without_a_known_variable_is_an_error(registered: li
         backend().set_visible_devices_envs({}, [0])
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_privateuse1_device_is_found_through_torch_registration() -> None:
     # Renaming PrivateUse1 is once per process, so this runs in a fresh interpreter.
     script = textwrap.dedent(

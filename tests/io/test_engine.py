@@ -217,6 +217,7 @@ def _run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_full_disk_fails_the_write_and_names_the_file(tmp_path: pathlib.Path) -> None:
     # A file-size limit makes the kernel refuse writes past 64 KiB, as a full disk would.
     result = _run(
@@ -243,6 +244,7 @@ def test_full_disk_fails_the_write_and_names_the_file(tmp_path: pathlib.Path) ->
     assert "File too large" in result.stdout
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_fork_with_requests_in_flight(tmp_path: pathlib.Path) -> None:
     result = _run(
         """
@@ -305,6 +307,7 @@ def test_cuda_backend_reports_async_io_without_a_gpu() -> None:
     assert CUDAAccelerator.op_builders == HOST_OP_BUILDERS
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_a_write_from_an_atexit_handler_completes_and_exit_does_not_hang(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -371,6 +374,7 @@ def test_new_files_are_readable_by_their_owner_only(tmp_path: pathlib.Path) -> N
     assert path.stat().st_mode & 0o777 == 0o640
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_freeing_a_storage_waits_for_the_reads_into_it(tmp_path: pathlib.Path) -> None:
     # FSDP and ZeRO-3 free parameters with untyped_storage().resize_(0). Done while a read
     # was filling the tensor, the kernel wrote into freed memory: heap corruption

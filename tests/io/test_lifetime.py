@@ -145,6 +145,7 @@ ROUTES = {
 }
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_memory_freed_under_a_transfer_is_never_used(tmp_path: pathlib.Path) -> None:
     # A transfer held its storage object, not the storage's memory: a C++ op that grew the
     # tensor (out=, torch.resize_as_, aten resize_), or share_memory_, freed the memory
@@ -171,6 +172,7 @@ def test_memory_freed_under_a_transfer_is_never_used(tmp_path: pathlib.Path) -> 
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.slow  # starts an interpreter
 @pytest.mark.parametrize("kind", ["read", "write"])
 def test_a_forked_child_gets_its_storages_back(tmp_path: pathlib.Path, kind: str) -> None:
     # While a transfer runs, its storage is not resizable and the transfer holds the memory;

@@ -132,6 +132,7 @@ def test_handles_and_lists_are_checked() -> None:
         op.zenflow_adam_register_group(handle, *[torch.zeros(1)] * 7, None)
 
 
+@pytest.mark.slow  # starts an interpreter
 def test_the_module_imports_where_the_extension_was_not_built() -> None:
     # The DeepSpeed integration imports this module; a platform without accel's compiled
     # kernels must still import it, and a ZenFlow call then says what is missing.
