@@ -2,12 +2,15 @@
 
     python benchmarks/ddp.py [--ranks 2] [--width 4096] [--layers 6] [--batch 8] [--rounds 3]
 
-Trains the same ~100M-parameter MLP (6 x Linear(4096, 4096)) with unmodified
-DistributedDataParallel, one torchrun job per backend, alternating ``--rounds`` times;
-each job reports the median step time (after one warm-up step) and its losses, which must
-be identical between the backends. A third job, "no exchange", runs the same ranks and
-steps without DDP (no gradient communication at all): the floor no backend can beat, so
-gloo / floor bounds the speed-up any backend can reach on the machine.
+Trains the same MLP (``--layers`` x Linear(``--width``); 101M parameters by default) with
+unmodified DistributedDataParallel, one torchrun job per variant, the variants alternating
+``--rounds`` times; each job reports the median step time (after one warm-up step) and its
+losses, which must be identical between the backends. The variants: gloo; "accel"; "accel"
+with ``ACCEL_DDP_POOL=0`` (DDP's buckets stay where DDP put them: the copying path); and
+"no exchange", the same ranks and steps without DDP (no gradient communication at all):
+the floor no backend can beat. Per round, the share of gloo's exchange cost a variant
+removes is ``(gloo - variant) / (gloo - floor)``; the median and mean over rounds are
+printed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ WORKER = r"""
 import json, os, sys, time, torch, torch.distributed as dist
 import accel.process_group  # registers "accel"
 backend, width, layers, batch, steps = sys.argv[1], *map(int, sys.argv[2:6])
-dist.init_process_group("gloo" if backend == "none" else backend)
+dist.init_process_group({"none": "gloo", "accel-copying": "accel"}.get(backend, backend))
 rank = dist.get_rank()
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
@@ -44,7 +47,11 @@ for _ in range(steps):
 if rank == 0:
     params = sum(p.numel() for p in model.parameters())
     median = sorted(times[1:])[len(times[1:]) // 2]
-    print("RESULT " + json.dumps({"params": params, "step_s": median, "losses": losses}))
+    group = dist.group.WORLD
+    pooled = getattr(getattr(group, "promotions", None), "moved_buffers", 0)
+    print("RESULT " + json.dumps(
+        {"params": params, "step_s": median, "losses": losses, "pooled_buckets": pooled}
+    ))
 dist.destroy_process_group()
 """
 
@@ -58,37 +65,50 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    results: dict[str, list[dict[str, object]]] = {"gloo": [], "accel": [], "none": []}
+    variants = ("gloo", "accel", "accel-copying", "none")
+    results: dict[str, list[dict[str, object]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "ddp_worker.py")
         with open(script, "w") as out:
             out.write(WORKER)
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         for _ in range(args.rounds):
-            for backend in ("gloo", "accel", "none"):
+            for backend in variants:
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                        f"--nproc-per-node={args.ranks}", script, backend, str(args.width),
                        str(args.layers), str(args.batch), str(args.steps)]  # fmt: skip
+                pool = "0" if backend == "accel-copying" else "1"
                 out = subprocess.run(
-                    cmd, env=env, capture_output=True, text=True, check=True
-                ).stdout
+                    cmd, env=dict(env, ACCEL_DDP_POOL=pool), capture_output=True, text=True,
+                    check=True,
+                ).stdout  # fmt: skip
                 line = next(x for x in out.splitlines() if x.startswith("RESULT "))
                 results[backend].append(json.loads(line[len("RESULT ") :]))
-    gloo = statistics.median(float(r["step_s"]) for r in results["gloo"])  # type: ignore[arg-type]
-    ours = statistics.median(float(r["step_s"]) for r in results["accel"])  # type: ignore[arg-type]
-    floor = statistics.median(float(r["step_s"]) for r in results["none"])  # type: ignore[arg-type]
+
+    def steps(name: str) -> list[float]:
+        return [float(r["step_s"]) for r in results[name]]  # type: ignore[arg-type]
+
     same = all(
-        a["losses"] == b["losses"] for a, b in zip(results["gloo"], results["accel"], strict=True)
+        a["losses"] == b["losses"] == c["losses"]
+        for a, b, c in zip(results["gloo"], results["accel"], results["accel-copying"], strict=True)
     )
-    params = results["gloo"][0]["params"]
+    params = float(results["gloo"][0]["params"])  # type: ignore[arg-type]
     title = f"DDP step, {params / 1e6:.0f}M params, {args.ranks} ranks, batch {args.batch}"
-    print(f"| {title} | seconds |")
-    print("|---|---|")
-    print(f"| gloo | {gloo:.3f} |")
-    print(f"| accel | {ours:.3f} |")
-    print(f"| no exchange (floor) | {floor:.3f} |")
-    bound = gloo / floor
-    print(f"\nspeed-up {gloo / ours:.2f}x (at most {bound:.2f}x here); losses identical: {same}")
+    print(f"| {title} | median s | mean s | share of gloo's exchange removed, median | mean |")
+    print("|---|---|---|---|---|")
+    for name, label in (("gloo", "gloo"), ("accel", "accel"),
+                        ("accel-copying", "accel, ACCEL_DDP_POOL=0"),
+                        ("none", "no exchange (floor)")):  # fmt: skip
+        shares = [
+            (gloo - mine) / (gloo - floor) if gloo > floor else float("nan")
+            for gloo, mine, floor in zip(steps("gloo"), steps(name), steps("none"), strict=True)
+        ]
+        print(
+            f"| {label} | {statistics.median(steps(name)):.3f} | {statistics.mean(steps(name)):.3f}"
+            f" | {statistics.median(shares):.2f} | {statistics.mean(shares):.2f} |"
+        )
+    pooled = [r["pooled_buckets"] for r in results["accel"]]
+    print(f"\nlosses identical: {same}; buckets in the pool per accel job (rank 0): {pooled}")
 
 
 if __name__ == "__main__":

@@ -408,6 +408,12 @@ def shm_timeout(group: dist.ProcessGroup | None, timeout: float | None) -> float
     return _group_timeout(process_group)
 
 
+def segment_of(group: dist.ProcessGroup) -> ShmGroup | None:
+    """The segment of a node-local ``group`` set up already (None otherwise); unlike
+    :func:`shm_group`, it neither sets up nor waits for the group's queued work."""
+    return _groups.get(id(group))
+
+
 def spanning_of(group: dist.ProcessGroup | None) -> Spanning | None:
     """The two levels of a group that spans nodes (None: node-local, not yet set up by
     :func:`shm_group`, or one rank per node)."""

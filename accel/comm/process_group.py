@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import inspect
 import threading
 import weakref
 from collections.abc import Callable
@@ -41,7 +42,9 @@ from typing_extensions import override
 
 from accel import comm
 from accel.comm import _torch_dist as tdist
-from accel.comm._segment import register_group_owner, release, spanning_of
+from accel.comm._promote import Promotions, caller
+from accel.comm._promote import enabled as promotion_enabled
+from accel.comm._segment import register_group_owner, release, segment_of, spanning_of
 
 BACKEND_NAME = "accel"
 # torch's stubs lack these (_create_work_from_future) or type them too
@@ -102,6 +105,8 @@ class AccelProcessGroup(dist.ProcessGroup):
         """Reductions handed to shared memory so far (the rest went to gloo)."""
         self.shared_collectives = 0
         """all_gather / broadcast / barrier calls handed to shared memory so far."""
+        self.promotions = Promotions(enabled=promotion_enabled())
+        """DDP's gradient buckets this rank moved into its pool (:mod:`accel.comm._promote`)."""
         self._closed = False
         # Threads left to the interpreter's final teardown abort the process ("terminate
         # called without an active exception"): stop them at exit at the latest.
@@ -362,9 +367,10 @@ class AccelProcessGroup(dist.ProcessGroup):
         if not self.uses_shared_memory() and spanning_of(self) is None:
             return self.gloo.allreduce(tensors, opts)
         self.shared_reductions += 1
+        tensor = tensors[0]
+        self._promote(tensor, caller(inspect.currentframe()))
         outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()
         future = outcome.then(_raise_failure)
-        tensor = tensors[0]
         grad_mode = torch.is_grad_enabled()  # the caller's, for the division
 
         def run() -> None:
@@ -388,6 +394,14 @@ class AccelProcessGroup(dist.ProcessGroup):
 
         self._last = self._worker.submit(run)
         return _QueuedWork(future)
+
+    def _promote(self, tensor: torch.Tensor, caller: Any) -> None:
+        """Move ``tensor``'s storage into this rank's pool if it is DDP's bucket, seen
+        before (:mod:`accel.comm._promote`); DDP has waited for its previous reduction."""
+        spanning = spanning_of(self)
+        shm = spanning.local_shm if spanning is not None else segment_of(self)
+        if shm is not None:
+            self.promotions.consider(tensor, caller, shm)
 
 
 def _averages(op: Any, tensor: torch.Tensor) -> bool:
@@ -436,6 +450,8 @@ def _delegate(name: str) -> Any:
     target = _GLOO_NAMES.get(name, name)
 
     def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        if name == "allgather":  # DDP's construction checks parameter shapes with it
+            self.promotions.note_construction(caller(inspect.currentframe()))
         self.wait_queued()
         return getattr(self.gloo, target)(*args, **kwargs)
 

@@ -1,0 +1,67 @@
+"""DDP's gradient buckets moved into the "accel" group's pool in place
+(:mod:`accel.comm._promote`): gloo's results bit for bit, and nothing moved that anyone
+else can still reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accel.comm import _promote
+from tests.support import ROOT
+from tests.support.shm import shm_names
+
+SCRIPT = ROOT / "tests" / "comm" / "scripts" / "ddp_pool_check.py"
+
+
+@pytest.mark.slow
+def test_ddp_buckets_move_into_the_pool_and_train_as_gloo_does() -> None:
+    shm_before = shm_names()
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(SCRIPT)],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT, capture_output=True, text=True,
+        timeout=400, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    # Every case, every drawn layout: gloo's losses and parameters, bit for bit.
+    assert all(facts["same_as_gloo"].values()), facts["same_as_gloo"]
+    moved = facts["moved"]
+    # Buckets moved, with or without bucket views, from their second sight on...
+    assert moved["default"] > 0, moved
+    assert moved["bucket_view"] == moved["default"], moved
+    assert all(moved[case] > 0 for case in ("unused", "static_graph", "no_sync", "bf16"))
+    # ...except the one a numpy array of a parameter's .grad still reads: it stays, and the
+    # array keeps seeing the gradients DDP writes there.
+    assert moved["numpy_holder"] == moved["bucket_view"] - 1
+    assert facts["numpy_holder_follows"] is True
+    # Not DDP's reducer (a comm hook, direct calls), opted out, or no room: nothing moves.
+    assert moved["comm_hook"] == 0
+    assert facts["direct_call_stays"] is True
+    assert moved["opted_out"] == 0
+    assert moved["small_pool"] == 0
+    assert facts["small_pool_said"] is True
+    # The blocks go back to the pool when DDP drops its buckets.
+    assert facts["pool_taken"] > 0
+    assert facts["pool_back"] == 0
+    assert shm_names() <= shm_before
+
+
+@pytest.mark.parametrize("value", ["", "2", "yes", " 1x"])
+def test_a_bad_opt_out_value_names_the_variable(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_promote.ENV, value)
+    with pytest.raises(ValueError, match=f"{_promote.ENV} must be 0 or 1, got {value!r}"):
+        _promote.enabled()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", False), ("1", True), (" 1 ", True)])
+def test_the_opt_out_variable(value: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_promote.ENV, value)
+    assert _promote.enabled() is expected

@@ -1,0 +1,188 @@
+"""The rules that decide whether a reduced tensor's storage moves into the pool
+(:mod:`accel.comm._promote`), in one process: a tensor hook run by the autograd engine
+stands in for DDP's reducer (its Python caller is the engine's entry, as the reducer's
+all-reduce is), and a one-rank segment gives the pool."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accel.comm import _promote
+from accel.comm._segment import summable_codes
+
+_shm_comm = pytest.importorskip("accel.ops._shm_comm")
+POOL = 4 << 20
+
+
+@pytest.fixture(scope="module")
+def shm() -> Any:
+    communicator = _shm_comm.Communicator("", True, 0, 1, 1 << 20, 7, [os.getpid()], POOL)
+    communicator.release()
+    return types.SimpleNamespace(communicator=communicator, codes=summable_codes())
+
+
+class _BucketView(torch.nn.Module):
+    """What the rules ask of a DDP model: its setting and its parameters."""
+
+    def __init__(self, grads: list[torch.Tensor], as_view: bool) -> None:
+        super().__init__()
+        self.gradient_as_bucket_view = as_view
+        self.params = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.zeros(g.shape)) for g in grads
+        )
+        for parameter, grad in zip(self.params, grads, strict=True):
+            parameter.grad = grad
+
+
+def _from_the_engine(promotions: _promote.Promotions, tensor: torch.Tensor, shm: Any) -> bool:
+    """``consider`` called the way the reducer's all-reduce is: from inside ``backward``."""
+    moved: list[bool] = []
+    leaf = torch.zeros(1, requires_grad=True)
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        moved.append(promotions.consider(tensor, sys._getframe(1), shm))
+        return grad
+
+    leaf.register_hook(hook)
+    leaf.sum().backward()
+    return moved[0]
+
+
+_KEPT: list[torch.nn.Module] = []  # the group holds its models weakly: keep them alive
+
+
+def _promotions(*models: torch.nn.Module) -> _promote.Promotions:
+    promotions = _promote.Promotions()
+    for model in models:
+        _KEPT.append(model)
+        promotions._models.add(model)  # pyright: ignore[reportPrivateUsage]
+    return promotions
+
+
+@given(
+    numel=st.integers(2048, 200_000),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
+def test_a_private_bucket_moves_on_its_second_sight_with_its_bytes_and_views(
+    numel: int, dtype: torch.dtype, shm: Any
+) -> None:
+    bucket = torch.randn(numel).to(dtype)
+    view = bucket[1:-1]
+    before = bucket.clone()
+    promotions = _promotions(_BucketView([], as_view=False))
+    assert not _from_the_engine(promotions, bucket, shm)  # first sight: stays
+    where = bucket.data_ptr()
+    assert _from_the_engine(promotions, bucket, shm)
+    assert bucket.data_ptr() != where
+    assert torch.equal(bucket, before)
+    assert view.data_ptr() == bucket.data_ptr() + dtype.itemsize  # views follow their storage
+    assert not _from_the_engine(promotions, bucket, shm)  # once
+    taken = shm.communicator.pool_bytes - shm.communicator.pool_free_bytes
+    assert taken >= bucket.nbytes
+    assert promotions.pooled() == [bucket.untyped_storage().nbytes()]
+    del bucket, view
+    assert shm.communicator.pool_free_bytes == shm.communicator.pool_bytes  # back with it
+
+
+def _numpy_made(n: int) -> torch.Tensor:
+    return torch.from_numpy(np.ones(n, dtype=np.float32))
+
+
+def _frombuffer(n: int) -> torch.Tensor:
+    return torch.frombuffer(bytearray(4 * n), dtype=torch.float32)
+
+
+def _shared(n: int) -> torch.Tensor:
+    return torch.ones(n).share_memory_()
+
+
+def _a_slice(n: int) -> torch.Tensor:
+    return torch.ones(2 * n)[:n]
+
+
+def _strided(n: int) -> torch.Tensor:
+    return torch.ones(2 * n)[::2]
+
+
+def _small(n: int) -> torch.Tensor:
+    del n
+    return torch.ones(_promote.MIN_BYTES // 4 - 1)
+
+
+def _float64(n: int) -> torch.Tensor:
+    return torch.ones(n, dtype=torch.float64)
+
+
+OTHERS_MEMORY: list[Callable[[int], torch.Tensor]] = [
+    _numpy_made, _frombuffer, _shared, _a_slice, _strided, _small, _float64,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("make", OTHERS_MEMORY, ids=lambda f: f.__name__.strip("_"))
+def test_memory_that_is_not_a_whole_ordinary_storage_stays(
+    make: Callable[[int], torch.Tensor], shm: Any
+) -> None:
+    tensor = make(4096)
+    promotions = _promotions(_BucketView([], as_view=False))
+    where = tensor.data_ptr()
+    for _ in range(3):
+        assert not _from_the_engine(promotions, tensor, shm)
+    assert tensor.data_ptr() == where
+
+
+def test_a_direct_call_or_no_known_model_never_moves(shm: Any) -> None:
+    bucket = torch.ones(4096)
+    promotions = _promotions(_BucketView([], as_view=False))
+    for _ in range(3):  # called from Python, not by the autograd engine
+        assert not promotions.consider(bucket, sys._getframe(0), shm)
+    lone = _promote.Promotions()  # no DDP model recorded on the group
+    for _ in range(3):
+        assert not _from_the_engine(lone, bucket, shm)
+    off = _promotions(_BucketView([], as_view=False))
+    off.enabled = False
+    for _ in range(3):
+        assert not _from_the_engine(off, bucket, shm)
+
+
+@pytest.mark.parametrize(
+    ("extra", "moves_once_dropped"),
+    [(lambda g: g.numpy(), False), (lambda g: memoryview(g.numpy()), False),
+     (lambda g: g.view(-1), True)],
+    ids=["numpy", "memoryview", "a view"],
+)  # fmt: skip
+def test_a_bucket_whose_grad_views_someone_holds_stays(
+    extra: Callable[[torch.Tensor], object], moves_once_dropped: bool, shm: Any
+) -> None:
+    # As DDP holds a bucket-view bucket: the bucket, an input and an output view per
+    # parameter, and the parameter's .grad is the input view.
+    bucket = torch.zeros(8192)
+    inputs = [bucket[:4096].view(64, 64), bucket[4096:].view(64, 64)]
+    outputs = [bucket[:4096].view(64, 64), bucket[4096:].view(64, 64)]
+    model = _BucketView(inputs, as_view=True)
+    promotions = _promotions(model)
+    held = extra(model.params[0].grad)
+    for _ in range(3):
+        assert not _from_the_engine(promotions, bucket, shm)
+    # Once no one else holds it, it moves (from a new first sight); a storage that ever
+    # gave numpy its memory never does (torch marks it not resizable).
+    del held
+    assert not _from_the_engine(promotions, _fresh_sight(promotions, bucket), shm)
+    assert _from_the_engine(promotions, bucket, shm) is moves_once_dropped
+    assert model.params[0].grad.data_ptr() == bucket.data_ptr()
+    del outputs
+
+
+def _fresh_sight(promotions: _promote.Promotions, bucket: torch.Tensor) -> torch.Tensor:
+    """Forget what was decided about ``bucket`` (a refusal is final for a storage)."""
+    promotions._seen.clear()  # pyright: ignore[reportPrivateUsage]
+    return bucket
