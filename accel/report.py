@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import platform
+import sys
 from dataclasses import asdict, dataclass, fields
 
 from accel import _registry, extensions
@@ -107,8 +108,27 @@ def _collectives() -> str:
     return (
         f"shared memory for groups on one node; pools of {size} per rank "
         f"({POOL_ENV}): all-reduce, all-gather, reduce-scatter and broadcast go straight "
-        "between tensors from accel.comm.shared_empty"
+        "between tensors from accel.comm.shared_empty and DDP's gradient buckets"
+        + "".join(f"; {line}" for line in _pooled_buckets())
     )
+
+
+def _pooled_buckets() -> list[str]:
+    """For each "accel" process group alive in this process (a report collected inside a
+    training job), the DDP buckets this rank moved into its pool; nothing elsewhere."""
+    if "accel.comm.process_group" not in sys.modules:
+        return []  # no "accel" group was ever made here: nothing to say, nothing to import
+    from accel.comm.process_group import live_groups
+
+    lines: list[str] = []
+    for group in live_groups():
+        sizes = group.promotions.pooled()
+        name = getattr(group, "_name", "unnamed")
+        lines.append(
+            f"group {name!r}: {len(sizes)} DDP bucket(s) in this rank's pool "
+            f"({sum(sizes) / 2**20:.1f} MiB)"
+        )
+    return lines
 
 
 def _capabilities(entry: _registry.Registered, available: bool) -> dict[str, bool | None]:

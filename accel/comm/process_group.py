@@ -467,6 +467,11 @@ for _name in _GLOO_COLLECTIVES:
 _live: weakref.WeakSet[AccelProcessGroup] = weakref.WeakSet()
 
 
+def live_groups() -> list[AccelProcessGroup]:
+    """The "accel" process groups of this process not shut down yet."""
+    return [group for group in list(_live) if not group._closed]  # pyright: ignore[reportPrivateUsage]
+
+
 @atexit.register
 def _shutdown_all() -> None:
     for group in list(_live):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -49,6 +50,10 @@ def test_ddp_buckets_move_into_the_pool_and_train_as_gloo_does() -> None:
     # The blocks go back to the pool when DDP drops its buckets.
     assert facts["pool_taken"] > 0
     assert facts["pool_back"] == 0
+    # `accel report` collected inside the job names the buckets in the pool, per group.
+    assert re.search(
+        r"group '[^']+': [1-9][0-9]* DDP bucket\(s\) in this rank's pool", facts["report"]
+    )
     assert shm_names() <= shm_before
 
 

@@ -186,3 +186,18 @@ def _fresh_sight(promotions: _promote.Promotions, bucket: torch.Tensor) -> torch
     """Forget what was decided about ``bucket`` (a refusal is final for a storage)."""
     promotions._seen.clear()  # pyright: ignore[reportPrivateUsage]
     return bucket
+
+
+def test_torch_offers_its_bucket_allocation_hook_to_cpp_backends_only() -> None:
+    # DDP's reducer and FSDP2 can ask a backend to allocate their buffers
+    # (supports_tensor_alloc / allocate_tensor), but a Python process group has no C++
+    # backend to ask and cannot make one. When this fails, torch opened the hook to
+    # Python: use it instead of moving buckets (docs/collectives.md).
+    backend: Any = torch._C._distributed_c10d.Backend  # pyright: ignore[reportPrivateUsage]
+
+    class Offering(backend):  # type: ignore[misc,valid-type]
+        def supports_tensor_alloc(self, device: torch.device) -> bool:
+            return True
+
+    with pytest.raises(TypeError, match="No constructor defined"):
+        Offering(0, 1)

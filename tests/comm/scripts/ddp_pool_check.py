@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import accel.process_group  # noqa: F401  (registers "accel")
+import accel.process_group  # registers "accel"
+import accel.report
 from accel.comm import _segment
 
 STEPS = 5
@@ -243,6 +244,7 @@ def main() -> None:
     assert segment is not None
     communicator = segment.communicator
     facts["pool_taken"] = communicator.pool_bytes - communicator.pool_free_bytes
+    facts["report"] = accel.report.collect().collectives  # says so while DDP holds them
     dist.destroy_process_group(fresh)
     ddp.module(torch.randn(2, 48)).sum().backward()  # the buckets still work, unmapped later
     del ddp, segment

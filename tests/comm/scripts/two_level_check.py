@@ -293,6 +293,9 @@ def main() -> None:
     spanning = spanning_of(None)
     world_group = dist.group.WORLD
     assert world_group is not None
+    ddp = _ddp_losses(None, rank)
+    # DDP's bucket, moved into the node segment's pool (accel backend, node-local levels).
+    ddp_moved = getattr(getattr(world_group, "promotions", None), "moved_buffers", None)
     record = {
         "rank": rank,
         "levels": None if spanning is None else {"even": spanning.even, "local": spanning.local_size},
@@ -310,7 +313,8 @@ def main() -> None:
             for op, calls in spanning.local_shm.communicator.pooled_calls.items()
         },
         "second_group_ok": second_group_ok,
-        "ddp": _ddp_losses(None, rank),
+        "ddp": ddp,
+        "ddp_moved": ddp_moved,
         "ddp_gloo": _ddp_losses(flat, rank),
         # FSDP2 calls the process group itself: only the "accel" backend routes it.
         "fsdp": _fsdp_losses(world_group, rank) if backend == "accel" else None,
