@@ -36,7 +36,9 @@ def test_ddp_buckets_move_into_the_pool_and_train_as_gloo_does() -> None:
     # Buckets moved, with or without bucket views, from their second sight on...
     assert moved["default"] > 0, moved
     assert moved["bucket_view"] == moved["default"], moved
-    assert all(moved[case] > 0 for case in ("unused", "static_graph", "no_sync", "bf16"))
+    assert all(
+        moved[case] > 0 for case in ("unused", "static_graph", "no_sync", "bf16", "accel_adam")
+    )
     # ...except the one a numpy array of a parameter's .grad still reads: it stays, and the
     # array keeps seeing the gradients DDP writes there.
     assert moved["numpy_holder"] == moved["bucket_view"] - 1

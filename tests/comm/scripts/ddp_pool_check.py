@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import accel.process_group  # registers "accel"
 import accel.report
 from accel.comm import _segment
+from accel.optim import CPUAdam
 
 STEPS = 5
 same_everywhere = settings(
@@ -79,12 +80,13 @@ def _train(
     step: Step = _plain,
     steps: int = STEPS,
     after_backward: Callable[[int, DDP], None] | None = None,
+    optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
     **options: Any,
 ) -> tuple[list[float], list[torch.Tensor], DDP]:
     """Train ``make()`` under DDP on ``group``; the losses, the parameters, the model."""
     model = make()
     ddp = DDP(model, process_group=group, **options)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    opt = (optimizer or (lambda params: torch.optim.SGD(params, lr=0.05)))(ddp.parameters())
     gen = torch.Generator().manual_seed(100 + dist.get_rank())
     dtype = next(model.parameters()).dtype
     losses = []
@@ -152,6 +154,9 @@ def main() -> None:
     compare("no_sync", lambda: _mlp(wide, 4), 48, step=_accumulating)
     compare("cap_below_a_parameter", lambda: _mlp(wide, 5), 48, bucket_cap_mb=0.001)
     compare("bf16", lambda: _mlp(wide, 6, torch.bfloat16), 48)
+    # accel's native Adam reads each .grad (a view of a moved bucket) afresh every step.
+    compare("accel_adam", lambda: _mlp(wide, 10), 48, gradient_as_bucket_view=True,
+            optimizer=lambda params: CPUAdam(params, lr=1e-3))  # fmt: skip
 
     # A numpy array of a parameter's gradient, taken after DDP rebuilt its buckets: that
     # bucket stays where it is, and the array keeps seeing the gradients DDP writes.
