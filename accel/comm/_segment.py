@@ -245,7 +245,9 @@ def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
         ranks = dist.get_process_group_ranks(process_group)
         where = placement(nodes, ranks)
         me = ranks[members.rank()]
-        store = tdist.group_store(process_group)
+        # The links meet on the store: on a client of this set-up's own, since another
+        # group may be set up beside this one (from another thread, or on its worker).
+        store = tdist.own_client(tdist.group_store(process_group))
         spanning = build(where, me, timeout, store, identities[0].rsplit(" ", 1)[1])
         if spanning is not None:
             node_pids = [pids[ranks.index(member)] for member in spanning.local.ranks]
@@ -426,13 +428,15 @@ def _remember(process_group: dist.ProcessGroup, found: ShmGroup | Spanning | Non
     if isinstance(found, Spanning):
         _spanning[ident] = found
     shm = found if isinstance(found, ShmGroup) else None
-    _groups[ident] = shm
     owner = _as_owner(process_group)
     if owner is not None:
         _owners[ident] = weakref.ref(owner)
     if shm is not None:
         _by_key[shm.key] = shm
         shm.owner = _owners.get(ident)
+    # Last: a group's set-up may run on its worker while the caller's thread looks it up,
+    # and a group found here must come with its owner (whose queue the caller waits for).
+    _groups[ident] = shm
     # Runs when the group object dies (torch drops it in destroy_process_group), before
     # its id can be reused; the Communicator unmaps the segment when the last reference
     # to it goes (a collective still running holds one).

@@ -64,6 +64,16 @@ def group_store(group: dist.ProcessGroup | None) -> Store:
     return store
 
 
+def own_client(store: Store) -> Store:
+    """``store`` over a connection of the caller's own (``Store.clone``; torch releases
+    without it give ``store`` itself). A TCPStore client serves one call at a time and
+    holds its connection through a blocking wait, so two threads waiting on one client
+    for keys that peers set from their other thread wait for each other, across ranks,
+    until the timeout."""
+    clone: Callable[[], Store] | None = getattr(store, "clone", None)
+    return clone() if clone is not None else store
+
+
 def outside(group: dist.ProcessGroup | None, call: str) -> bool:
     """Whether this rank is not a member of ``group`` (what ``new_group`` gave a rank it
     left out); if so, warn as torch.distributed's own collectives do before they return

@@ -18,7 +18,9 @@ two levels, shared memory in each node and gloo between nodes (:mod:`accel.comm.
 Like gloo's, these reductions are asynchronous: one worker thread per group runs them in
 the order they were issued (the native call releases the GIL), so DDP overlaps them with
 the rest of the backward pass. Any other collective first waits for the reductions
-before it, so the group's operations keep one order on every rank.
+before it, so the group's operations keep one order on every rank. A group's set-up
+(collective) is its first reduction's first step on the worker, so a rank may issue
+async reductions on new groups in any order, as with gloo.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from accel import comm
 from accel.comm import _torch_dist as tdist
 from accel.comm._promote import Promotions, caller
 from accel.comm._promote import enabled as promotion_enabled
+from accel.comm._release import released
 from accel.comm._segment import register_group_owner, release, segment_of, spanning_of
 
 BACKEND_NAME = "accel"
@@ -171,20 +174,30 @@ class AccelProcessGroup(dist.ProcessGroup):
     def uses_shared_memory(self) -> bool:
         """Whether this group's collectives go through shared memory.
 
-        The first call decides, collectively (every rank makes it, as torch's first
-        collective on the group does), after the reductions queued before it.
+        The group's set-up decides, collectively: its first reduction, queued, sets it
+        up on the worker (this waits for it); failing that, the first call here does, as
+        torch's first collective on the group does on every rank.
 
         Returns:
             ``True`` when every rank of the group is on this node.
         """
-        if self._shared is None:  # the setup is collective: in this thread, in order
-            self.wait_queued()
-            self._inside.active = True
-            try:
-                self._shared = comm.uses_shared_memory(self)
-            finally:
-                self._inside.active = False
+        if self._shared is None:
+            self.wait_queued()  # a queued first reduction sets the group up: wait for it
+        if self._shared is None:  # none queued: set up here, in order with the queue
+            self._set_up()
+        assert self._shared is not None
         return self._shared
+
+    def _set_up(self) -> None:
+        """Set the group up (its segment, or its levels across nodes) unless it is:
+        collective, in this thread."""
+        if self._shared is not None:
+            return
+        self._inside.active = True  # its own collectives go to gloo
+        try:
+            self._shared = comm.uses_shared_memory(self)
+        finally:
+            self._inside.active = False
 
     def _here(self, collective: Callable[[], object], result: list[torch.Tensor]) -> Any:
         """Run a shared-memory collective now, in this thread, after the queued reductions."""
@@ -312,12 +325,29 @@ class AccelProcessGroup(dist.ProcessGroup):
             return self.gloo.barrier(opts or dist.BarrierOptions())
         return self._here(lambda: comm.barrier(group=self), [])
 
+    def _set_up_then_gloo(self, tensors: list[torch.Tensor], opts: Any) -> bool:
+        """Before a queued reduction, on the worker: set the group up if not yet (the
+        first reduction's job on every rank alike: the set-up is collective), and if the
+        group is gloo's after all, reduce as a call made after the set-up does, with the
+        same options, so every rank gets gloo's bits; whether it did."""
+        self._set_up()
+        if self._shared or spanning_of(self) is not None:
+            self.shared_reductions += 1
+            return False
+        with released(tensors):
+            self.gloo.allreduce(tensors, opts).wait()
+        return True
+
     def _reduce(self, tensor: torch.Tensor) -> None:
         self._inside.active = True  # this worker thread's collectives go to gloo
         try:
             comm.all_reduce_(tensor, group=self)
         finally:
             self._inside.active = False
+
+    def _idle(self) -> bool:
+        """Whether every reduction queued so far has ended."""
+        return self._last is None or self._last.done()
 
     def wait_queued(self) -> None:
         """Wait for the reductions queued so far (before any other collective: one order;
@@ -361,12 +391,13 @@ class AccelProcessGroup(dist.ProcessGroup):
         ):
             self.wait_queued()
             return self.gloo.allreduce(tensors, opts)
-        # The first reduction sets the group up here, in the caller's thread: collective,
-        # so a rank that issues async reductions on two new groups in the other order than
-        # its peers waits until the group's timeout (gloo does not).
-        if not self.uses_shared_memory() and spanning_of(self) is None:
+        # A group set up without shared memory or levels is gloo's, straight away once
+        # nothing queued is left to keep ahead of it. Until the set-up is done, the
+        # reduction is queued: the set-up is collective and runs first on the worker, so
+        # the caller never waits for it and ranks may touch their groups in any order.
+        if self._shared is False and spanning_of(self) is None and self._idle():
+            self.wait_queued()  # raises if a queued reduction failed
             return self.gloo.allreduce(tensors, opts)
-        self.shared_reductions += 1
         tensor = tensors[0]
         self._promote(tensor, caller(inspect.currentframe()))
         outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()
@@ -376,6 +407,13 @@ class AccelProcessGroup(dist.ProcessGroup):
         def run() -> None:
             try:
                 self._raise_if_failed()  # in queue order: nothing runs after a failure
+                if self._set_up_then_gloo(tensors, opts):
+                    outcome.set_result(tensors)
+                    return
+            except BaseException as error:  # the group as it was: it sets up again
+                outcome.set_result(_Failure(error))
+                raise
+            try:
                 self._reduce(tensor)
             except BaseException as error:  # reported through the Work, as gloo does
                 self._failed = self._failed or error

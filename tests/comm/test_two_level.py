@@ -90,10 +90,11 @@ def _patterns_gave_exact_results(outcomes: dict[str, Any]) -> None:
     """Every pattern of tests/comm/scripts/patterns_check.py came out right: async work
     beside direct calls and beside the group's other collectives, sub-groups before DDP,
     overlapping and local-sync sub-groups, two groups with the same ranks at once,
-    non-contiguous tensors, a seeded stress run against gloo, destroy and init again."""
+    non-contiguous tensors, a seeded stress run against gloo, destroy and init again,
+    async all-reduces on new groups issued in different orders."""
     failed = {name: outcome for name, outcome in outcomes.items() if outcome is not True}
     assert failed == {}, failed
-    assert len(outcomes) == 9, sorted(outcomes)  # every pattern ran
+    assert len(outcomes) == 10, sorted(outcomes)  # every pattern ran
 
 
 def _check(ranks: list[dict[str, Any]]) -> None:

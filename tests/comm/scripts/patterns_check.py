@@ -9,7 +9,8 @@ the arithmetic). The patterns: destroy and init again (first); async work beside
 the group's other collectives; sub-groups made before DDP, overlapping sub-groups, and
 ``use_local_synchronization`` groups made in a different order on each rank; two groups
 with the same ranks used at once; non-contiguous inputs and outputs of every collective;
-and a seeded stress run that interleaves all of these.
+a seeded stress run that interleaves all of these; and async all-reduces on two new groups
+issued in different orders on different ranks.
 A failed pattern is recorded, not raised, so the others still run; the group's timeout
 (20 s) turns a hang into a recorded error.
 """
@@ -207,6 +208,26 @@ class Patterns:
                 ok &= _same(strided, summed)
         return ok
 
+    def async_first_use_in_either_order(self) -> bool:
+        """Async all-reduces on two new groups, issued in one order by the first half of
+        the ranks and in the other by the rest (the first touch of each group: neither
+        set-up may wait for the other's), then a broadcast on each group, in the same
+        order everywhere, which must take the route the set-up chose on every rank."""
+        ranks = list(range(self.world))
+        groups = [dist.new_group(ranks, timeout=TIMEOUT) for _ in range(2)]
+        summed = [torch.full((5000,), float((self.rank + 1) * (i + 1))) for i in range(2)]
+        order = [0, 1] if self.rank < self.world // 2 else [1, 0]
+        works = {i: dist.all_reduce(summed[i], group=groups[i], async_op=True) for i in order}
+        sent = [torch.full((3000,), float(self.rank)) for _ in groups]
+        for i, group in enumerate(groups):
+            dist.broadcast(sent[i], src=self.world - 1 - i, group=group)
+        for work in works.values():
+            assert work is not None
+            work.wait()
+        total = sum(range(1, self.world + 1))
+        ok = all(bool((t == total * (i + 1)).all()) for i, t in enumerate(summed))
+        return ok and all(bool((t == self.world - 1 - i).all()) for i, t in enumerate(sent))
+
     def stress(self) -> bool:
         """A seeded sequence (the same on every rank) of async and direct collectives on
         two groups and a local-synchronization one, each checked against gloo."""
@@ -298,7 +319,7 @@ def run_patterns() -> dict[str, Any]:
     for name in (
         "queued_then_direct", "queued_then_each_collective", "subgroup_before_ddp",
         "overlapping_subgroups", "local_groups_in_rank_order", "two_groups_same_ranks",
-        "non_contiguous", "stress",
+        "non_contiguous", "stress", "async_first_use_in_either_order",
     ):  # fmt: skip
         patterns.run(name, getattr(patterns, name))
     return {**results, **patterns.results}

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import accel.process_group  # noqa: F401  # registers "accel"
 from accel import comm
 from accel.comm import _segment
+from accel.comm._nodes import NODE_ENV, node_identity
 
 SHORT = timedelta(seconds=10)
 
@@ -68,7 +69,9 @@ def two_groups_first_used_from_two_threads(rank: int, backend: str) -> dict[str,
 
 
 def async_reductions_on_two_groups_in_either_order(rank: int) -> dict[str, Any]:
-    # A known hang (see the test): a short timeout keeps it from holding up the job.
+    """Each rank issues an async all-reduce on each of two new groups, in the other
+    order: neither group's set-up may wait for the other's (gloo's do not). A short
+    timeout turns a hang into a reported error."""
     groups = [
         dist.new_group([0, 1], backend="accel", timeout=timedelta(seconds=3)) for _ in range(2)
     ]
@@ -77,6 +80,34 @@ def async_reductions_on_two_groups_in_either_order(rank: int) -> dict[str, Any]:
     works = {i: dist.all_reduce(tensors[i], group=groups[i], async_op=True) for i in order}
     errors = [_error(works[i].wait) for i in range(2)]
     return {"sums": [t[0].item() for t in tensors], "errors": errors}
+
+
+def async_reductions_on_two_gloo_groups_in_either_order(rank: int) -> dict[str, Any]:
+    """The same with each rank on a node of its own (simulated with ACCEL_NODE_ID): the
+    groups are gloo's, which each group's first, queued, reduction finds out; the
+    reductions issued after it go straight to gloo."""
+    os.environ[NODE_ENV] = f"node{rank}"
+    node_identity.cache_clear()
+    try:
+        report = async_reductions_on_two_groups_in_either_order(rank)
+        groups = [dist.new_group([0, 1], backend="accel", timeout=SHORT) for _ in range(2)]
+        tensors = [torch.full((64,), float(rank + 1)) for _ in range(2)]
+        order = [0, 1] if rank == 0 else [1, 0]
+        works = [dist.all_reduce(tensors[i], group=groups[i], async_op=True) for i in order]
+        for work in works:
+            work.wait()
+        again = [torch.full((64,), float(rank + 1)) for _ in range(2)]
+        for tensor, group in zip(again, groups, strict=True):
+            dist.all_reduce(tensor, group=group)
+        report["again"] = [t[0].item() for t in again]
+        report["levels"] = [
+            (group.uses_shared_memory(), _segment.spanning_of(group) is not None)
+            for group in groups
+        ]
+        return report
+    finally:
+        del os.environ[NODE_ENV]
+        node_identity.cache_clear()
 
 
 def late_peer_and_a_pooled_tensor(rank: int) -> dict[str, Any]:
@@ -189,6 +220,7 @@ def main() -> None:
         "threads_gloo": lambda: two_groups_first_used_from_two_threads(rank, "gloo"),
         "threads_accel": lambda: two_groups_first_used_from_two_threads(rank, "accel"),
         "async_order": lambda: async_reductions_on_two_groups_in_either_order(rank),
+        "async_order_gloo": lambda: async_reductions_on_two_gloo_groups_in_either_order(rank),
         "late_pooled": lambda: late_peer_and_a_pooled_tensor(rank),
         "local_errors": lambda: local_errors_leave_the_group_usable(rank),
         "outside": lambda: a_rank_outside_the_group(rank),
