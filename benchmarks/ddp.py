@@ -11,6 +11,10 @@ with ``ACCEL_DDP_POOL=0`` (DDP's buckets stay where DDP put them: the copying pa
 the floor no backend can beat. Per round, the share of gloo's exchange cost a variant
 removes is ``(gloo - variant) / (gloo - floor)``; the median and mean over rounds are
 printed.
+
+``--interleaved`` runs the four variants in one job instead (one model each, on their own
+groups, taking their steps in turn), so that a noisy machine slows them alike; it prints
+the median step of each and the shares of their medians.
 """
 
 from __future__ import annotations
@@ -56,6 +60,60 @@ dist.destroy_process_group()
 """
 
 
+INTERLEAVED = r"""
+import os, statistics, sys, time, torch, torch.distributed as dist
+import accel.process_group  # registers "accel"
+width, layers, batch, steps = map(int, sys.argv[1:5])
+dist.init_process_group("accel")
+rank = dist.get_rank()
+os.environ["ACCEL_DDP_POOL"] = "0"  # read when a group is made
+copying = dist.new_group(backend="accel")
+del os.environ["ACCEL_DDP_POOL"]
+gloo = dist.new_group(backend="gloo")
+runs = {}
+for name, group in (("accel", dist.group.WORLD), ("accel-copying", copying), ("gloo", gloo),
+                    ("none", None)):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    if group is not None:
+        model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    runs[name] = (model, torch.optim.SGD(model.parameters(), lr=1e-3), [])
+gen = torch.Generator().manual_seed(rank)
+for _ in range(steps):
+    x = torch.randn(batch, width, generator=gen)
+    for model, opt, times in runs.values():
+        start = time.perf_counter()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - start)
+if rank == 0:
+    medians = {name: statistics.median(times[2:]) for name, (_, _, times) in runs.items()}
+    pooled = dist.group.WORLD.promotions.moved_buffers
+    print("RESULT " + json.dumps({"medians": medians, "pooled_buckets": pooled}))
+dist.destroy_process_group()
+""".replace("import os,", "import json, os,")
+
+
+def _interleaved(args: argparse.Namespace, env: dict[str, str], tmp: str) -> None:
+    script = os.path.join(tmp, "ddp_interleaved.py")
+    with open(script, "w") as out:
+        out.write(INTERLEAVED)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={args.ranks}", script, str(args.width), str(args.layers),
+           str(args.batch), str(args.steps)]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line[len("RESULT ") :])
+    medians: dict[str, float] = result["medians"]
+    gloo, floor = medians["gloo"], medians["none"]
+    print("| DDP step, variants interleaved in one job | median s | share of gloo's cost removed |")
+    print("|---|---|---|")
+    for name, seconds in medians.items():
+        print(f"| {name} | {seconds:.3f} | {(gloo - seconds) / (gloo - floor):.2f} |")
+    print(f"\nbuckets in the pool (rank 0): {result['pooled_buckets']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
@@ -64,7 +122,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--interleaved", action="store_true", help="all variants in one job")
     args = parser.parse_args()
+    if args.interleaved:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+            _interleaved(args, env, tmp)
+        return
     variants = ("gloo", "accel", "accel-copying", "none")
     results: dict[str, list[dict[str, object]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
