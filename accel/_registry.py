@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from accel._entry_points import entry_points
 from accel._probe import (
     Unanswered,
     in_process,
@@ -175,17 +176,10 @@ def _malformed(name: str, loaded: object) -> str | None:
     return None
 
 
-def entry_points(group: str) -> list[EntryPoint]:
-    """Installed entry points of ``group`` (imported here: only selection needs metadata)."""
-    from importlib.metadata import entry_points as installed
-
-    return list(installed(group=group))
-
-
 def _entry_points() -> list[EntryPoint]:
     from importlib.metadata import EntryPoint
 
-    found = entry_points(group=GROUP)
+    found = entry_points(GROUP)
     if not any(entry.value.startswith("accel.backends.") for entry in found):
         logger.info("accel is not installed (no entry points); using its built-in backends")
         found += [EntryPoint(name, target, GROUP) for name, target in _SOURCE_TREE_BUILTINS.items()]
