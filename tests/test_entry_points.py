@@ -118,7 +118,7 @@ def test_the_group_named_elsewhere_in_the_file_is_not_taken(
     assert _entry_points.entry_points("accel.backends") == []
 
 
-@pytest.mark.parametrize("odd", ["zip", "upper-case suffix", "egg"])
+@pytest.mark.parametrize("odd", ["zip", "upper-case suffix", "egg", "not a string"])
 def test_what_only_importlib_metadata_reads_is_left_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: str
 ) -> None:
@@ -135,6 +135,11 @@ def test_what_only_importlib_metadata_reads_is_left_to_it(
         info.mkdir()
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shouting\nVersion: 1.0\n")
         (info / "entry_points.txt").write_text("[accel.backends]\ns = m:S\n")
+    elif odd == "not a string":
+        other = tmp_path / "other"
+        other.mkdir()
+        _write(other, ("other", "1.0", ".dist-info", {"accel.backends": {"o": "m:O"}}))
+        paths.append(Path(other))  # type: ignore[arg-type]  # import ignores it
     else:
         egg = tmp_path / "old-1.0-py3.egg"
         (egg / "EGG-INFO").mkdir(parents=True)
