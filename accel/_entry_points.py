@@ -69,8 +69,10 @@ def _folders_naming(group: str) -> list[str] | None:
     seen: set[str] = set()
     folders: list[str] = []
     for entry in sys.path:
-        if not isinstance(entry, str):
-            return None  # import ignores such an entry; importlib.metadata may not
+        # sys.path may hold anything despite its annotation: import ignores what is not a
+        # string, importlib.metadata may read it.
+        if not isinstance(entry, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            return None
         root = entry or "."
         try:
             children = os.listdir(root)
