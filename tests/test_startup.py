@@ -93,6 +93,22 @@ def test_a_bad_deepspeed_variable_is_one_warning_at_start_up(
     assert result.stderr.count(f"RuntimeWarning: accel: {raised.value}; importing deepspeed") == 1
 
 
+@pytest.mark.slow
+def test_pytest_says_nothing_about_the_start_up_module(tmp_path: Path) -> None:
+    # accel's distribution has a pytest plugin, so pytest marks the top-level modules it
+    # installs for assertion rewriting, and warned in every run (from a regular install,
+    # or from the repository's root with an editable one) that it could not rewrite the
+    # one the start-up hook had already imported.
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(tmp_path),
+         "--collect-only", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_nothing.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "_accel_startup" not in result.stdout + result.stderr
+
+
 def test_the_deepspeed_table_names_the_integrations_hooks() -> None:
     assert _accel_startup.DEEPSPEED_ENV == _support.ENV
     assert set(_accel_startup.DEEPSPEED) == {_install.TARGET, _install.REPORT, _install.COMM}
