@@ -13,37 +13,34 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
-# Start-up hooks: .pth files at the top of site-packages, which Python runs in every
-# process. The DeepSpeed one (ACCEL_DEEPSPEED=1, docs/deepspeed.md) only imports accel when
-# the variable is set; the Lightning one (accelerator="accel" with no import,
-# docs/frameworks.md) only when the process imports lightning.
-STARTUP_PTHS = (
-    "accel/integrations/deepspeed/accel-deepspeed.pth",
-    "accel/integrations/lightning/accel-lightning.pth",
-)
+# The start-up hook: a .pth file at the top of site-packages, which Python runs in every
+# process. Its one line imports _accel_startup (a top-level module, so that a start-up
+# imports nothing of accel), which watches for Lightning's and, with ACCEL_DEEPSPEED=1,
+# DeepSpeed's import (docs/frameworks.md, docs/deepspeed.md).
+STARTUP_PTH = "accel-startup.pth"
 
 
 class BuildPyWithStartupHook(build_py):
-    """Puts the startup .pth files at the root of the wheel (site-packages), not in the
-    package."""
+    """Puts the start-up .pth file at the root of the wheel (site-packages), beside
+    _accel_startup.py."""
 
     def run(self):
         super().run()
-        for pth in STARTUP_PTHS:
-            self.copy_file(pth, os.path.join(self.build_lib, os.path.basename(pth)))
+        self.copy_file(STARTUP_PTH, os.path.join(self.build_lib, STARTUP_PTH))
 
 
 class EditableWheelWithStartupHook(editable_wheel):
-    """Editable installs (pip install -e) get the .pth files too, so tests see what users see.
+    """Editable installs (pip install -e) get the .pth file too, so tests see what users see.
 
     setuptools writes everything in the unpacked directory into the editable wheel; its
-    hook for namespace packages is the one place that directory is handed out.
+    hook for namespace packages is the one place that directory is handed out. The .pth
+    imports _accel_startup through the editable install's own finder, which its .pth
+    (``__editable__.accel-*.pth``) installs first: site.py runs .pth files in name order.
     """
 
     def _install_namespaces(self, installation_dir, pth_prefix):
         super()._install_namespaces(installation_dir, pth_prefix)
-        for pth in STARTUP_PTHS:
-            self.copy_file(pth, os.path.join(installation_dir, os.path.basename(pth)))
+        self.copy_file(STARTUP_PTH, os.path.join(installation_dir, STARTUP_PTH))
 
 
 # -fno-math-errno lets gcc vectorise sqrtf (an Adam kernel runs ~4x slower without it), and

@@ -16,9 +16,9 @@ import importlib
 
 from accel._version import __version__
 
-# Not typing.TYPE_CHECKING: importing typing costs 2-3 ms, paid by every process
-# ACCEL_DEEPSPEED=1 arms (accel-deepspeed.pth), most of which never import torch. mypy and
-# pyright read a module-level TYPE_CHECKING as true.
+# Not typing.TYPE_CHECKING: importing typing costs 2-3 ms, which a process importing only
+# a light submodule of accel should not pay. mypy and pyright read a module-level
+# TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -73,8 +73,8 @@ __all__ = [
     "set_stream",
 ]
 
-# Loaded on first use, so that importing a light submodule (the DeepSpeed startup hook
-# runs in every process of a job) does not pay for the selection machinery.
+# Loaded on first use, so that importing a light submodule does not pay for the
+# selection machinery.
 _LAZY = {
     "API_VERSION": "accel.protocols",
     "Accelerator": "accel.protocols",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import select
 import signal
 import subprocess
@@ -116,27 +117,70 @@ class Unanswered:
 
 
 def in_thread(backend: BackendClass, name: str, timeout: float) -> Availability | Unanswered:
-    """``backend.probe()`` on a daemon thread, waited for at most ``timeout`` seconds."""
-    outcome: list[object] = []
-    failure: list[BaseException] = []
+    """``backend.probe()`` on a daemon thread, waited for at most ``timeout`` seconds.
 
-    def run() -> None:
-        try:
-            outcome.append(backend.probe())
-        except BaseException as error:  # SystemExit, KeyboardInterrupt: said as they are
-            failure.append(error)
-
-    # A daemon thread bounds the wait: a probe stuck in a driver call cannot be
-    # interrupted, but it no longer holds up selection or `accel report`.
-    worker = threading.Thread(target=run, name=f"accel-probe-{name}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if failure:
-        error = failure[0]
-        return Unanswered(f"probe() raised {raised(error)}", error)
-    if not outcome:
+    A probe stuck in a driver call cannot be interrupted, but it no longer holds up
+    selection or ``accel report``. The threads are kept for the next probe (selection asks
+    each registered backend in turn: a thread started and joined per probe cost ~0.2-0.5
+    ms each, more on a loaded machine); one whose probe overran is left to it, and the
+    next probe gets a new one.
+    """
+    with _idle_lock:
+        worker = _idle.pop() if _idle else _Worker()
+    job = _Job(backend, name)
+    worker.jobs.put(job)
+    if not job.done.wait(timeout):
         return Unanswered(f"probe() did not answer within {timeout:g} s ({PROBE_TIMEOUT_ENV})")
-    return _checked(outcome[0], f"{type(outcome[0]).__name__} {outcome[0]!r}")
+    with _idle_lock:
+        _idle.append(worker)
+    if job.failure is not None:
+        return Unanswered(f"probe() raised {raised(job.failure)}", job.failure)
+    return _checked(job.outcome, f"{type(job.outcome).__name__} {job.outcome!r}")
+
+
+class _Job:
+    """One probe for a worker: what it answered or raised, and when it is done."""
+
+    def __init__(self, backend: BackendClass, name: str) -> None:
+        self.backend, self.name = backend, name
+        self.outcome: object = None
+        self.failure: BaseException | None = None
+        self.done = threading.Event()
+
+
+class _Worker:
+    """A daemon thread that runs the probes put in ``jobs``, one after another."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="accel-probe", daemon=True).start()
+
+    def _run(self) -> None:
+        thread = threading.current_thread()
+        while True:
+            job = self.jobs.get()
+            thread.name = f"accel-probe-{job.name}"  # what a stuck thread's dump shows
+            try:
+                job.outcome = job.backend.probe()
+            except BaseException as error:  # SystemExit, KeyboardInterrupt: said as they are
+                job.failure = error
+            thread.name = "accel-probe"
+            job.done.set()
+
+
+# Workers waiting for a probe; a worker whose probe overran never comes back here.
+_idle: list[_Worker] = []
+_idle_lock = threading.Lock()
+
+
+def _forget_workers() -> None:
+    # A forked child has none of its parent's threads: its probes need threads of its own.
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def in_process(targets: list[str], timeout: float) -> dict[str, Availability | Unanswered]:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from typing_extensions import override
+
+from accel._entry_points import entry_points
 from accel._probe import (
     Unanswered,
     in_process,
@@ -52,19 +54,36 @@ class DuplicateBackendError(RuntimeError):
     """Two distributions register a backend under one name."""
 
 
-@dataclass(frozen=True)
 class Registered:
-    """One entry of the registry: where it came from, its class or why it has none."""
+    """One entry of the registry: where it came from, its class or why it has none.
 
-    name: str
-    source: EntryPoint  # read for the distribution's name, only when asked
-    target: str
-    backend: type[Accelerator] | None
-    error: str | None
-    # The probe's answer, computed once: probes may be slow, and selection and
-    # `accel report` both ask.
-    _answer: list[Availability] = field(default_factory=list, compare=False, repr=False)
-    _probe_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    (A plain class, not a frozen dataclass, which costs ~1 ms to make at import: paid by
+    every ``get_accelerator()``.)
+    """
+
+    __slots__ = ("_answer", "_probe_lock", "backend", "error", "name", "source", "target")
+
+    def __init__(
+        self,
+        name: str,
+        source: EntryPoint,
+        target: str,
+        backend: type[Accelerator] | None,
+        error: str | None,
+    ) -> None:
+        self.name = name
+        self.source = source  # read for the distribution's name, only when asked
+        self.target = target
+        self.backend = backend
+        self.error = error
+        # The probe's answer, computed once: probes may be slow, and selection and
+        # `accel report` both ask.
+        self._answer: list[Availability] = []
+        self._probe_lock = threading.Lock()
+
+    @override
+    def __repr__(self) -> str:
+        return f"Registered({self.name!r}, {self.target!r}, error={self.error!r})"
 
     @property
     def distribution(self) -> str:
@@ -175,17 +194,10 @@ def _malformed(name: str, loaded: object) -> str | None:
     return None
 
 
-def entry_points(group: str) -> list[EntryPoint]:
-    """Installed entry points of ``group`` (imported here: only selection needs metadata)."""
-    from importlib.metadata import entry_points as installed
-
-    return list(installed(group=group))
-
-
 def _entry_points() -> list[EntryPoint]:
     from importlib.metadata import EntryPoint
 
-    found = entry_points(group=GROUP)
+    found = entry_points(GROUP)
     if not any(entry.value.startswith("accel.backends.") for entry in found):
         logger.info("accel is not installed (no entry points); using its built-in backends")
         found += [EntryPoint(name, target, GROUP) for name, target in _SOURCE_TREE_BUILTINS.items()]

@@ -1,7 +1,7 @@
 """DeepSpeed on accel vs native DeepSpeed: start-up, first ZeRO-2 offload step, optimizer
 step and inference all-reduce through DeepSpeed's own APIs.
 
-    python benchmarks/deepspeed_integration.py startup      # interpreter start, hook on/off
+    python benchmarks/deepspeed_integration.py startup      # interpreter start, hook or not
     python benchmarks/deepspeed_integration.py first-step   # process start -> first step
     python benchmarks/deepspeed_integration.py optimizer    # DeepSpeedCPUAdam / FusedAdam
     python benchmarks/deepspeed_integration.py allreduce    # deepspeed.comm.inference_all_reduce
@@ -30,7 +30,8 @@ import time
 import venv
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PTH = ROOT / "accel" / "integrations" / "deepspeed" / "accel-deepspeed.pth"
+# accel's start-up hook: the .pth and the module its one line imports.
+STARTUP_FILES = (ROOT / "accel-startup.pth", ROOT / "_accel_startup.py")
 
 
 def _env(accel: bool, extensions: pathlib.Path, **extra: str) -> dict[str, str]:
@@ -55,7 +56,9 @@ def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 # -- start-up ---------------------------------------------------------------------------
 def startup(rounds: int) -> None:
-    """``python -c pass`` in a bare venv without and with accel's .pth (variable unset)."""
+    """``python -c pass`` in a bare venv without and with accel's start-up hook (the .pth
+    and its module; variable unset), then in this environment with ACCEL_DEEPSPEED unset
+    and 1."""
     with tempfile.TemporaryDirectory() as tmp:
         venv.create(tmp, with_pip=False)
         python = str(pathlib.Path(tmp, "bin", "python"))
@@ -65,11 +68,15 @@ def startup(rounds: int) -> None:
         times: dict[str, list[float]] = {"without": [], "with": []}
         for _ in range(rounds):
             for side in ("without", "with"):  # alternate: drift hits both sides alike
-                target = site / PTH.name
-                if side == "with":
-                    shutil.copy(PTH, target)
-                else:
-                    target.unlink(missing_ok=True)
+                for source in STARTUP_FILES:
+                    if side == "with":
+                        shutil.copy(source, site / source.name)
+                    else:
+                        (site / source.name).unlink(missing_ok=True)
+                if side == "with":  # compiled, as pip compiles what it installs
+                    module = str(site / STARTUP_FILES[1].name)
+                    compile_it = f"import py_compile; py_compile.compile({module!r})"
+                    subprocess.run([python, "-c", compile_it], env=env, check=True)
                 for _ in range(10):
                     start = time.perf_counter()
                     subprocess.run([python, "-c", "pass"], env=env, check=True)
@@ -89,12 +96,12 @@ def startup(rounds: int) -> None:
     unset, armed_ms = (statistics.median(armed[s]) * 1e3 for s in ("unset", "1"))
     print("| interpreter start (`python -c pass`) | median ms |")
     print("|---|---|")
-    print(f"| bare venv, without accel's .pth | {without:.2f} |")
-    print(f"| bare venv, with accel's .pth, ACCEL_DEEPSPEED unset | {with_hook:.2f} |")
+    print(f"| bare venv, without accel's start-up hook | {without:.2f} |")
+    print(f"| bare venv, with accel's start-up hook, ACCEL_DEEPSPEED unset | {with_hook:.2f} |")
     print(f"| accel's venv, ACCEL_DEEPSPEED unset | {unset:.2f} |")
-    print(f"| accel's venv, ACCEL_DEEPSPEED=1 (hook armed, no torch) | {armed_ms:.2f} |")
+    print(f"| accel's venv, ACCEL_DEEPSPEED=1 (DeepSpeed watched) | {armed_ms:.2f} |")
     print(
-        f"\n.pth cost with the variable unset: {with_hook - without:+.2f} ms "
+        f"\nstart-up hook's cost with the variable unset: {with_hook - without:+.2f} ms "
         f"({len(times['with'])} starts each side, alternated)"
     )
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ import accel
 from accel import _probe, _registry
 from accel.backends.base import Availability
 from accel.backends.cpu import CPUAccelerator
-from tests.support import Installer
+from tests.support import ROOT, Installer
 
 # no_gpu (tests/conftest.py): the fallback cases expect the CPU to be chosen, also on a GPU
 # machine.
@@ -240,6 +242,46 @@ def test_a_slow_probe_is_bounded_and_asked_once(
     assert reason == "probe() did not answer within 0.2 s (ACCEL_PROBE_TIMEOUT)"
     assert time.perf_counter() - started < 2  # selection and the second question together
     assert sys.modules["slow_probe"].CALLS == [1]  # probed once
+
+
+def test_probes_are_asked_on_one_thread_kept_between_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A thread started per probe cost selection ~0.2-0.5 ms a backend, more when loaded.
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    answers = [entry.availability() for entry in _registry.registry().values()]
+    assert len(answers) >= 9  # every built-in backend was asked
+    assert len([name for name in started if name.startswith("accel-probe")]) <= 1
+
+
+@pytest.mark.slow
+def test_a_forked_child_probes_on_threads_of_its_own() -> None:
+    # The parent's kept thread does not exist in a child made by fork().
+    code = """
+        import os, sys, time
+        from accel import _probe
+        from accel.backends.cpu import CPUAccelerator
+        assert _probe.in_thread(CPUAccelerator, "cpu", 10).available
+        pid = os.fork()
+        if pid == 0:
+            started = time.perf_counter()
+            answer = _probe.in_thread(CPUAccelerator, "cpu", 10)
+            os._exit(0 if answer.available and time.perf_counter() - started < 5 else 1)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize(

@@ -32,11 +32,10 @@ class RuntimeEnvMixin:
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         # Frameworks ask every step; the answer is a property of the class, so it is
-        # decided once, when the class (or a composed device class) is made.
-        cls._synchronized = not issubclass(cls, StreamAPI)
-        # ...and answered by a function that returns the constant: a per-step call at the
-        # cost of DeepSpeed's `return True`, not an attribute read through self.
-        cls.is_synchronized_device = _synchronized if cls._synchronized else _not_synchronized  # type: ignore[method-assign]
+        # decided once per class, on the class's first call: the StreamAPI check costs
+        # ~0.1 ms a class, and most classes made (mixin stacks, the backends that are not
+        # selected) are never asked.
+        cls.is_synchronized_device = _decide_synchronized  # type: ignore[method-assign]
 
     def visible_devices_envs(self) -> list[str]:
         """``visible_devices_env_names``."""
@@ -74,6 +73,16 @@ class RuntimeEnvMixin:
         return self._synchronized
 
 
+def _decide_synchronized(self: RuntimeEnvMixin) -> bool:
+    """Decide whether the backend has no streams (see the answers below), once per class."""
+    cls = type(self)
+    synchronized = not issubclass(cls, StreamAPI)
+    # Answered from now on by a function that returns the constant: a per-step call at the
+    # cost of DeepSpeed's `return True`, not an attribute read through self.
+    cls.is_synchronized_device = _synchronized if synchronized else _not_synchronized  # type: ignore[method-assign]
+    return synchronized
+
+
 def _synchronized(self: object) -> bool:
     """True: the backend has no streams, so an op has finished when its call returns."""
     return True
@@ -84,7 +93,9 @@ def _not_synchronized(self: object) -> bool:
     return False
 
 
-# Set as each backend's is_synchronized_device by RuntimeEnvMixin.__init_subclass__.
+# Set as each backend's is_synchronized_device by RuntimeEnvMixin.__init_subclass__ and
+# then by its first call.
+attach_contract(_decide_synchronized, RuntimeAPI, "is_synchronized_device")
 attach_contract(_synchronized, RuntimeAPI, "is_synchronized_device")
 attach_contract(_not_synchronized, RuntimeAPI, "is_synchronized_device")
 

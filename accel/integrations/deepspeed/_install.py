@@ -4,31 +4,28 @@ DeepSpeed picks its accelerator in ``deepspeed.accelerator.real_accelerator`` an
 ``deepspeed.ops.op_builder`` is first imported, binds builder classes into module globals
 (``deepspeed.ops.adam.cpu_adam.CPUAdamBuilder``, ...). So:
 
-- before DeepSpeed is imported, :func:`install` arms an import hook that sets accel's
-  adapter the moment ``real_accelerator`` has run, so every later DeepSpeed import
-  already sees accel (the path ``ACCEL_DEEPSPEED=1`` takes in every process);
+- before DeepSpeed is imported, :func:`install` has accel's start-up finder
+  (:mod:`_accel_startup`, which ``ACCEL_DEEPSPEED=1`` arms the same way in every process)
+  call :func:`accelerator_imported` the moment ``real_accelerator`` has run, so every
+  later DeepSpeed import already sees accel;
 - after, it sets the adapter and rebinds, in every loaded ``deepspeed`` module, the old
   accelerator object (and methods bound to it) and the builder classes accel replaces.
 
-Nothing here imports torch or deepspeed at module level: the startup hook imports it.
+Nothing here imports torch or deepspeed at module level.
 """
 
 from __future__ import annotations
 
 import _thread
-import importlib.machinery
 import os
 import sys
 from types import MethodType, ModuleType
+from typing import TYPE_CHECKING, Any
 
-from accel.integrations.deepspeed._support import installed_version, unsupported_reason
+from accel.integrations.deepspeed._support import installed_version, requested, unsupported_reason
 
-# This module runs in every process ACCEL_DEEPSPEED=1 arms, most of which never import
-# torch: typing and threading (~3 ms together) stay out (see accel/__init__.py).
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from typing import Any
+    from collections.abc import Callable, Mapping
 
 TARGET = "deepspeed.accelerator.real_accelerator"
 REPORT = "deepspeed.env_report"  # ds_report's tables
@@ -36,9 +33,7 @@ COMM = "deepspeed.comm.torch"  # TorchBackend.inference_all_reduce (comm_ops.dir
 _BUILDER_DEFINITIONS = "deepspeed.ops.op_builder."  # modules where DeepSpeed defines builders
 
 _lock = _thread.RLock()
-_armed = False
 _active = False
-_error: str | None = None  # a bad ACCEL_DEEPSPEED, raised when deepspeed is imported
 
 
 def is_active() -> bool:
@@ -48,7 +43,9 @@ def is_active() -> bool:
 
 def is_armed() -> bool:
     """Whether the integration will activate when DeepSpeed is imported."""
-    return _armed and not _active
+    import _accel_startup  # accel-startup.pth imported it (unless Python ran with -S)
+
+    return not _active and _accel_startup.HOOKS.watches(TARGET)
 
 
 def check_supported() -> None:
@@ -77,58 +74,41 @@ def install() -> None:
 
 
 def arm() -> None:
-    """Activate when ``deepspeed.accelerator.real_accelerator`` is imported (idempotent)."""
-    global _armed
-    with _lock:
-        if not _armed:
-            sys.meta_path.insert(0, _ImportHook())
-            _armed = True
+    """Activate when ``deepspeed.accelerator.real_accelerator`` is next imported
+    (idempotent): the start-up finder watches DeepSpeed's modules."""
+    import _accel_startup
+
+    _accel_startup.HOOKS.watch(
+        _accel_startup.DEEPSPEED, "accel: DeepSpeed runs without accel in this process"
+    )
 
 
-def arm_error(message: str) -> None:
-    """Make importing deepspeed raise ``ValueError(message)`` (a bad ``ACCEL_DEEPSPEED``)."""
-    global _error
-    with _lock:
-        _error = message
-    arm()
+def accelerator_imported(real_accelerator: ModuleType) -> None:
+    """The start-up finder's hook for ``real_accelerator``: activate, after checking
+    ``ACCEL_DEEPSPEED`` (a bad value raises ``ValueError`` naming it, here where the
+    process imports deepspeed, rather than letting DeepSpeed run natively)."""
+    requested()
+    activate(real_accelerator)
 
 
-class _ImportHook:
-    """A ``sys.meta_path`` finder (duck-typed: importlib.abc costs ~7 ms at start-up)
-    that runs :func:`activate` right after DeepSpeed's accelerator module has executed."""
+def report_imported(report: ModuleType) -> None:
+    """The start-up finder's hook for ``deepspeed.env_report`` (ds_report's tables)."""
+    if _adapter is not None:
+        _truthful_report(report, _adapter)
 
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in (TARGET, REPORT, COMM):
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        loader = spec.loader
-        execute = loader.exec_module
 
-        def exec_module(module: ModuleType) -> None:
-            execute(module)
-            if fullname == TARGET:
-                activate(module)
-            elif _adapter is None:
-                pass
-            elif fullname == REPORT:
-                _truthful_report(module, _adapter)
-            else:
-                _direct_comm(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+def comm_imported(torch_comm: ModuleType) -> None:
+    """The start-up finder's hook for ``deepspeed.comm.torch``."""
+    if _adapter is not None:
+        _direct_comm(torch_comm)
 
 
 def _check_ds_accelerator_env(device: str) -> None:
-    requested = os.environ.get("DS_ACCELERATOR")
-    if requested is not None and requested != device:
+    asked = os.environ.get("DS_ACCELERATOR")
+    if asked is not None and asked != device:
         raise ValueError(
-            f"DS_ACCELERATOR={requested!r} asks DeepSpeed for {requested!r}, but accel selected "
-            f"{device!r} (set ACCEL_BACKEND={requested} to make accel choose it, or unset "
+            f"DS_ACCELERATOR={asked!r} asks DeepSpeed for {asked!r}, but accel selected "
+            f"{device!r} (set ACCEL_BACKEND={asked} to make accel choose it, or unset "
             "DS_ACCELERATOR)"
         )
 
@@ -139,8 +119,6 @@ def activate(real_accelerator: ModuleType) -> None:
     with _lock:
         if _active:
             return
-        if _error is not None:
-            raise ValueError(_error)
         check_supported()
         import accel
         from accel.integrations.deepspeed.adapter import AccelDeepSpeedAccelerator

@@ -1,12 +1,11 @@
 """What the DeepSpeed integration supports, read without importing deepspeed or torch.
 
-The startup hook runs in every Python process of a job, so everything here is cheap:
-the environment and the installed distribution's metadata, nothing more.
+``accel run --deepspeed`` and ``accel report`` ask these without importing deepspeed, so
+everything here is cheap: the environment and the installed distribution's metadata.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 
@@ -20,7 +19,8 @@ def requested() -> bool:
     """Whether ``ACCEL_DEEPSPEED`` asks for the integration (``"1"``); ``"0"`` or unset is off.
 
     Any other value is an error naming the variable: a typo must not silently run native
-    DeepSpeed and its JIT builds.
+    DeepSpeed and its JIT builds. (:mod:`_accel_startup` warns with the same sentence at
+    start-up, without importing accel.)
     """
     value = os.environ.get(ENV)
     if value is None or value == "0":
@@ -28,11 +28,6 @@ def requested() -> bool:
     if value == "1":
         return True
     raise ValueError(f"environment variable {ENV} must be 0 or 1, got {value!r}")
-
-
-def is_installed() -> bool:
-    """Whether ``import deepspeed`` would find a package (a path lookup, no import)."""
-    return importlib.util.find_spec("deepspeed") is not None
 
 
 def installed_version() -> str | None:

@@ -24,9 +24,9 @@ On the CPU backend nothing else is needed. Lightning picks three things by accel
   wraps ``Fabric.__init__`` to check it).
 
 Importing this package registers those names with Lightning; accel's start-up hook
-(``accel-lightning.pth``, :mod:`accel.integrations._lightning_startup`) imports it when a
-process imports ``lightning``, so user code need not. Importing this package imports
-Lightning; ``import accel`` never does.
+(``accel-startup.pth``, :mod:`_accel_startup`) imports it once a process has imported
+``lightning``, so user code need not. Importing this package imports Lightning;
+``import accel`` never does.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Activating accel in DeepSpeed (_install.py, _startup.py, _support.py, status.py), each case in
-fresh processes: the three ways to activate it, both import orders, the startup hook's
-cost and errors, and the report's DeepSpeed section."""
+"""Activating accel in DeepSpeed (_install.py, _support.py, status.py, and the start-up hook's
+DeepSpeed watch in _accel_startup), each case in fresh processes: the three ways to activate
+it, both import orders, the start-up hook's cost and errors, and the report's DeepSpeed
+section."""
 
 from __future__ import annotations
 
@@ -127,27 +128,14 @@ def test_bad_variable_value_is_an_error_naming_it(tmp_path: pathlib.Path) -> Non
     assert quiet.stderr.count(message) == 1
 
 
-def test_startup_hook_does_nothing_without_the_variable(tmp_path: pathlib.Path) -> None:
+def test_startup_hook_imports_nothing_with_or_without_the_variable(tmp_path: pathlib.Path) -> None:
+    # Armed, it waits for DeepSpeed's accelerator module: accel comes with deepspeed.
     code = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('accel', 'torch', 'deepspeed')))))"
     assert last_json_list(run_python(code, fresh_env(tmp_path))) == []
-    armed = last_json_list(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")))
-    assert not [m for m in armed if m.startswith(("torch", "deepspeed"))]
-
-
-def test_without_deepspeed_installed_the_hook_says_so_at_debug(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from accel.integrations.deepspeed import _install, _startup
-
-    monkeypatch.setenv("ACCEL_DEEPSPEED", "1")
-    monkeypatch.setattr(_startup, "is_installed", lambda: False)
-    armed: list[bool] = []
-    monkeypatch.setattr(_install, "arm", lambda: armed.append(True))
-    with caplog.at_level("DEBUG", logger="accel.integrations.deepspeed"):
-        _startup.run()
-    assert not armed
-    assert [r.levelname for r in caplog.records] == ["DEBUG"]
-    assert "deepspeed is not installed" in caplog.records[0].getMessage()
+    assert last_json_list(run_python(code, fresh_env(tmp_path, ACCEL_DEEPSPEED="1"))) == []
+    armed = "from accel.integrations import deepspeed as d; print(d.is_armed(), d.is_active())"
+    assert run_python(armed, fresh_env(tmp_path, ACCEL_DEEPSPEED="1")).stdout == "True False\n"
+    assert run_python(armed, fresh_env(tmp_path)).stdout == "False False\n"
 
 
 @pytest.mark.parametrize("version", ["0.18.9", "0.20.0", "1.0"])
@@ -207,17 +195,37 @@ def test_report_has_a_deepspeed_section(tmp_path: pathlib.Path) -> None:
 def test_a_broken_accel_is_said_once_without_a_traceback(tmp_path: pathlib.Path) -> None:
     # With ACCEL_DEEPSPEED=1 and an accel that fails to import, site.py printed the .pth
     # line's traceback twice per process, and DeepSpeed then ran natively without a word.
+    # Now a process that never imports deepspeed says nothing, and one that does is told
+    # once, at its import, naming the cause; DeepSpeed runs natively there.
     broken = tmp_path / "broken" / "accel"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('half-installed')\n")
     env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", PYTHONPATH=str(broken.parent))
-    result = run_python("print('ran')", env)
+    quiet = subprocess.run(
+        [sys.executable, "-c", "print('ran')"], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "ran\n", "")
+    code = (
+        "import deepspeed, deepspeed.env_report, deepspeed.comm.torch\n"
+        "from deepspeed.accelerator import get_accelerator\n"
+        "print(type(get_accelerator()).__name__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ran"
-    said = [line for line in result.stderr.splitlines() if line.startswith("accel:")]
+    assert result.stdout.strip().splitlines()[-1] == "CPU_Accelerator"
+    # At the line that imported DeepSpeed's accelerator module (DeepSpeed's own).
+    said = [
+        line.partition(" RuntimeWarning: ")[2]
+        for line in result.stderr.splitlines()
+        if "accel:" in line
+    ]
     assert said == [
-        "accel: ACCEL_DEEPSPEED is set, but accel cannot be imported (ImportError: "
-        "half-installed); DeepSpeed runs without accel in this process"
+        "accel: ACCEL_DEEPSPEED is set, but DeepSpeed runs without accel in this process: "
+        "importing accel.integrations.deepspeed._install failed (ImportError: half-installed)"
     ], result.stderr
     assert "Traceback" not in result.stderr
 
