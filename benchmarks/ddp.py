@@ -61,7 +61,7 @@ dist.destroy_process_group()
 
 
 INTERLEAVED = r"""
-import os, statistics, sys, time, torch, torch.distributed as dist
+import json, os, statistics, sys, time, torch, torch.distributed as dist
 import accel.process_group  # registers "accel"
 width, layers, batch, steps = map(int, sys.argv[1:5])
 dist.init_process_group("accel")
@@ -92,7 +92,7 @@ if rank == 0:
     pooled = dist.group.WORLD.promotions.moved_buffers
     print("RESULT " + json.dumps({"medians": medians, "pooled_buckets": pooled}))
 dist.destroy_process_group()
-""".replace("import os,", "import json, os,")
+"""
 
 
 def _interleaved(args: argparse.Namespace, env: dict[str, str], tmp: str) -> None:
