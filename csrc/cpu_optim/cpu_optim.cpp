@@ -246,8 +246,21 @@ struct Chunk {
   int64_t begin, end;
 };
 
-constexpr int64_t kChunk = 1 << 16;  // elements a thread takes at a time
-constexpr int64_t kBlock = 1024;     // elements converted at once (fits L1 with two buffers)
+constexpr int64_t kBlock = 1024;  // elements converted at once (fits L1 with two buffers)
+
+// Elements a thread takes at a time. Each chunk starts the hardware prefetchers' streams
+// anew, which costs the 16-bit steps most (half the bytes per chunk): with 64Ki-element
+// chunks, 64M parameters on 2 threads of an AMD EPYC streaming ~110 GB/s took 1.07 of the
+// fp32 step's byte bound and 0.56x of its time all-bf16, with up to 1Mi 0.95-0.99 and
+// 0.52-0.54x (benchmarks/optim_bound.py; docs/benchmarks.md, "Each step against its byte
+// bound"). Still at least kChunksPerThread chunks a thread, so that dynamic scheduling can
+// even out a thread the machine slows down, and never under 64Ki (a chunk's fixed costs).
+constexpr int64_t kMinChunk = 1 << 16, kMaxChunk = 1 << 20, kChunksPerThread = 4;
+
+int64_t chunk_length(int64_t total_elements, int threads) {
+  const int64_t even_share = total_elements / (static_cast<int64_t>(threads) * kChunksPerThread);
+  return std::clamp((even_share + kBlock - 1) / kBlock * kBlock, kMinChunk, kMaxChunk);
+}
 
 // Runs `kernel(p, g, state1, state2, tensor, length)` over every element of every
 // tensor, split into chunks shared by the OpenMP threads. p, g and the states are fp32
@@ -278,10 +291,13 @@ void store_state(const float* view, uintptr_t base, int64_t begin, int64_t lengt
 
 template <class Kernel, class Typed = NoTyped>
 void run(const Batch& b, Kernel kernel, Typed typed = Typed{}) {
+  int64_t total = 0;
+  for (const int64_t numel : b.numels) total += numel;
+  const int64_t length = chunk_length(total, omp_get_max_threads());
   std::vector<Chunk> chunks;
   for (size_t t = 0; t < b.params.size(); ++t)
-    for (int64_t begin = 0; begin < b.numels[t]; begin += kChunk)
-      chunks.push_back({t, begin, std::min(b.numels[t], begin + kChunk)});
+    for (int64_t begin = 0; begin < b.numels[t]; begin += length)
+      chunks.push_back({t, begin, std::min(b.numels[t], begin + length)});
   const int64_t count = static_cast<int64_t>(chunks.size());
   const bool two_states = !b.state2.empty();
   py::gil_scoped_release released;
@@ -428,12 +444,12 @@ void scale_in_place(uintptr_t data, int64_t numel, float factor) {
   require(numel >= 0, "numel must be >= 0");
   require(numel == 0 || data != 0, "null buffer");
   float* x = reinterpret_cast<float*>(data);
-  const int64_t chunks = (numel + kChunk - 1) / kChunk;
+  const int64_t chunks = (numel + kMinChunk - 1) / kMinChunk;
   py::gil_scoped_release released;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk;
-    scale_kernel(x + begin, std::min(kChunk, numel - begin), factor);
+    const int64_t begin = c * kMinChunk;
+    scale_kernel(x + begin, std::min(kMinChunk, numel - begin), factor);
   }
 }
 

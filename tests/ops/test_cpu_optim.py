@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accel.ops import cpu_optim
+from accel.ops import _cpu_optim, cpu_optim
 from tests.support.strategies import sizes
 
 
@@ -325,6 +325,31 @@ def test_16_bit_states_with_param_copies_and_in_multi_tensor_calls(
         for got, want in zip(got_column, want_column, strict=True):
             assert _same(got, want)
     assert _same(copy, params[2].to(BF16))
+
+
+@pytest.mark.parametrize(("param_dtype", "state_dtype"), [(FP32, FP32), (BF16, FP32), (BF16, BF16)])
+def test_a_large_step_is_the_same_step_on_pieces(
+    param_dtype: torch.dtype, state_dtype: torch.dtype
+) -> None:
+    # Large enough that the threads take runs far longer than the 64Ki elements small
+    # calls get, and of a length no vector width divides: the split must not show.
+    size = 8 * 2**17 * _cpu_optim.max_threads() + 17
+    generator = torch.Generator().manual_seed(7)
+    whole = [
+        torch.randn(size, generator=generator).to(param_dtype),
+        (torch.randn(size, generator=generator) * 1e-3).to(param_dtype),
+        (torch.randn(size, generator=generator) * 0.1).to(state_dtype),
+        (torch.rand(size, generator=generator) * 0.1).to(state_dtype),
+    ]
+    pieces = [list(t.clone().split(50_021)) for t in whole]
+    options: dict[str, Any] = {
+        "lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "adamw": True,
+    }  # fmt: skip
+    cpu_optim.adam_step(*([t] for t in whole), [3], **options)
+    for index in range(len(pieces[0])):
+        cpu_optim.adam_step(*([column[index]] for column in pieces), [3], **options)
+    for got, want in zip(whole, pieces, strict=True):
+        assert _same(got, torch.cat(want))
 
 
 @pytest.mark.parametrize("state_dtype", [BF16, FP16])
