@@ -26,6 +26,31 @@
 #include "cpu_optim/adam_scalars.h"
 #include "shm_comm/sum2_f32.h"
 
+// The Adam step once more per level with its square root and divisions made multiplies
+// (adam_level.inc, ACCEL_ADAM_TIMING_WITHOUT_DIVIDER): wrong results, timed only.
+#if ACCEL_X86_GCC
+#define ACCEL_ADAM_TIMING_WITHOUT_DIVIDER
+ACCEL_BEGIN_V4
+namespace accel {
+namespace adam_v4_without_divider {
+#define LEVEL v4
+#include "cpu_optim/adam_level.inc"
+#undef LEVEL
+}  // namespace adam_v4_without_divider
+}  // namespace accel
+ACCEL_END_LEVEL
+ACCEL_BEGIN_V3
+namespace accel {
+namespace adam_v3_without_divider {
+#define LEVEL v3
+#include "cpu_optim/adam_level.inc"
+#undef LEVEL
+}  // namespace adam_v3_without_divider
+}  // namespace accel
+ACCEL_END_LEVEL
+#undef ACCEL_ADAM_TIMING_WITHOUT_DIVIDER
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -73,11 +98,14 @@ struct Level {
   Add16 add_bf16;
   Add16 add_f16;
   AdamStep adam;
+  AdamStep adam_without_divider;
 };
 
 const Level kLevels[] = {
-    {"x86-64-v4", sum2_f32_v4, add_16_v4<kBFloat16>, add_16_v4<kFloat16>, accel::adam_v4::adam_step},
-    {"x86-64-v3", sum2_f32_v3, add_16_v3<kBFloat16>, add_16_v3<kFloat16>, accel::adam_v3::adam_step},
+    {"x86-64-v4", sum2_f32_v4, add_16_v4<kBFloat16>, add_16_v4<kFloat16>, accel::adam_v4::adam_step,
+     accel::adam_v4_without_divider::adam_step},
+    {"x86-64-v3", sum2_f32_v3, add_16_v3<kBFloat16>, add_16_v3<kFloat16>, accel::adam_v3::adam_step,
+     accel::adam_v3_without_divider::adam_step},
 };
 
 bool supported(const Level& level) {
@@ -261,6 +289,47 @@ void time_adam(const Level& level, bool quick) {
               bf16 / f32, f16 / f32, bf16_states / f32, f16_states / f32);
 }
 
+// The Adam step on 1Ki parameters (28 KiB in fp32: all in the L1 cache), one thread, per
+// layout, as it is and with the divider's work made multiplies: its arithmetic alone, to
+// set against the time memory takes to move the step's bytes.
+void time_adam_in_l1(const Level& level, bool quick) {
+  const int64_t n = 1024;
+  struct Layout {
+    const char* name;
+    int dtype, state_dtype;
+  };
+  const Layout layouts[] = {{"fp32", kFloat32, kFloat32}, {"bf16, fp32 states", kBFloat16, kFloat32},
+                            {"bf16, bf16 states", kBFloat16, kBFloat16}, {"fp16, fp32 states", kFloat16, kFloat32},
+                            {"fp16, fp16 states", kFloat16, kFloat16}};
+  for (const Layout& layout : layouts) {
+    // Four buffers at different offsets within a page, so that no two alias in the L1.
+    std::vector<char> memory(static_cast<size_t>(4 * n * 4 + 4 * 4096));
+    char* buffers[4];
+    for (int k = 0; k < 4; ++k) {
+      buffers[k] = memory.data() + k * (n * 4 + 4096 + 1056);
+      const bool state = k >= 2;
+      const int dtype = state ? layout.state_dtype : layout.dtype;
+      const float value = k == 0 ? 1.0f : k == 1 ? 1e-3f : k == 2 ? 0.0f : 1e-6f;
+      for (int64_t i = 0; i < n; ++i) {
+        if (dtype == kFloat32) reinterpret_cast<float*>(buffers[k])[i] = value;
+        else reinterpret_cast<uint16_t*>(buffers[k])[i] = from_float(value, dtype);
+      }
+    }
+    double with = 1e30, without = 1e30;
+    const auto steps = [&](AdamStep adam) {
+      for (int k = 0; k < 64; ++k)
+        adam(layout.dtype, layout.dtype, layout.state_dtype, buffers[0], buffers[1], buffers[2], buffers[3], n, kAdam);
+    };
+    for (int r = 0; r < (quick ? 3 : 300); ++r) {  // interleaved
+      with = std::min(with, timed([&] { steps(level.adam); }));
+      without = std::min(without, timed([&] { steps(level.adam_without_divider); }));
+    }
+    const double per_parameter = 1e9 / (64.0 * static_cast<double>(n));
+    std::printf("| %s | %s | %.3f | %.3f | %.0f%% |\n", level.name, layout.name, with * per_parameter,
+                without * per_parameter, 100.0 * (1.0 - without / with));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,6 +357,11 @@ int main(int argc, char** argv) {
   std::printf("| level | fp32 ns per parameter | bf16 / fp32 | fp16 / fp32 | bf16 states | fp16 states |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const Level* level : levels) time_adam(*level, quick);
+  std::printf("\nAdam step on 1Ki parameters (in L1), ns per parameter, as it is and with the\n");
+  std::printf("square root and both divisions made multiplies (wrong results, timed only):\n\n");
+  std::printf("| level | layout | ns per parameter | without the divider | divider's share |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (const Level* level : levels) time_adam_in_l1(*level, quick);
   return 0;
 }
 

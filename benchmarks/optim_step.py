@@ -13,6 +13,7 @@ in this run with accel's own probe (`scale_in_place`, x *= a: 8 bytes per elemen
 ideally 0.79x of fp32's time) also time accel's fp32 step on the same shapes in the same
 rounds ("accel CPUAdam fp32") and report the median of the rounds' 16-bit / fp32 ratios.
 The header names the kernels' instruction-set level (accel/ops/isa.py).
+benchmarks/optim_bound.py sets each layout's step against its byte bound, every level.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The C++ benchmarks still build with the extension's warnings on: native_kernels.cpp (the
 sum and Adam kernels timed alone), whose checks (16-bit sums against the scalar conversions,
 the 16-bit Adam step against the fp32 step rounded, each vector level's fp32 sum no slower
-than the baseline's) pass at every level the CPU has, and
+than the baseline's) pass at every level the CPU has, and whose tables have a row for each
+level (and, for the Adam step in L1, each layout); and
 page_offsets.cpp (streams over page-aligned arrays; built only: it maps 512 MiB)."""
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ def test_the_native_kernel_benchmark_builds_checks_and_times_each_level(tmp_path
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("| x86-64")]
     levels = {"x86-64-v4": ["x86-64-v4", "x86-64-v3"], "x86-64-v3": ["x86-64-v3"], "baseline": []}
-    # One row per level in each table (the sums' at one size with --quick, then Adam's).
-    expected = levels[_cpu_optim.cpu_isa()] * 2
+    # One row per level in each table (the sums' at one size with --quick, then Adam's),
+    # then one per level and layout in the table of Adam's arithmetic in L1.
+    expected = levels[_cpu_optim.cpu_isa()] * 2 + [
+        level for level in levels[_cpu_optim.cpu_isa()] for _ in range(5)
+    ]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == expected
 
 
