@@ -28,9 +28,9 @@ group usable. Setting a group up is collective per group: groups may be used fir
 order, from any thread, and under torch.compile. A rank outside a group gets torch's
 warning and a call that does nothing, as with torch.distributed's own collectives.
 
-The package: the public collectives here (argument checks, then the path: ``_local`` for a
-group on one node, ``_two_level`` for one on several); the segment and its registry in
-``_segment``;
+The package: the public collectives here (argument checks, then the way ``_route``
+chooses: ``_local`` for a group on one node, ``_two_level`` for one on several); the
+segment and its registry in ``_segment``;
 the custom op in ``_op``; torch.distributed's calls, typed, in ``_torch_dist`` and made
 safe at exit in ``_release``; the ``"accel"`` torch.distributed backend in
 :mod:`accel.comm.process_group` (also importable as ``accel.process_group``).
@@ -50,10 +50,10 @@ from accel.comm import _local, _op, _two_level
 from accel.comm import _torch_dist as tdist
 from accel.comm._link import TorchGroup
 from accel.comm._release import run_released
+from accel.comm._route import route
 from accel.comm._segment import (
     POOL_ENV,
     SLOT_BYTES,
-    ShmGroup,
     pooled_empty,
     reduce,
     shm_group,
@@ -243,38 +243,21 @@ def all_reduce_(
     # else gets the full checks, which name what is wrong (an int timeout passes them).
     if not isinstance(tensor, torch.Tensor) or timeout is not None:  # pyright: ignore[reportUnnecessaryIsInstance]
         _check_call("all_reduce_", timeout, tensor=tensor)
-    # On every rank, whatever its tensor: the setup is collective.
-    shm = shm_group(group, "all_reduce_")
-    if shm is None:
-        spanning = spanning_of(group)
-        if spanning is not None and not torch.compiler.is_compiling():
-            _two_level.named_ranks(
-                spanning, "all_reduce", _two_level.all_reduce, tensor,
-                shm_timeout(group, timeout),
-            )  # fmt: skip
-        elif not tdist.outside(group, "all_reduce_"):  # a non-member does nothing
-            run_released(tdist.all_reduce, [tensor], group, tensor)  # no segment: gloo
-    elif torch.compiler.is_compiling():
-        # Inside a compiled graph the call must be an op torch.compile can see.
-        _op.shm_all_reduce_(tensor, shm.key, shm.seconds(timeout))
-    else:  # eager: skip the op dispatcher, which costs more than a small all-reduce
-        reduce(shm, tensor, shm.seconds(timeout))
+    chosen = route(group, "all_reduce_")  # on every rank, whatever its tensor
+    if chosen.shm is not None:
+        if torch.compiler.is_compiling():
+            # Inside a compiled graph the call must be an op torch.compile can see.
+            _op.shm_all_reduce_(tensor, chosen.shm.key, chosen.shm.seconds(timeout))
+        else:  # eager: skip the op dispatcher, which costs more than a small all-reduce
+            reduce(chosen.shm, tensor, chosen.shm.seconds(timeout))
+    elif chosen.spanning is not None:
+        _two_level.named_ranks(
+            chosen.spanning, "all_reduce", _two_level.all_reduce, tensor,
+            shm_timeout(group, timeout),
+        )  # fmt: skip
+    elif not tdist.outside(group, "all_reduce_"):  # a non-member does nothing
+        run_released(tdist.all_reduce, [tensor], group, tensor)  # no segment: gloo
     return tensor
-
-
-def _on_two_levels(
-    shm: object, group: dist.ProcessGroup | None, collective: Callable[..., None], *args: object
-) -> bool:
-    """Run ``collective`` (one of :mod:`accel.comm._two_level`'s) if ``group`` is spread
-    evenly over several nodes, and say whether it ran (never while torch.compile traces:
-    the levels are eager calls)."""
-    if shm is not None or torch.compiler.is_compiling():
-        return False
-    spanning = spanning_of(group)
-    if spanning is None or not spanning.even:
-        return False
-    _two_level.named_ranks(spanning, collective.__name__, collective, *args)
-    return True
 
 
 def _dense(tensor: torch.Tensor) -> torch.Tensor:
@@ -287,20 +270,26 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _into_output(
+    call: str,
     output: torch.Tensor,
     source: torch.Tensor,
-    shm: ShmGroup | None,
     group: dist.ProcessGroup | None,
     timeout: float | None,
     two_level: Callable[..., None],
     local: Callable[..., None],
 ) -> None:
-    """Run a gather or scatter from ``source`` into ``output`` over two levels or on one
-    node, on contiguous tensors (copied back into a non-contiguous ``output``)."""
+    """Run a gather or scatter from ``source`` into ``output`` over two levels (placement
+    even) or on one node, on contiguous tensors (copied back into a non-contiguous
+    ``output``)."""
+    chosen = route(group, call, uneven=False)  # collective setup on every rank
     dense = _dense(output)
     source = source.contiguous()
-    if not _on_two_levels(shm, group, two_level, dense, source, timeout):
-        local(dense, source, shm, TorchGroup(group), timeout)
+    if chosen.spanning is not None:
+        _two_level.named_ranks(
+            chosen.spanning, two_level.__name__, two_level, dense, source, timeout
+        )
+    else:
+        local(dense, source, chosen.shm, TorchGroup(group), timeout)
     if dense is not output:
         output.copy_(dense)
 
@@ -353,9 +342,8 @@ def all_gather_into_tensor_(
     if tdist.outside(group, "all_gather_into_tensor_"):
         return output
     _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
-    shm = shm_group(group, "all_gather_into_tensor_")  # collective setup on every rank
     _into_output(
-        output, tensor, shm, group, timeout,
+        "all_gather_into_tensor_", output, tensor, group, timeout,
         _two_level.all_gather_into_tensor, _local.all_gather_into_tensor,
     )  # fmt: skip
     return output
@@ -399,9 +387,8 @@ def reduce_scatter_tensor_(
     if tdist.outside(group, "reduce_scatter_tensor_"):
         return output
     _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
-    shm = shm_group(group, "reduce_scatter_tensor_")  # collective setup on every rank
     _into_output(
-        output, input, shm, group, timeout,
+        "reduce_scatter_tensor_", output, input, group, timeout,
         _two_level.reduce_scatter_tensor, _local.reduce_scatter_tensor,
     )  # fmt: skip
     return output
@@ -447,15 +434,16 @@ def broadcast_(
     if src not in members:
         raise ValueError(f"src {src} is not a rank of the group (its global ranks: {members})")
     root = dist.get_group_rank(group, src) if group is not None else src
-    shm = shm_group(group, "broadcast_")  # collective setup on every rank
-    spanning = spanning_of(group) if shm is None else None
+    chosen = route(group, "broadcast_")  # collective setup on every rank
     dense = _dense(tensor)
     if dense is not tensor:
         dense.copy_(tensor)
-    if spanning is not None and not torch.compiler.is_compiling():
-        _two_level.named_ranks(spanning, "broadcast", _two_level.broadcast, dense, src, timeout)
+    if chosen.spanning is not None:
+        _two_level.named_ranks(
+            chosen.spanning, "broadcast", _two_level.broadcast, dense, src, timeout
+        )
     else:
-        _local.broadcast(dense, root, shm, TorchGroup(group), timeout)
+        _local.broadcast(dense, root, chosen.shm, TorchGroup(group), timeout)
     if dense is not tensor:
         tensor.copy_(dense)
     return tensor
@@ -478,8 +466,8 @@ def barrier(
             for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("barrier", timeout)
-    shm = shm_group(group, "barrier")
-    if shm is None:
+    chosen = route(group, "barrier")
+    if chosen.shm is None:  # no barrier over two levels: torch's
         tdist.barrier(group=group)
     else:
-        shm.communicator.barrier(timeout=shm.seconds(timeout))
+        chosen.shm.communicator.barrier(timeout=chosen.shm.seconds(timeout))

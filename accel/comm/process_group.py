@@ -47,6 +47,7 @@ from accel.comm import _torch_dist as tdist
 from accel.comm._promote import Promotions, caller
 from accel.comm._promote import enabled as promotion_enabled
 from accel.comm._release import released
+from accel.comm._route import Way
 from accel.comm._segment import register_group_owner, release, segment_of, spanning_of
 
 BACKEND_NAME = "accel"
@@ -222,23 +223,21 @@ class AccelProcessGroup(dist.ProcessGroup):
         """
         return bool(getattr(self._inside, "active", False))
 
-    def _direct(self) -> bool:
-        """Whether a collective may use shared memory now (not from inside accel.comm)."""
-        return not self.in_own_collective() and self.uses_shared_memory()
-
-    def _two_level(self) -> bool:
-        """Whether the group spans nodes and a collective may take both levels now."""
-        return (
-            not self.in_own_collective()
-            and not self.uses_shared_memory()
-            and spanning_of(self) is not None
-        )
+    def _way(self) -> Way:
+        """The way this group's collectives go now: gloo's from inside accel.comm (its
+        set-up and fallbacks), else what the set-up found (:mod:`accel.comm._route`
+        then decides each call, as for any group)."""
+        if self.in_own_collective():
+            return Way.TORCH
+        if self.uses_shared_memory():
+            return Way.SHARED
+        return Way.TWO_LEVEL if spanning_of(self) is not None else Way.TORCH
 
     @override
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         """``all_gather_into_tensor`` through shared memory (byte copies, any dtype) when the
         group is node-local, over both levels when it spans nodes evenly; gloo's otherwise."""
-        if not (self._direct() or self._two_level()):
+        if self._way() is Way.TORCH:
             self.wait_queued()
             return self.gloo._allgather_base(
                 output, input, opts or tdist.options.AllgatherOptions()
@@ -253,7 +252,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         both levels when the group spans nodes; gloo's otherwise (and for several
         tensors)."""
         opts = opts or dist.BroadcastOptions()
-        if len(tensors) != 1 or not (self._direct() or self._two_level()):
+        if len(tensors) != 1 or self._way() is Way.TORCH:
             self.wait_queued()
             return self.gloo.broadcast(tensors, opts)
         source = dist.get_global_rank(self, opts.rootRank)
@@ -269,9 +268,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         evenly; gloo's otherwise and for other ops. (torch's parameter names.)"""
         opts = opts or dist.ReduceScatterOptions()
         average = _averages(opts.reduceOp, outputTensor)
-        if not (opts.reduceOp == dist.ReduceOp.SUM or average) or not (
-            self._direct() or self._two_level()
-        ):
+        if not (opts.reduceOp == dist.ReduceOp.SUM or average) or self._way() is Way.TORCH:
             self.wait_queued()
             return self.gloo._reduce_scatter_base(outputTensor, inputTensor, opts)
 
@@ -320,7 +317,7 @@ class AccelProcessGroup(dist.ProcessGroup):
     @override
     def barrier(self, opts: Any = None) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Through shared memory when node-local; gloo's otherwise."""
-        if not self._direct():
+        if self._way() is not Way.SHARED:  # no barrier over two levels: gloo's
             self.wait_queued()
             return self.gloo.barrier(opts or dist.BarrierOptions())
         return self._here(lambda: comm.barrier(group=self), [])
