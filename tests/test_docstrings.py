@@ -39,7 +39,8 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 # Parameters documented once, by a convention in a module docstring (accel.protocols:
 # an optional device index; accel.functions: its device argument and the accelerator it
-# acts on): they need no Args entry, and an entry that only restates one is a copy.
+# acts on; accel.comm: the group and the timeout): they need no Args entry, and an entry
+# that only restates one is a copy.
 # (parameter, annotation) -> (the one module it holds in, or None for all; its restatement)
 _CONVENTIONS = {
     ("device_index", "int | None"): (
@@ -50,6 +51,15 @@ _CONVENTIONS = {
     ("accelerator", "Accelerator | None"): (
         "accel/functions.py",
         "accelerator: The accelerator; ``None`` for :func:`~accel.get_accelerator`'s.",
+    ),
+    # accel.comm: the process group, and a collective's timeout.
+    ("group", "dist.ProcessGroup | None"): (
+        "accel/comm/__init__.py",
+        "group: The process group; ``None`` for the default (world) group.",
+    ),
+    ("timeout", "float | None"): (
+        "accel/comm/__init__.py",
+        "timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.",
     ),
 }
 

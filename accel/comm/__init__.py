@@ -28,6 +28,15 @@ group usable. Setting a group up is collective per group: groups may be used fir
 order, from any thread, and under torch.compile. A rank outside a group gets torch's
 warning and a call that does nothing, as with torch.distributed's own collectives.
 
+Conventions of every function here: ``group`` is the process group, ``None`` for the
+default (world) group; a collective's ``timeout`` is the seconds to wait for a silent peer,
+``None`` (:data:`DEFAULT_TIMEOUT`) for the group's own timeout. Every collective raises
+``TypeError`` for a tensor argument that is not a ``torch.Tensor``, ``ValueError`` for a
+``timeout`` that is not a number of seconds > 0, and ``RuntimeError`` when no process group
+is initialised, or when a peer exited or stayed silent for ``timeout`` seconds (the
+group's shared-memory path is then unusable); each function's ``Raises`` lists only what
+it adds.
+
 The package: the public collectives here (argument checks, then the way ``_route``
 chooses: ``_local`` for a group on one node, ``_two_level`` for one on several); the
 segment and its registry in ``_segment``;
@@ -83,9 +92,6 @@ def uses_shared_memory(group: dist.ProcessGroup | None = None) -> bool:
 
     Collective: every rank of the group must call it the first time.
 
-    Args:
-        group: The process group; ``None`` for the default (world) group.
-
     Returns:
         ``True`` when every rank of the group is on this node and the segment is set up.
 
@@ -130,7 +136,6 @@ def shared_empty(
         size: The shape: an int or a sequence of ints >= 0.
         dtype: The element type (any; float32, bfloat16 and float16 are the ones the
             segment sums).
-        group: The process group; ``None`` for the default (world) group.
 
     Returns:
         A contiguous tensor of ``size`` and ``dtype``: in the segment when the group has one
@@ -227,17 +232,9 @@ def all_reduce_(
 
     Args:
         tensor: This rank's summand; it receives the sum.
-        group: The process group; ``None`` for the default (world) group.
-        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
 
     Returns:
         ``tensor``.
-
-    Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``.
-        ValueError: ``timeout`` is not a number of seconds > 0.
-        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
-            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     # The common call (a tensor, the group's timeout) is screened with one test; anything
     # else gets the full checks, which name what is wrong (an int timeout passes them).
@@ -324,19 +321,13 @@ def all_gather_into_tensor_(
         output: Receives the ranks' tensors in rank order, concatenated on the first
             dimension: world size x ``tensor``'s elements, of its dtype.
         tensor: This rank's part.
-        group: The process group; ``None`` for the default (world) group.
-        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
 
     Returns:
         ``output``.
 
     Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``.
-        ValueError: ``timeout`` is not a number of seconds > 0.
-            Also ``output``'s size or dtype does not match ``tensor``'s, or (in shared
+        ValueError: ``output``'s size or dtype does not match ``tensor``'s, or (in shared
             memory) the ranks' do not agree.
-        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
-            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
     if tdist.outside(group, "all_gather_into_tensor_"):
@@ -369,19 +360,13 @@ def reduce_scatter_tensor_(
     Args:
         output: Receives this rank's block of the sum.
         input: World size x ``output``'s elements, of its dtype, in rank order.
-        group: The process group; ``None`` for the default (world) group.
-        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
 
     Returns:
         ``output``.
 
     Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``.
-        ValueError: ``timeout`` is not a number of seconds > 0.
-            Also ``input``'s size or dtype does not match ``output``'s, or (in shared
+        ValueError: ``input``'s size or dtype does not match ``output``'s, or (in shared
             memory) the ranks' do not agree.
-        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
-            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
     if tdist.outside(group, "reduce_scatter_tensor_"):
@@ -410,19 +395,13 @@ def broadcast_(
     Args:
         tensor: The source's data on ``src``; receives it everywhere else.
         src: The global rank to copy from.
-        group: The process group; ``None`` for the default (world) group.
-        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
 
     Returns:
         ``tensor``.
 
     Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``.
-        ValueError: ``timeout`` is not a number of seconds > 0.
-            Also ``src`` is not a rank of the group.
         TypeError: ``src`` is not an ``int``.
-        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
-            for ``timeout`` seconds (the group's shared-memory path is then unusable).
+        ValueError: ``src`` is not a rank of the group.
     """
     _check_call("broadcast_", timeout, tensor=tensor)
     if not isinstance(src, int) or isinstance(src, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -455,15 +434,6 @@ def barrier(
     """Return once every rank of ``group`` has called it.
 
     Shared memory when the group is on this node, ``dist.barrier`` otherwise.
-
-    Args:
-        group: The process group; ``None`` for the default (world) group.
-        timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.
-
-    Raises:
-        ValueError: ``timeout`` is not a number of seconds > 0.
-        RuntimeError: No process group is initialised; or a peer exited, or stayed silent
-            for ``timeout`` seconds (the group's shared-memory path is then unusable).
     """
     _check_call("barrier", timeout)
     chosen = route(group, "barrier")
