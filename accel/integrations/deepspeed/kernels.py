@@ -203,6 +203,17 @@ class _OptimizerModule(DeepSpeedModule):
             cpu_optim.check_eps(eps)
         return self._optimizers.create(optimizer_id, _Created(adamw_mode=bool(adamw_mode)))
 
+    def _destroy(self, optimizer_id: int) -> int:
+        """Forget an optimizer id (each module's ``destroy_<kind>``).
+
+        Args:
+            optimizer_id: The id; one that is not registered is ignored.
+
+        Returns:
+            0, DeepSpeed's success code.
+        """
+        return self._optimizers.destroy(optimizer_id)
+
 
 class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
     """DeepSpeed's ``cpu_adam`` module: ``create_adam``, ``adam_update``,
@@ -372,16 +383,7 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
             exp_avg_sq.copy_(v.sub_(g * g, alpha=1.0 - beta2).div_(beta2))
         return _SUCCESS
 
-    def destroy_adam(self, optimizer_id: int) -> int:
-        """Forget an optimizer id.
-
-        Args:
-            optimizer_id: The id; one that is not registered is ignored.
-
-        Returns:
-            0, DeepSpeed's success code.
-        """
-        return self._optimizers.destroy(optimizer_id)
+    destroy_adam = _OptimizerModule._destroy
 
 
 class CPUAdagradKernels(_OptimizerModule):
@@ -460,16 +462,7 @@ class CPUAdagradKernels(_OptimizerModule):
         )  # fmt: skip
         return _SUCCESS
 
-    def destroy_adagrad(self, optimizer_id: int) -> int:
-        """Forget an optimizer id.
-
-        Args:
-            optimizer_id: The id; one that is not registered is ignored.
-
-        Returns:
-            0, DeepSpeed's success code.
-        """
-        return self._optimizers.destroy(optimizer_id)
+    destroy_adagrad = _OptimizerModule._destroy
 
 
 class CPULionKernels(_OptimizerModule):
@@ -553,16 +546,7 @@ class CPULionKernels(_OptimizerModule):
         )  # fmt: skip
         return _SUCCESS
 
-    def destroy_lion(self, optimizer_id: int) -> int:
-        """Forget an optimizer id.
-
-        Args:
-            optimizer_id: The id; one that is not registered is ignored.
-
-        Returns:
-            0, DeepSpeed's success code.
-        """
-        return self._optimizers.destroy(optimizer_id)
+    destroy_lion = _OptimizerModule._destroy
 
 
 def _tensor_lists(
