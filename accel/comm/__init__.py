@@ -63,12 +63,14 @@ from accel.comm._route import route
 from accel.comm._segment import (
     POOL_ENV,
     SLOT_BYTES,
+    ShmGroup,
     pooled_empty,
     reduce,
     shm_group,
     shm_timeout,
     spanning_of,
 )
+from accel.comm._spanning import Spanning
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -240,18 +242,17 @@ def all_reduce_(
     # else gets the full checks, which name what is wrong (an int timeout passes them).
     if not isinstance(tensor, torch.Tensor) or timeout is not None:  # pyright: ignore[reportUnnecessaryIsInstance]
         _check_call("all_reduce_", timeout, tensor=tensor)
-    chosen = route(group, "all_reduce_")  # on every rank, whatever its tensor
-    if chosen.shm is not None:
+    way = route(group, "all_reduce_")  # on every rank, whatever its tensor
+    if isinstance(way, ShmGroup):
         if torch.compiler.is_compiling():
             # Inside a compiled graph the call must be an op torch.compile can see.
-            _op.shm_all_reduce_(tensor, chosen.shm.key, chosen.shm.seconds(timeout))
+            _op.shm_all_reduce_(tensor, way.key, way.seconds(timeout))
         else:  # eager: skip the op dispatcher, which costs more than a small all-reduce
-            reduce(chosen.shm, tensor, chosen.shm.seconds(timeout))
-    elif chosen.spanning is not None:
+            reduce(way, tensor, way.seconds(timeout))
+    elif way is not None:
         _two_level.named_ranks(
-            chosen.spanning, "all_reduce", _two_level.all_reduce, tensor,
-            shm_timeout(group, timeout),
-        )  # fmt: skip
+            way, "all_reduce", _two_level.all_reduce, tensor, shm_timeout(group, timeout)
+        )
     elif not tdist.outside(group, "all_reduce_"):  # a non-member does nothing
         run_released(tdist.all_reduce, [tensor], group, tensor)  # no segment: gloo
     return tensor
@@ -278,15 +279,13 @@ def _into_output(
     """Run a gather or scatter from ``source`` into ``output`` over two levels (placement
     even) or on one node, on contiguous tensors (copied back into a non-contiguous
     ``output``)."""
-    chosen = route(group, call, uneven=False)  # collective setup on every rank
+    way = route(group, call, uneven=False)  # collective setup on every rank
     dense = _dense(output)
     source = source.contiguous()
-    if chosen.spanning is not None:
-        _two_level.named_ranks(
-            chosen.spanning, two_level.__name__, two_level, dense, source, timeout
-        )
+    if isinstance(way, Spanning):
+        _two_level.named_ranks(way, two_level.__name__, two_level, dense, source, timeout)
     else:
-        local(dense, source, chosen.shm, TorchGroup(group), timeout)
+        local(dense, source, way, TorchGroup(group), timeout)
     if dense is not output:
         output.copy_(dense)
 
@@ -413,16 +412,14 @@ def broadcast_(
     if src not in members:
         raise ValueError(f"src {src} is not a rank of the group (its global ranks: {members})")
     root = dist.get_group_rank(group, src) if group is not None else src
-    chosen = route(group, "broadcast_")  # collective setup on every rank
+    way = route(group, "broadcast_")  # collective setup on every rank
     dense = _dense(tensor)
     if dense is not tensor:
         dense.copy_(tensor)
-    if chosen.spanning is not None:
-        _two_level.named_ranks(
-            chosen.spanning, "broadcast", _two_level.broadcast, dense, src, timeout
-        )
+    if isinstance(way, Spanning):
+        _two_level.named_ranks(way, "broadcast", _two_level.broadcast, dense, src, timeout)
     else:
-        _local.broadcast(dense, root, chosen.shm, TorchGroup(group), timeout)
+        _local.broadcast(dense, root, way, TorchGroup(group), timeout)
     if dense is not tensor:
         tensor.copy_(dense)
     return tensor
@@ -436,8 +433,8 @@ def barrier(
     Shared memory when the group is on this node, ``dist.barrier`` otherwise.
     """
     _check_call("barrier", timeout)
-    chosen = route(group, "barrier")
-    if chosen.shm is None:  # no barrier over two levels: torch's
+    way = route(group, "barrier")
+    if isinstance(way, ShmGroup):
+        way.communicator.barrier(timeout=way.seconds(timeout))
+    else:  # no barrier over two levels: torch's
         tdist.barrier(group=group)
-    else:
-        chosen.shm.communicator.barrier(timeout=chosen.shm.seconds(timeout))

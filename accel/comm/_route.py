@@ -5,7 +5,6 @@ collective of the ``"accel"`` backend asks here."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -22,17 +21,12 @@ class Way(enum.Enum):
     TORCH = "torch.distributed"
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    """A collective's way, with the group's segment (``SHARED``) or levels (``TWO_LEVEL``)."""
-
-    way: Way
-    shm: ShmGroup | None = None
-    spanning: Spanning | None = None
-
-
-def route(group: dist.ProcessGroup | None, call: str, *, uneven: bool = True) -> Route:
-    """The way for ``call`` on ``group``, setting the group up on its first call.
+def route(
+    group: dist.ProcessGroup | None, call: str, *, uneven: bool = True
+) -> ShmGroup | Spanning | None:
+    """The way for ``call`` on ``group``, setting the group up on its first call: its
+    segment (``Way.SHARED``), its levels (``Way.TWO_LEVEL``) or ``None`` (``Way.TORCH``).
+    (The object itself, not a record around it: this runs in every small all-reduce.)
 
     Collective the first time: every rank calls it, whatever its tensors. Two levels need
     eager mode (torch.compile cannot trace their calls) and, unless ``uneven``, the same
@@ -40,9 +34,8 @@ def route(group: dist.ProcessGroup | None, call: str, *, uneven: bool = True) ->
     """
     shm = shm_group(group, call)
     if shm is not None:
-        return Route(Way.SHARED, shm=shm)
-    if not torch.compiler.is_compiling():
-        spanning = spanning_of(group)
-        if spanning is not None and (uneven or spanning.even):
-            return Route(Way.TWO_LEVEL, spanning=spanning)
-    return Route(Way.TORCH)
+        return shm
+    if torch.compiler.is_compiling():
+        return None
+    spanning = spanning_of(group)
+    return spanning if spanning is not None and (uneven or spanning.even) else None
