@@ -998,25 +998,20 @@ class Communicator {
     sum_terms(out, nullptr, slots, count, dtype);
   }
 
-  // Wait until every rank's `field` reaches `target`: spin briefly (latency), then yield,
-  // then sleep. Each nap is a twentieth of the wait so far (50 us to 1 ms), and peer
-  // liveness and the deadline are checked as often (1 to 20 ms): a longer nap adds at most
-  // ~5% to a wait that is already long, and a rank waiting 5 s for a late peer burns
-  // ~0.1 s of CPU instead of the ~0.8 s that fixed 50 us naps and 1 ms checks of
-  // /proc/<pid>/stat took (2 ranks, one sleeping 5 s before an all-reduce).
-  void wait_all(std::atomic<uint64_t> Control::*field, uint64_t target, double timeout, uint64_t seq) {
+  // Wait until `ready()`: spin briefly (latency), then yield, then sleep. Each nap is a
+  // twentieth of the wait so far (50 us to 1 ms), and `check(now, late)` (which throws to
+  // give up: a peer exited, stopped, or `late`, past the deadline) runs as often (1 to 20
+  // ms): a longer nap adds at most ~5% to a wait that is already long, and a rank waiting
+  // 5 s for a late peer burns ~0.1 s of CPU instead of the ~0.8 s that fixed 50 us naps
+  // and 1 ms checks of /proc/<pid>/stat took (2 ranks, one sleeping 5 s before an
+  // all-reduce).
+  template <class Ready, class Check>
+  static void wait_until(Ready ready, Check check, double timeout) {
     const double started = now_seconds();
     const double deadline = started + timeout;
     double next_check = 0.0;
     for (uint64_t spins = 0;; ++spins) {
-      int waiting_for = -1;
-      for (int r = 0; r < world_; ++r) {
-        if ((control(r).*field).load(std::memory_order_acquire) < target) {
-          waiting_for = r;
-          break;
-        }
-      }
-      if (waiting_for < 0) return;
+      if (ready()) return;
       if (spins < 4096) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
@@ -1026,11 +1021,26 @@ class Communicator {
       const double now = now_seconds();
       if (now >= next_check) {
         next_check = now + std::clamp((now - started) / 20.0, 1e-3, 20e-3);
-        if (const std::string why = laggard_failure(waiting_for, seq, now >= deadline, timeout); !why.empty())
-          throw std::runtime_error(why);
+        check(now >= deadline);
       }
       nap(spins, now - started);
     }
+  }
+
+  // Wait until every rank's `field` reaches `target`.
+  void wait_all(std::atomic<uint64_t> Control::*field, uint64_t target, double timeout, uint64_t seq) {
+    int waiting_for = -1;
+    const auto ready = [&] {
+      waiting_for = -1;
+      for (int r = 0; r < world_ && waiting_for < 0; ++r)
+        if ((control(r).*field).load(std::memory_order_acquire) < target) waiting_for = r;
+      return waiting_for < 0;
+    };
+    const auto check = [&](bool late) {
+      if (const std::string why = laggard_failure(waiting_for, seq, late, timeout); !why.empty())
+        throw std::runtime_error(why);
+    };
+    wait_until(ready, check, timeout);
   }
 
   // Why waiting for rank `r` in step `seq` must end ("" while it may go on): it exited, it
@@ -1084,35 +1094,22 @@ class Communicator {
         break;
       }
     }
-    const double started = now_seconds();
-    const double deadline = started + timeout;
-    double next_check = 0.0;
-    for (uint64_t spins = 0;; ++spins) {
+    const auto ready = [&] {
       word = gate.load(std::memory_order_acquire);
       if ((word & kGateFailed) != 0) throw std::runtime_error(gate_failed(word, seq));
-      if ((word & kGateCount) == static_cast<uint64_t>(world_)) return;
-      if (spins < 4096) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-        continue;
-      }
-      const double now = now_seconds();
-      if (now >= next_check) {
-        next_check = now + std::clamp((now - started) / 20.0, 1e-3, 20e-3);
-        int missing = -1;
-        for (int r = 0; r < world_ && missing < 0; ++r)
-          if ((control(r).*field).load(std::memory_order_acquire) < seq) missing = r;
-        if (missing >= 0) {
-          const bool late = now >= deadline && !(peers_write && writing(missing));
-          if (const std::string why = laggard_failure(missing, seq, late, timeout); !why.empty()) {
-            if (fail_gate(gate, seq)) throw std::runtime_error(why);
-            continue;  // every rank had entered after all
-          }
-        }
-      }
-      nap(spins, now - started);
-    }
+      return (word & kGateCount) == static_cast<uint64_t>(world_);
+    };
+    const auto check = [&](bool past_deadline) {
+      int missing = -1;
+      for (int r = 0; r < world_ && missing < 0; ++r)
+        if ((control(r).*field).load(std::memory_order_acquire) < seq) missing = r;
+      if (missing < 0) return;
+      const bool late = past_deadline && !(peers_write && writing(missing));
+      // fail_gate is false when every rank had entered after all: the next ready() sees it.
+      if (const std::string why = laggard_failure(missing, seq, late, timeout); !why.empty())
+        if (fail_gate(gate, seq)) throw std::runtime_error(why);
+    };
+    wait_until(ready, check, timeout);
   }
 
   // Whether rank r may still be writing into this rank's pooled tensor: alive, not stopped.
