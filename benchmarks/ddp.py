@@ -16,10 +16,7 @@ against each floor; the median and mean over rounds are printed.
 
 ``--bucket-view`` builds every DDP with ``gradient_as_bucket_view=True`` (no copies between
 gradients and buckets). ``--steady-malloc`` fixes glibc's malloc thresholds in the ranks
-(``MALLOC_MMAP_THRESHOLD_=33554432``, ``MALLOC_TRIM_THRESHOLD_=4294967296``): left
-dynamic, they make some jobs, in any variant, map fresh pages for every step's gradients
-(``zero_grad`` frees them), ~50,000 page faults and 70-80 ms of system time a step at 50M
-parameters, which swamps the differences between backends.
+(``_jobs.STEADY_MALLOC`` says why).
 
 ``--interleaved`` runs the four variants in one job instead (one model each, on their own
 groups, taking their steps in turn), so that a noisy machine slows them alike; it prints
@@ -29,12 +26,11 @@ the median step of each and the shares of their medians.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from _jobs import job_env, run_job, share_removed
 
 WORKER = r"""
 import json, os, sys, time, torch, torch.distributed as dist
@@ -126,20 +122,18 @@ def _interleaved(args: argparse.Namespace, env: dict[str, str], tmp: str) -> Non
     script = os.path.join(tmp, "ddp_interleaved.py")
     with open(script, "w") as out:
         out.write(INTERLEAVED)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={args.ranks}", script, str(args.width), str(args.layers),
-           str(args.batch), str(args.steps), str(int(args.bucket_view))]  # fmt: skip
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-    result = json.loads(line[len("RESULT ") :])
-    medians: dict[str, float] = result["medians"]
+    job = [str(args.width), str(args.layers), str(args.batch), str(args.steps),
+           str(int(args.bucket_view))]  # fmt: skip
+    result = run_job(script, args.ranks, job, env)
+    medians = result["medians"]
+    assert isinstance(medians, dict)
     gloo, ddp_floor, floor = medians["gloo"], medians["ddp-no-exchange"], medians["none"]
     print("| DDP step, variants interleaved in one job | median s | share of gloo's cost "
           "removed, floor DDP with no exchange | floor no DDP |")  # fmt: skip
     print("|---|---|---|---|")
     for name, seconds in medians.items():
-        print(f"| {name} | {seconds:.3f} | {(gloo - seconds) / (gloo - ddp_floor):.2f} | "
-              f"{(gloo - seconds) / (gloo - floor):.2f} |")  # fmt: skip
+        print(f"| {name} | {seconds:.3f} | {share_removed(gloo, seconds, ddp_floor):.2f} | "
+              f"{share_removed(gloo, seconds, floor):.2f} |")  # fmt: skip
     print(f"\nbuckets in the pool (rank 0): {result['pooled_buckets']}")
 
 
@@ -159,9 +153,7 @@ def main() -> None:
         "--steady-malloc", action="store_true", help="fix glibc's malloc thresholds in the ranks"
     )
     args = parser.parse_args()
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    if args.steady_malloc:
-        env.update(MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="4294967296")
+    env = job_env(args.steady_malloc)
     if args.interleaved:
         with tempfile.TemporaryDirectory() as tmp:
             _interleaved(args, env, tmp)
@@ -174,17 +166,12 @@ def main() -> None:
             out.write(WORKER)
         for _ in range(args.rounds):
             for backend in variants:
-                cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                       f"--nproc-per-node={args.ranks}", script, backend, str(args.width),
-                       str(args.layers), str(args.batch), str(args.steps),
-                       str(int(args.bucket_view))]  # fmt: skip
+                job = [backend, str(args.width), str(args.layers), str(args.batch),
+                       str(args.steps), str(int(args.bucket_view))]  # fmt: skip
                 pool = "0" if backend == "accel-copying" else "1"
-                out = subprocess.run(
-                    cmd, env=dict(env, ACCEL_DDP_POOL=pool), capture_output=True, text=True,
-                    check=True,
-                ).stdout  # fmt: skip
-                line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-                results[backend].append(json.loads(line[len("RESULT ") :]))
+                results[backend].append(
+                    run_job(script, args.ranks, job, dict(env, ACCEL_DDP_POOL=pool))
+                )
 
     def steps(name: str) -> list[float]:
         return [float(r["step_s"]) for r in results[name]]  # type: ignore[arg-type]
@@ -200,7 +187,7 @@ def main() -> None:
 
     def shares(name: str, floor: str) -> list[float]:
         return [
-            (gloo - mine) / (gloo - low) if gloo > low else float("nan")
+            share_removed(gloo, mine, low)
             for gloo, mine, low in zip(steps("gloo"), steps(name), steps(floor), strict=True)
         ]
 

@@ -12,18 +12,17 @@ once, leaving every buffer as it is: the same ranks, engine and steps with no by
 exchanged, the floor no backend can beat (its losses are not the others'). The share of
 gloo's exchange cost a variant removes is ``(gloo - variant) / (gloo - floor)`` per round;
 the median and mean over rounds are printed. ``--steady-malloc`` fixes glibc's malloc
-thresholds in the ranks, as in benchmarks/ddp.py.
+thresholds in the ranks (``_jobs.STEADY_MALLOC`` says why).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from _jobs import job_env, run_job, share_removed
 
 WORKER = r"""
 import json, sys, time, warnings
@@ -124,10 +123,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     stages = [int(stage) for stage in args.stages.split(",")]
-    env = dict(os.environ, ACCEL_DEEPSPEED="1")
-    env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
-    if args.steady_malloc:
-        env.update(MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TRIM_THRESHOLD_="4294967296")
+    env = job_env(args.steady_malloc, ACCEL_DEEPSPEED="1")
     results: dict[tuple[int, str], list[dict[str, object]]] = {
         (stage, name): [] for stage in stages for name in VARIANTS
     }
@@ -138,14 +134,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for stage in stages:
                 for name in VARIANTS:
-                    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={args.ranks}", script, name, str(stage),
-                           str(args.width), str(args.layers), str(args.steps)]  # fmt: skip
-                    run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp)
-                    if run.returncode != 0:
-                        sys.exit(f"{name}, ZeRO-{stage} failed:\n{run.stderr[-4000:]}")
-                    line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
-                    results[stage, name].append(json.loads(line[len("RESULT ") :]))
+                    job = [name, str(stage), str(args.width), str(args.layers), str(args.steps)]
+                    results[stage, name].append(run_job(script, args.ranks, job, env))
     params = float(results[stages[0], "gloo"][0]["params"])  # type: ignore[arg-type]
     print(f"| ZeRO step, {params / 1e6:.0f}M params, {args.ranks} ranks | median s | mean s | "
           "share of gloo's exchange removed, median (mean) |")  # fmt: skip
@@ -157,7 +147,7 @@ def main() -> None:
 
         for name in VARIANTS:
             shares = [
-                (gloo - mine) / (gloo - floor) if gloo > floor else float("nan")
+                share_removed(gloo, mine, floor)
                 for gloo, mine, floor in zip(
                     steps("gloo"), steps(name), steps("no-exchange"), strict=True
                 )
