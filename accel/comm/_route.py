@@ -1,6 +1,7 @@
 """The one decision of which way a collective goes: shared memory on this node, two levels
-across nodes, or torch.distributed. Every public collective in :mod:`accel.comm` and every
-collective of the ``"accel"`` backend asks here."""
+across nodes, or torch.distributed. Every public collective in :mod:`accel.comm` asks
+here, and through them the ``"accel"`` backend's collectives; the backend itself names a
+group's :class:`Way` only to hand to gloo at once what accel.comm would not take."""
 
 from __future__ import annotations
 

@@ -999,9 +999,9 @@ class Communicator {
   }
 
   // Wait until `ready()`: spin briefly (latency), then yield, then sleep. Each nap is a
-  // twentieth of the wait so far (50 us to 1 ms), and `check(now, late)` (which throws to
-  // give up: a peer exited, stopped, or `late`, past the deadline) runs as often (1 to 20
-  // ms): a longer nap adds at most ~5% to a wait that is already long, and a rank waiting
+  // twentieth of the wait so far (50 us to 1 ms), and `check(late)` (which throws to give
+  // up: a peer exited or stopped, or, `late` being past the deadline, is missing) runs as
+  // often (1 to 20 ms): a longer nap adds at most ~5% to a wait that is already long, and a rank waiting
   // 5 s for a late peer burns ~0.1 s of CPU instead of the ~0.8 s that fixed 50 us naps
   // and 1 ms checks of /proc/<pid>/stat took (2 ranks, one sleeping 5 s before an
   // all-reduce).
