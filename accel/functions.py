@@ -40,7 +40,7 @@ from accel.protocols import (
     MemoryInfoAPI,
     SetStreamAPI,
 )
-from accel.protocols._unsupported import capability_error
+from accel.protocols._unsupported import CapabilityError, capability_error
 
 if TYPE_CHECKING:
     import torch
@@ -70,6 +70,11 @@ def _resolve(accelerator: Accelerator | None) -> Accelerator:
     from accel._selection import get_accelerator
 
     return get_accelerator()
+
+
+def _lacks(acc: Accelerator, member: str, protocol: type, reason: str) -> CapabilityError:
+    """The error for calling ``member`` on ``acc``, which is not a ``protocol`` (``reason``)."""
+    return capability_error(type(acc).__name__, member, protocol.__name__, "", reason, acc)
 
 
 def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> None:
@@ -357,10 +362,8 @@ def empty_host_cache(accelerator: Accelerator | None = None) -> None:
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, HostCacheAPI):
-        raise capability_error(
-            type(acc).__name__, "empty_host_cache", "HostCacheAPI", "",
-            "its runtime keeps no cache of page-locked host memory to release", acc,
-        )  # fmt: skip
+        reason = "its runtime keeps no cache of page-locked host memory to release"
+        raise _lacks(acc, "empty_host_cache", HostCacheAPI, reason)
     acc.empty_host_cache()
 
 
@@ -378,8 +381,5 @@ def set_stream(stream: torch.Stream, accelerator: Accelerator | None = None) -> 
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, SetStreamAPI):
-        raise capability_error(
-            type(acc).__name__, "set_stream", "SetStreamAPI", "",
-            "it has no streams to make current", acc,
-        )  # fmt: skip
+        raise _lacks(acc, "set_stream", SetStreamAPI, "it has no streams to make current")
     acc.set_stream(stream)

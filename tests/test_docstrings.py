@@ -23,10 +23,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "accel"
 
 PROTOCOLS = PACKAGE / "protocols"
-# Classes whose public members keep a contract written outside accel: each documents only
-# where it differs from it (DeepSpeed's abstract accelerator documents none of its members;
-# DeepSpeed's CUDA backend and its docs are the contract).
-FOREIGN_CONTRACTS = {"AccelDeepSpeedAccelerator": "DeepSpeedAccelerator"}
+# Classes (by name) and modules (by path) whose public members keep a contract written
+# outside accel: each documents only where it differs from it (DeepSpeed's abstract
+# accelerator documents none of its members; DeepSpeed's CUDA backend and its docs are the
+# contract; DeepSpeed's compiled op modules are the contract of their stand-ins).
+FOREIGN_CONTRACTS = {
+    "AccelDeepSpeedAccelerator": "DeepSpeedAccelerator",
+    "accel/integrations/deepspeed/aio.py": "deepspeed.ops.aio",
+    "accel/integrations/deepspeed/kernels.py": "deepspeed.ops",
+    "ShmCommKernels": "deepspeed.ops.comm",
+}
 # Where implementations live: a class here that defines a protocol's member names it.
 IMPLEMENTATIONS = (PACKAGE / "mixins", PACKAGE / "backends")
 
@@ -39,9 +45,11 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 # Parameters documented once, by a convention in a module docstring (accel.protocols:
 # an optional device index; accel.functions: its device argument and the accelerator it
-# acts on; accel.comm: the group and the timeout): they need no Args entry, and an entry
-# that only restates one is a copy.
-# (parameter, annotation) -> (the one module it holds in, or None for all; its restatement)
+# acts on; accel.comm: the group and the timeout; accel.ops.cpu_optim: the tensors and
+# steps of a step; accel.testing.checks: the backend): they
+# need no Args entry, and an entry that only restates one is a copy.
+# (parameter, annotation) -> (the module or folder it holds in, or None for all; its
+# restatement)
 _CONVENTIONS = {
     ("device_index", "int | None"): (
         None,
@@ -61,7 +69,23 @@ _CONVENTIONS = {
         "accel/comm/__init__.py",
         "timeout: Seconds to wait for a silent peer; ``None`` for the group's own timeout.",
     ),
+    # accel.ops.cpu_optim: what every step function takes.
+    ("params", "Sequence[torch.Tensor]"): ("accel/ops/cpu_optim.py", ""),
+    ("grads", "Sequence[torch.Tensor | None]"): ("accel/ops/cpu_optim.py", ""),
+    ("steps", "Sequence[int]"): ("accel/ops/cpu_optim.py", ""),
+    ("param_copies", "Sequence[torch.Tensor | None] | None"): ("accel/ops/cpu_optim.py", ""),
+    # accel.testing.checks: the backend instance every check takes.
+    ("acc", "Accelerator"): (
+        "accel/testing/checks/",
+        "acc: The backend instance to check.",
+    ),
 }
+
+
+def _in_scope(scope: str | None, module: str) -> bool:
+    """Whether a convention held in ``scope`` (a module, a folder ending in ``/``, or
+    ``None`` for all) holds in ``module``."""
+    return scope is None or module == scope or (scope.endswith("/") and module.startswith(scope))
 
 
 def _public_modules() -> list[pathlib.Path]:
@@ -112,7 +136,7 @@ def _by_convention(function: Function, module: str) -> set[str]:
     names: set[str] = set()
     for a in arguments:
         key = (a.arg, ast.unparse(a.annotation) if a.annotation is not None else "")
-        if key in _CONVENTIONS and _CONVENTIONS[key][0] in (None, module):
+        if key in _CONVENTIONS and _in_scope(_CONVENTIONS[key][0], module):
             names.add(a.arg)
     return names
 
@@ -211,14 +235,13 @@ def _undocumented(
                     f"{owner}{node.name}.",
                     _implemented(node),
                     "Protocol" in bases,
-                    foreign.get(node.name),
+                    foreign.get(node.name, elsewhere),
                 )
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 where = f"{path.relative_to(root)}:{node.lineno} {owner}{node.name}"
                 docstring = ast.get_docstring(node) or ""
-                module = path.relative_to(root).as_posix()
                 for (name, _), (scope, text) in _CONVENTIONS.items():
-                    if text and text in docstring and scope in (None, module):
+                    if text and text in docstring and _in_scope(scope, module):
                         problems.append(f"{where}: restates the {name} convention")
                 if elsewhere is not None and not node.name.startswith("_"):
                     problems.extend(_contract_copies(node, where, (f"{elsewhere}.{node.name}", "")))
@@ -253,7 +276,8 @@ def _undocumented(
                 if stale := documented - parameters:
                     problems.append(f"{where}: Args names no parameter {', '.join(sorted(stale))}")
 
-    visit(ast.parse(path.read_text()).body, "", [], False, None)
+    module = path.relative_to(root).as_posix()
+    visit(ast.parse(path.read_text()).body, "", [], False, foreign.get(module))
     return problems
 
 
@@ -430,10 +454,29 @@ class Adapter(Base):
             device_index: The device.
         """
 ''')
+    module = tmp_path / "stand_in.py"
+    module.write_text('''
+def read(buffer: bytes, offset: int = 0) -> int:
+    """Also takes ``offset``."""
+
+
+class Handle:
+    def write(self, buffer: bytes) -> int:
+        """Write.
+
+        Returns:
+            0.
+        """
+''')
+    foreign = {"Adapter": "Base", "stand_in.py": "native"}
     problems = [
-        p.split(": ", 1)[1] for p in _undocumented(path, root=tmp_path, foreign={"Adapter": "Base"})
+        p.split(": ", 1)[1]
+        for source in (path, module)
+        for p in _undocumented(source, root=tmp_path, foreign=foreign)
     ]
     assert problems == [
         "repeats Args of Base.synchronize's contract; say only what this implementation adds "
-        "or changes"
+        "or changes",
+        "repeats Returns of native.write's contract; say only what this implementation adds "
+        "or changes",
     ]

@@ -35,7 +35,9 @@ default (world) group; a collective's ``timeout`` is the seconds to wait for a s
 ``timeout`` that is not a number of seconds > 0, and ``RuntimeError`` when no process group
 is initialised, or when a peer exited or stayed silent for ``timeout`` seconds (the
 group's shared-memory path is then unusable); each function's ``Raises`` lists only what
-it adds.
+it adds. A collective returns the tensor it writes (``tensor`` in place, else ``output``);
+sizes or dtypes that do not fit one another, or that the ranks do not agree on, are a
+``ValueError`` on every rank.
 
 The package: the public collectives here (argument checks, then the way ``_route``
 chooses: ``_local`` for a group on one node, ``_two_level`` for one on several); the
@@ -234,9 +236,6 @@ def all_reduce_(
 
     Args:
         tensor: This rank's summand; it receives the sum.
-
-    Returns:
-        ``tensor``.
     """
     # The common call (a tensor, the group's timeout) is screened with one test; anything
     # else gets the full checks, which name what is wrong (an int timeout passes them).
@@ -270,24 +269,37 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
 def _into_output(
     call: str,
     output: torch.Tensor,
-    source: torch.Tensor,
+    source: tuple[str, torch.Tensor],
     group: dist.ProcessGroup | None,
     timeout: float | None,
     two_level: Callable[..., None],
     local: Callable[..., None],
-) -> None:
-    """Run a gather or scatter from ``source`` into ``output`` over two levels (placement
-    even) or on one node, on contiguous tensors (copied back into a non-contiguous
-    ``output``)."""
+    *,
+    gather: bool,
+) -> torch.Tensor:
+    """Check and run a gather (``output`` holds world size x ``source``) or a scatter (the
+    other way) from ``source``, named as its caller names it, into ``output``: over two levels
+    (placement even) or on one node, on contiguous tensors (copied back into a
+    non-contiguous ``output``)."""
+    source_name, tensor = source
+    _check_call(call, timeout, output=output, **{source_name: tensor})
+    if tdist.outside(group, call):
+        return output
+    world = dist.get_world_size(group)
+    if gather:
+        _check_world_multiple("output", output, source_name, tensor, world)
+    else:
+        _check_world_multiple(source_name, tensor, "output", output, world)
     way = route(group, call, uneven=False)  # collective setup on every rank
     dense = _dense(output)
-    source = source.contiguous()
+    tensor = tensor.contiguous()
     if isinstance(way, Spanning):
-        _two_level.named_ranks(way, two_level.__name__, two_level, dense, source, timeout)
+        _two_level.named_ranks(way, two_level.__name__, two_level, dense, tensor, timeout)
     else:
-        local(dense, source, way, TorchGroup(group), timeout)
+        local(dense, tensor, way, TorchGroup(group), timeout)
     if dense is not output:
         output.copy_(dense)
+    return output
 
 
 def _check_world_multiple(
@@ -314,29 +326,16 @@ def all_gather_into_tensor_(
     contiguous CPU tensors (any dtype: bytes are copied, bit for bit); over two levels
     (gloo between nodes, shared memory inside each) when the group spans nodes with the
     same number of ranks on each; through torch.distributed on every rank otherwise.
-    Ranks that pass different sizes or dtypes all get an error.
 
     Args:
         output: Receives the ranks' tensors in rank order, concatenated on the first
             dimension: world size x ``tensor``'s elements, of its dtype.
         tensor: This rank's part.
-
-    Returns:
-        ``output``.
-
-    Raises:
-        ValueError: ``output``'s size or dtype does not match ``tensor``'s, or (in shared
-            memory) the ranks' do not agree.
     """
-    _check_call("all_gather_into_tensor_", timeout, output=output, tensor=tensor)
-    if tdist.outside(group, "all_gather_into_tensor_"):
-        return output
-    _check_world_multiple("output", output, "tensor", tensor, dist.get_world_size(group))
-    _into_output(
-        "all_gather_into_tensor_", output, tensor, group, timeout,
-        _two_level.all_gather_into_tensor, _local.all_gather_into_tensor,
+    return _into_output(
+        "all_gather_into_tensor_", output, ("tensor", tensor), group, timeout,
+        _two_level.all_gather_into_tensor, _local.all_gather_into_tensor, gather=True,
     )  # fmt: skip
-    return output
 
 
 def reduce_scatter_tensor_(
@@ -353,29 +352,16 @@ def reduce_scatter_tensor_(
     and every rank's tensors are contiguous float32, bfloat16 or float16 CPU tensors
     (``output`` may be this rank's block of ``input``); over two levels (shared memory
     inside each node, a ring between nodes) when the group spans nodes with the same number
-    of ranks on each; torch.distributed on every rank otherwise. Ranks that pass different
-    sizes or dtypes all get an error.
+    of ranks on each; torch.distributed on every rank otherwise.
 
     Args:
         output: Receives this rank's block of the sum.
         input: World size x ``output``'s elements, of its dtype, in rank order.
-
-    Returns:
-        ``output``.
-
-    Raises:
-        ValueError: ``input``'s size or dtype does not match ``output``'s, or (in shared
-            memory) the ranks' do not agree.
     """
-    _check_call("reduce_scatter_tensor_", timeout, output=output, input=input)
-    if tdist.outside(group, "reduce_scatter_tensor_"):
-        return output
-    _check_world_multiple("input", input, "output", output, dist.get_world_size(group))
-    _into_output(
-        "reduce_scatter_tensor_", output, input, group, timeout,
-        _two_level.reduce_scatter_tensor, _local.reduce_scatter_tensor,
+    return _into_output(
+        "reduce_scatter_tensor_", output, ("input", input), group, timeout,
+        _two_level.reduce_scatter_tensor, _local.reduce_scatter_tensor, gather=False,
     )  # fmt: skip
-    return output
 
 
 def broadcast_(
@@ -394,9 +380,6 @@ def broadcast_(
     Args:
         tensor: The source's data on ``src``; receives it everywhere else.
         src: The global rank to copy from.
-
-    Returns:
-        ``tensor``.
 
     Raises:
         TypeError: ``src`` is not an ``int``.

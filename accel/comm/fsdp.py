@@ -98,18 +98,8 @@ class SharedAllGather(_SharedAlloc, AllGather):
         group: dist.ProcessGroup,
         async_op: bool = False,
     ) -> dist.Work | None:
-        """``dist.all_gather_into_tensor`` on ``group`` (FSDP2's input is this rank's block
-        of the output, so both are in the pool).
-
-        Args:
-            output_tensor: The gathered buffer, from :meth:`allocate`.
-            input_tensor: This rank's part.
-            group: The group to gather over.
-            async_op: Whether to return a work handle.
-
-        Returns:
-            The work handle when ``async_op``, else ``None``.
-        """
+        """``dist.all_gather_into_tensor`` on ``group``; FSDP2's input is this rank's block
+        of the output, so both are in the pool."""
         self._learn(group)
         work: dist.Work | None = tdist.all_gather_single(
             output_tensor, input_tensor, group=group, async_op=async_op
@@ -137,19 +127,9 @@ class SharedReduceScatter(_SharedAlloc, ReduceScatter):
         op: dist.ReduceOp | dist.ReduceOp.RedOpType,
         async_op: bool = False,
     ) -> dist.Work:
-        """``dist.reduce_scatter_tensor`` on ``group`` with FSDP2's ``op``.
-
-        Args:
-            output_tensor: Receives this rank's block of the reduction.
-            input_tensor: The gradients of every rank's block, from :meth:`allocate`.
-            group: The group to reduce over.
-            op: The reduction (``AVG`` or ``SUM``, as FSDP2 chooses).
-            async_op: Whether to return a work handle.
-
-        Returns:
-            The work handle when ``async_op``. Without it torch returns ``None``, as it
-            does from FSDP2's own default hook, whose declared type this one keeps.
-        """
+        """``dist.reduce_scatter_tensor`` on ``group`` with FSDP2's ``op``. Declared to
+        return a ``Work``, as FSDP2's own default hook is, although torch returns ``None``
+        without ``async_op``."""
         self._learn(group)
         work: dist.Work = tdist.reduce_scatter_single(
             output_tensor, input_tensor, op=op, group=group, async_op=async_op

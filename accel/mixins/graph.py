@@ -126,13 +126,8 @@ def capture_graph_class(device_type: str) -> type | None:
     class DeviceGraph(base):  # type: ignore[misc, valid-type]  # a class found at run time
         """``torch.<type>.<TYPE>Graph`` with ``torch.accelerator.Graph``'s shape."""
 
-        def __new__(
-            cls,
-            keep_graph: bool = False,
-            *,
-            pool: tuple[int, int] | None = None,
-            capture_error_mode: CaptureErrorMode = "default",
-        ) -> Any:
+        def __new__(cls, keep_graph: bool = False, *_: Any, **__: Any) -> Any:
+            # torch's graph classes take only keep_graph when made: __init__ keeps the rest.
             return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
         def __init__(

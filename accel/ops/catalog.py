@@ -155,8 +155,8 @@ def prebuilt_op(builder: str) -> PrebuiltOp:
         return _BY_BUILDER[builder]
     except KeyError:
         raise KeyError(
-            f"builder must name one of accel's prebuilt ops ({', '.join(sorted(_BY_BUILDER))}), "
-            f"got {builder!r}"
+            "a builder name must be one of accel's prebuilt ops "
+            f"({', '.join(sorted(_BY_BUILDER))}), got {builder!r}"
         ) from None
 
 

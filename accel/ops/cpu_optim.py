@@ -6,6 +6,21 @@ their parameter and all of one parameter's states of one dtype, nothing may over
 hyper-parameters must be in range. Errors name the argument, the offending index and what
 was expected.
 
+Every step function takes ``params`` (updated in place), their ``grads`` (one per
+parameter), its states (one tensor per parameter each, updated in place), ``steps`` where
+the step depends on its number (per parameter, the number of the step being taken: 1 on
+the first), keyword hyper-parameters, and ``param_copies``: per parameter, a
+bfloat16/float16 tensor that receives the updated parameter, rounded, in the same pass
+(the ZeRO-Offload pattern), or ``None``; ``None`` for no copies. It raises:
+
+- ``TypeError``: a tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
+  or float16; a ``param_copies`` entry is not bfloat16 or float16;
+- ``ValueError``: a list's length differs from ``params``'; a gradient is ``None``; a
+  tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's or
+  copy's element count, differs from its parameter's; two tensors overlap in memory; a
+  ``steps`` entry is below 1; a hyper-parameter is out of range;
+- ``ImportError``: this install has no compiled CPU optimizer kernels.
+
 The kernels compute in float32: a bfloat16/float16 parameter, gradient or state is widened
 on the way in and rounded to nearest even on the way out, so its result is the float32
 step's, rounded (16-bit states are what DeepSpeed's ``fp32_optimizer_states=False`` makes).
@@ -17,15 +32,14 @@ import functools
 import itertools
 from collections.abc import Sequence
 from types import ModuleType
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import torch
 
 from accel.ops._dtypes import dtype_codes, dtype_list
+from accel.ops._hyperparameters import check_betas, check_eps, check_non_negative
 
 NO_COPY = -1
-# The kernels compute in float32: a hyper-parameter beyond its range would become inf.
-FLOAT32_MAX = 3.4028234663852886e38
 _COPY_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -43,89 +57,6 @@ def _native() -> ModuleType:
 @functools.cache
 def _codes() -> dict[torch.dtype, int]:
     return dtype_codes(_native())
-
-
-def check_beta(value: object, name: str) -> float:
-    """A beta in [0, 1).
-
-    Args:
-        value: The value to check.
-        name: The argument's name, for the error.
-
-    Returns:
-        ``value`` as a ``float``.
-
-    Raises:
-        ValueError: ``value`` is not an ``int`` or ``float`` (``bool`` excluded) in [0, 1).
-    """
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-    return float(value)
-
-
-def check_betas(betas: object) -> tuple[float, float]:
-    """A pair of betas, each in [0, 1).
-
-    Args:
-        betas: The value to check.
-
-    Returns:
-        ``(beta1, beta2)``, each a ``float``.
-
-    Raises:
-        ValueError: ``betas`` is not a tuple or list of two betas in [0, 1).
-    """
-    if isinstance(betas, (tuple, list)):
-        pair = cast("Sequence[object]", betas)
-        if len(pair) == 2:
-            return check_beta(pair[0], "betas[0]"), check_beta(pair[1], "betas[1]")
-    raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-
-
-def check_eps(eps: object) -> float:
-    """An epsilon > 0.
-
-    Args:
-        eps: The value to check.
-
-    Returns:
-        ``eps`` as a ``float``.
-
-    Raises:
-        ValueError: ``eps`` is not an ``int`` or ``float`` (``bool`` excluded) above 0 and
-            at most float32's largest value.
-    """
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= FLOAT32_MAX:
-        raise ValueError(
-            f"eps must be a finite number > 0 (at most {FLOAT32_MAX:.4g}), got {eps!r}"
-        )
-    return float(eps)
-
-
-def check_non_negative(value: object, name: str) -> float:
-    """A finite number >= 0 that float32 can hold (learning rate, weight decay, lr decay).
-
-    Args:
-        value: The value to check.
-        name: The argument's name, for the error.
-
-    Returns:
-        ``value`` as a ``float``.
-
-    Raises:
-        ValueError: ``value`` is not an ``int`` or ``float`` (``bool`` excluded) from 0 to
-            float32's largest value (NaN and infinities included).
-    """
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not (0 <= value <= FLOAT32_MAX)  # also False for NaN
-    ):
-        raise ValueError(
-            f"{name} must be a finite number >= 0 (at most float32's {FLOAT32_MAX:.4g}), "
-            f"got {value!r}"
-        )
-    return float(value)
 
 
 class _Batch(NamedTuple):
@@ -279,16 +210,9 @@ def adam_step(
 ) -> None:
     """One Adam (``adamw=False``: L2 decay) or AdamW step, in place, over all tensors.
 
-    ``steps[i]`` is the number of the step being taken for parameter ``i`` (1 on the
-    first). ``param_copies[i]``, when given, receives the updated parameter rounded to
-    bf16/fp16 in the same pass (the ZeRO-Offload pattern).
-
     Args:
-        params: The parameters, updated in place.
-        grads: Their gradients, one per parameter.
         exp_avgs: The first-moment states, one per parameter, updated in place.
         exp_avg_sqs: The second-moment states, one per parameter, updated in place.
-        steps: The number of the step being taken for each parameter, ``>= 1``.
         lr: The learning rate, ``>= 0``.
         betas: ``(beta1, beta2)``, each in [0, 1).
         eps: Added to the denominator, ``> 0``.
@@ -296,18 +220,9 @@ def adam_step(
             gradient (L2).
         adamw: AdamW's decoupled weight decay instead of Adam's L2.
         bias_correction: Correct the moments for their zero start.
-        param_copies: Per parameter, a bfloat16/float16 tensor to receive the updated
-            parameter, or ``None``; ``None`` for no copies.
 
     Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
-            or float16; one parameter's states differ in dtype; or a ``param_copies`` entry
-            is not bfloat16 or float16.
-        ValueError: A list's length differs from ``params``'; a gradient is ``None``; a
-            tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's
-            or copy's element count, differs from its parameter's; two tensors overlap in
-            memory; ``steps`` has an entry below 1; or a hyper-parameter is out of range.
-        ImportError: This install has no compiled CPU optimizer kernels.
+        TypeError: One parameter's two states differ in dtype (and as every step function).
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, param_copies)
     beta1, beta2 = check_betas(betas)
@@ -334,28 +249,14 @@ def adagrad_step(
     weight_decay: float,
     param_copies: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
-    """One Adagrad step, in place, over all tensors (``steps`` as in :func:`adam_step`).
+    """One Adagrad step, in place, over all tensors.
 
     Args:
-        params: The parameters, updated in place.
-        grads: Their gradients, one per parameter.
         sums: The sums of squared gradients, one per parameter, updated in place.
-        steps: The number of the step being taken for each parameter, ``>= 1``.
         lr: The learning rate, ``>= 0``.
         lr_decay: ``>= 0``; step ``t`` uses ``lr / (1 + (t - 1) * lr_decay)``.
         eps: Added to the denominator, ``> 0``.
         weight_decay: ``>= 0``, added to the gradient (L2).
-        param_copies: Per parameter, a bfloat16/float16 tensor to receive the updated
-            parameter, or ``None``; ``None`` for no copies.
-
-    Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
-            or float16; or a ``param_copies`` entry is not bfloat16 or float16.
-        ValueError: A list's length differs from ``params``'; a gradient is ``None``; a
-            tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's
-            or copy's element count, differs from its parameter's; two tensors overlap in
-            memory; ``steps`` has an entry below 1; or a hyper-parameter is out of range.
-        ImportError: This install has no compiled CPU optimizer kernels.
     """
     batch = _batch(params, grads, {"sums": sums}, param_copies)
     _native().adagrad_step(
@@ -381,23 +282,10 @@ def lion_step(
     """One Lion step (decoupled weight decay), in place, over all tensors.
 
     Args:
-        params: The parameters, updated in place.
-        grads: Their gradients, one per parameter.
         exp_avgs: The momentum states, one per parameter, updated in place.
         lr: The learning rate, ``>= 0``.
         betas: ``(beta1, beta2)``, each in [0, 1).
         weight_decay: ``>= 0``, decoupled.
-        param_copies: Per parameter, a bfloat16/float16 tensor to receive the updated
-            parameter, or ``None``; ``None`` for no copies.
-
-    Raises:
-        TypeError: A tensor argument is not a ``torch.Tensor``, or is not float32, bfloat16
-            or float16; or a ``param_copies`` entry is not bfloat16 or float16.
-        ValueError: A list's length differs from ``params``'; a gradient is ``None``; a
-            tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's
-            or copy's element count, differs from its parameter's; two tensors overlap in
-            memory; or a hyper-parameter is out of range.
-        ImportError: This install has no compiled CPU optimizer kernels.
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs}, param_copies)
     beta1, beta2 = check_betas(betas)

@@ -20,7 +20,7 @@ import logging
 from types import ModuleType
 from typing import ClassVar
 
-from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, served_on
+from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, prebuilt_op, served_on
 from accel.protocols._contract import implements
 from accel.protocols.op_builder import OpBuilder
 
@@ -122,13 +122,7 @@ def prebuilt_builder(name: str) -> type[PrebuiltOpBuilder]:
     Raises:
         KeyError: accel ships no op of that builder name.
     """
-    try:
-        return _BUILDERS[name]
-    except KeyError:
-        raise KeyError(
-            f"name must be one of accel's prebuilt builders ({', '.join(sorted(_BUILDERS))}), "
-            f"got {name!r}"
-        ) from None
+    return _BUILDERS[prebuilt_op(name).builder]
 
 
 def op_builders_for(device_type: str) -> dict[str, type[PrebuiltOpBuilder]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final, Literal
 
-from accel.ops import cpu_optim
+from accel.ops import _hyperparameters as hyperparameters
 
 
 def _native() -> ModuleType:
@@ -107,13 +107,13 @@ def init(address: int, groups: int) -> None:
 
 def _checked_group(index: int, group: GroupHyper) -> list[float]:
     try:
-        beta1, beta2 = cpu_optim.check_betas((group.beta1, group.beta2))
+        beta1, beta2 = hyperparameters.check_betas((group.beta1, group.beta2))
         return [
-            cpu_optim.check_non_negative(group.lr, "lr"),
+            hyperparameters.check_non_negative(group.lr, "lr"),
             beta1,
             beta2,
-            cpu_optim.check_eps(group.eps),
-            cpu_optim.check_non_negative(group.weight_decay, "weight_decay"),
+            hyperparameters.check_eps(group.eps),
+            hyperparameters.check_non_negative(group.weight_decay, "weight_decay"),
         ]
     except ValueError as error:
         raise ValueError(f"group {index}: {error}") from None

@@ -8,6 +8,7 @@ import torch
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
 
+from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
 from accel.optim._base import CPUOptimizer, GroupTensors
 
@@ -40,13 +41,13 @@ class CPUAdagrad(CPUOptimizer):
         eps: float = 1e-10,
     ) -> None:
         defaults: dict[str, Any] = {
-            "lr": cpu_optim.check_non_negative(lr, "lr"),
-            "lr_decay": cpu_optim.check_non_negative(lr_decay, "lr_decay"),
-            "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
-            "initial_accumulator_value": cpu_optim.check_non_negative(
+            "lr": hyperparameters.check_non_negative(lr, "lr"),
+            "lr_decay": hyperparameters.check_non_negative(lr_decay, "lr_decay"),
+            "weight_decay": hyperparameters.check_non_negative(weight_decay, "weight_decay"),
+            "initial_accumulator_value": hyperparameters.check_non_negative(
                 initial_accumulator_value, "initial_accumulator_value"
             ),
-            "eps": cpu_optim.check_eps(eps),
+            "eps": hyperparameters.check_eps(eps),
             "foreach": None,
             "maximize": False,
             "differentiable": False,

@@ -7,6 +7,7 @@ from typing import Any
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
 
+from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
 from accel.optim._base import CPUOptimizer, GroupTensors, hyper
 
@@ -46,10 +47,10 @@ class CPUAdam(CPUOptimizer):
         bias_correction: bool = True,
     ) -> None:
         defaults: dict[str, Any] = {
-            "lr": cpu_optim.check_non_negative(lr, "lr"),
-            "betas": cpu_optim.check_betas(betas),
-            "eps": cpu_optim.check_eps(eps),
-            "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
+            "lr": hyperparameters.check_non_negative(lr, "lr"),
+            "betas": hyperparameters.check_betas(betas),
+            "eps": hyperparameters.check_eps(eps),
+            "weight_decay": hyperparameters.check_non_negative(weight_decay, "weight_decay"),
             "decoupled_weight_decay": bool(adamw_mode),
             "bias_correction": bool(bias_correction),
             # torch's own keys, so that torch.optim.Adam(W) can load this state_dict.

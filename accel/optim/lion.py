@@ -7,6 +7,7 @@ from typing import Any
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
 
+from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
 from accel.optim._base import CPUOptimizer, GroupTensors
 
@@ -37,9 +38,9 @@ class CPULion(CPUOptimizer):
         weight_decay: float = 0.0,
     ) -> None:
         defaults: dict[str, Any] = {
-            "lr": cpu_optim.check_non_negative(lr, "lr"),
-            "betas": cpu_optim.check_betas(betas),
-            "weight_decay": cpu_optim.check_non_negative(weight_decay, "weight_decay"),
+            "lr": hyperparameters.check_non_negative(lr, "lr"),
+            "betas": hyperparameters.check_betas(betas),
+            "weight_decay": hyperparameters.check_non_negative(weight_decay, "weight_decay"),
             "maximize": False,
         }
         super().__init__(params, defaults)

@@ -28,6 +28,17 @@ class aio_handle:
     ``queue_depth * intra_op_parallelism`` threads (at most 64) move ``block_size`` blocks;
     ``single_submit`` and ``overlap_events`` are libaio submission details with no
     equivalent here and are kept only for the getters.
+
+    The methods take DeepSpeed's arguments and return DeepSpeed's values; what differs is
+    said on each. Every I/O method checks its input before any I/O: ``TypeError`` when
+    ``buffer`` is not a ``torch.Tensor``; ``ValueError`` when it is not a dense, contiguous
+    CPU tensor (or is a lazy conjugate or negative view), when ``file_offset`` is not an
+    integer >= 0, or when the path is a FIFO or socket; ``RuntimeError`` when the handle was
+    made in another process (before a ``fork``). A file that cannot be opened or a transfer
+    that fails raises ``OSError`` naming the file (``EOFError`` for a read past the file's
+    end), from the call when it waits and from :meth:`wait` otherwise. ``validate`` reads the
+    file's bytes back plainly once the transfer ends and raises ``OSError`` if they differ
+    from the buffer's.
     """
 
     def __init__(
@@ -87,28 +98,7 @@ class aio_handle:
     def read(
         self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
     ) -> int:
-        """Synchronous read of ``buffer.nbytes`` bytes; returns 0.
-
-        Args:
-            buffer: A dense, contiguous CPU tensor to fill.
-            filename: The file's path.
-            validate: Afterwards, read the file's bytes back plainly and check they equal the
-                buffer's.
-            file_offset: The byte offset in the file.
-
-        Returns:
-            0, as DeepSpeed's handle returns.
-
-        Raises:
-            EOFError: The file ends before ``file_offset`` + the buffer's size.
-            TypeError: ``buffer`` is not a ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be opened or the read failed; or, with ``validate``, the
-                file's bytes differ from the buffer's.
-            RuntimeError: The handle was made in another process (before a ``fork``).
-        """
+        """Synchronous read of ``buffer.nbytes`` bytes at ``file_offset``; returns 0."""
         self._engine.read(buffer, filename, file_offset).result()
         if validate:
             _validate(buffer, filename, file_offset, "read")
@@ -117,27 +107,7 @@ class aio_handle:
     def write(
         self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
     ) -> int:
-        """Synchronous write; returns 0.
-
-        Args:
-            buffer: A dense, contiguous CPU tensor.
-            filename: The file's path.
-            validate: Afterwards, read the file's bytes back plainly and check they equal the
-                buffer's.
-            file_offset: The byte offset in the file.
-
-        Returns:
-            0, as DeepSpeed's handle returns.
-
-        Raises:
-            TypeError: ``buffer`` is not a ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be created or opened, or the write failed (a full disk);
-                or, with ``validate``, the file's bytes differ from the buffer's.
-            RuntimeError: The handle was made in another process (before a ``fork``).
-        """
+        """Synchronous write of the whole buffer at ``file_offset``; returns 0."""
         self._engine.write(buffer, filename, file_offset).result()
         if validate:
             _validate(buffer, filename, file_offset, "write")
@@ -152,33 +122,12 @@ class aio_handle:
         file_offset: int = 0,
         **keywords: bool,
     ) -> int:
-        """Parallel read; asynchronous returns 0 (then :meth:`wait`), synchronous waits and
-        returns the number of operations completed. The fourth argument is DeepSpeed's
-        ``async`` (a keyword Python code can only pass as ``**{"async": True}``).
+        """Parallel read; asynchronous returns 0 (then :meth:`wait`), synchronous waits for
+        every request of the handle and returns :meth:`wait`'s count.
 
-        Args:
-            buffer: A dense, contiguous CPU tensor to fill.
-            filename: The file's path.
-            validate: Once the transfer ends (in :meth:`wait` when asynchronous), read the
-                file's bytes back plainly and check they equal the buffer's.
-            async_op: DeepSpeed's ``async``: ``True`` to return at once, ``False`` to wait for
-                this and every other request of the handle.
-            file_offset: The byte offset in the file.
-            **keywords: ``async`` only: DeepSpeed's keyword for ``async_op``.
-
-        Returns:
-            0 when asynchronous (:meth:`wait` counts the request); otherwise :meth:`wait`'s
-            count of the operations completed, this one and any others the handle had started.
-
-        Raises:
-            TypeError: DeepSpeed's ``async`` is missing or given twice, another keyword is passed,
-                or ``buffer`` is not a ``torch.Tensor``.
-            EOFError: The file ends before ``file_offset`` + the buffer's size.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be opened; when synchronous, also what :meth:`wait` raises.
-            RuntimeError: The handle was made in another process (before a ``fork``).
+        The fourth argument is DeepSpeed's ``async``, a Python keyword: pass it positionally, as
+        ``async_op``, or as ``**{"async": True}``; missing, given twice or beside another
+        keyword, it is a ``TypeError``.
         """
         asynchronous = _async_argument("pread", async_op, keywords)
         self._engine.read(buffer, filename, file_offset)
@@ -193,99 +142,21 @@ class aio_handle:
         file_offset: int = 0,
         **keywords: bool,
     ) -> int:
-        """Parallel write; as :meth:`pread`.
-
-        Args:
-            buffer: A dense, contiguous CPU tensor; keep it unchanged until the write ends.
-            filename: The file's path.
-            validate: Once the transfer ends (in :meth:`wait` when asynchronous), read the
-                file's bytes back plainly and check they equal the buffer's.
-            async_op: DeepSpeed's ``async``: ``True`` to return at once, ``False`` to wait for
-                this and every other request of the handle.
-            file_offset: The byte offset in the file.
-            **keywords: ``async`` only: DeepSpeed's keyword for ``async_op``.
-
-        Returns:
-            0 when asynchronous (:meth:`wait` counts the request); otherwise :meth:`wait`'s
-            count of the operations completed, this one and any others the handle had started.
-
-        Raises:
-            TypeError: DeepSpeed's ``async`` is missing or given twice, another keyword is passed,
-                or ``buffer`` is not a ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be created or opened; when synchronous, also what
-                :meth:`wait` raises.
-            RuntimeError: The handle was made in another process (before a ``fork``).
-        """
+        """Parallel write, as :meth:`pread`; keep ``buffer`` unchanged until it ends."""
         asynchronous = _async_argument("pwrite", async_op, keywords)
         self._engine.write(buffer, filename, file_offset)
         return self._after_submit(buffer, filename, file_offset, validate, asynchronous, "write")
 
     def sync_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
-        """Parallel read, waited for; returns the operations completed.
-
-        Args:
-            buffer: A dense, contiguous CPU tensor to fill.
-            filename: The file's path.
-            file_offset: The byte offset in the file.
-
-        Returns:
-            :meth:`wait`'s count: this read and any other request the handle had started.
-
-        Raises:
-            EOFError: The file ends before ``file_offset`` + the buffer's size.
-            TypeError: ``buffer`` is not a ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be opened, or what :meth:`wait` raises.
-            RuntimeError: The handle was made in another process (before a ``fork``).
-        """
+        """:meth:`pread`, waited for: returns :meth:`wait`'s count."""
         return self.pread(buffer, filename, False, False, file_offset)
 
     def sync_pwrite(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
-        """Parallel write, waited for; returns the operations completed.
-
-        Args:
-            buffer: A dense, contiguous CPU tensor.
-            filename: The file's path.
-            file_offset: The byte offset in the file.
-
-        Returns:
-            :meth:`wait`'s count: this write and any other request the handle had started.
-
-        Raises:
-            TypeError: ``buffer`` is not a ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be created or opened, or what :meth:`wait` raises.
-            RuntimeError: The handle was made in another process (before a ``fork``).
-        """
+        """:meth:`pwrite`, waited for: returns :meth:`wait`'s count."""
         return self.pwrite(buffer, filename, False, False, file_offset)
 
     def async_pread(self, buffer: torch.Tensor, filename: str, file_offset: int = 0) -> int:
-        """Start a parallel read; returns 0, :meth:`wait` counts it.
-
-        Args:
-            buffer: A dense, contiguous CPU tensor to fill.
-            filename: The file's path.
-            file_offset: The byte offset in the file.
-
-        Returns:
-            0.
-
-        Raises:
-            EOFError: The file ends before ``file_offset`` + the buffer's size.
-            TypeError: ``buffer`` is not a ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, or ``filename`` is a FIFO
-                or socket.
-            OSError: The file cannot be opened (a failed read is raised by :meth:`wait`).
-            RuntimeError: The handle was made in another process (before a ``fork``).
-        """
+        """Start a :meth:`pread`; returns 0, and :meth:`wait` counts it."""
         return self.pread(buffer, filename, False, True, file_offset)
 
     def async_pwrite(
@@ -295,28 +166,11 @@ class aio_handle:
         file_offset: int = 0,
         fd: int | None = None,
     ) -> int:
-        """Start a parallel write to a path (``filename``) or an open descriptor (``fd``, or
-        an ``int`` in its place, as DeepSpeed's two overloads take them); returns 0. A
-        descriptor opened with O_DIRECT takes any size and offset.
+        """Start a :meth:`pwrite` to a path (``filename``) or an open descriptor (``fd``, or
+        an ``int`` in ``filename``'s place, as DeepSpeed's two overloads take them); returns 0.
 
-        Args:
-            buffer: A dense, contiguous CPU tensor; keep it unchanged until the write ends.
-            filename: The file's path, or an open descriptor; ``None`` when ``fd`` is given.
-            file_offset: The byte offset in the file.
-            fd: A descriptor open for writing (not with O_APPEND); ``None`` when ``filename`` is
-                given.
-
-        Returns:
-            0 (a failed write is raised by :meth:`wait`).
-
-        Raises:
-            TypeError: Both or neither of ``filename`` and ``fd`` are given, or ``buffer`` is not a
-                ``torch.Tensor``.
-            ValueError: ``buffer`` is not a dense, contiguous CPU tensor (or is a lazy conjugate or
-                negative view), ``file_offset`` is not an integer >= 0, the path is a FIFO or
-                socket, or the descriptor was opened with O_APPEND.
-            OSError: The file cannot be created or opened, or the descriptor is not open.
-            RuntimeError: The handle was made in another process (before a ``fork``).
+        Both or neither given is a ``TypeError``; a descriptor opened with O_APPEND is a
+        ``ValueError``; one opened with O_DIRECT takes any size and offset.
         """
         if (filename is None) == (fd is None):
             raise TypeError(
@@ -329,19 +183,12 @@ class aio_handle:
         return 0
 
     def wait(self) -> int:
-        """Wait for everything started; returns how many operations completed (0 when
+        """Wait for everything started; returns how many requests ended since the last wait,
+        leaving out those a synchronous :meth:`read` or :meth:`write` already waited for (0 when
         none was pending, where DeepSpeed asserts).
 
-        Returns:
-            The number of requests that ended since the last wait, leaving out those a
-            synchronous :meth:`read` or :meth:`write` already waited for.
-
-        Raises:
-            OSError: A request failed (the first failure, raised once all have ended), or a
-                ``validate`` check found the file's bytes differ from the buffer's.
-            RuntimeError: The handle was made in another process (before a ``fork``), or
-                the first failure was a read whose buffer's storage was given other memory
-                while it ran (:meth:`accel.io.IORequest.result`).
+        The first failure is raised once all have ended; a read whose buffer's storage was
+        given other memory while it ran is a ``RuntimeError`` (:meth:`accel.io.IORequest.result`).
         """
         with self._lock:  # taken first: a failed request must not leave them for later
             pending, self._validations = self._validations, []
@@ -354,50 +201,25 @@ class aio_handle:
     # DeepSpeed 0.19 keeps one manager of locked buffers per process, shared by every
     # handle and its pin_memory op: accel.io.locked is that manager.
     def new_cpu_locked_tensor(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
-        """A page-aligned, page-locked buffer of ``num_elem`` elements of
-        ``example_tensor``'s dtype, kept until :meth:`free_cpu_locked_tensor` (by this or
-        any handle) as DeepSpeed keeps it.
-
-        Args:
-            num_elem: The number of elements, >= 0.
-            example_tensor: A tensor whose dtype the buffer takes.
-
-        Returns:
-            A new, uninitialised 1-D CPU tensor.
-
-        Raises:
-            ValueError: ``num_elem`` is not an ``int`` >= 0.
-        """
+        """A page-aligned, page-locked 1-D buffer, kept until :meth:`free_cpu_locked_tensor`
+        (by this or any handle) as DeepSpeed keeps it; ``num_elem`` not an ``int`` >= 0 is a
+        ``ValueError``."""
         return locked.new_locked_tensor(num_elem, example_tensor.dtype)
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
-        """Release a buffer from :meth:`new_cpu_locked_tensor` of any handle (memory
-        returns when the last reference goes): True if ``tensor`` starts one, else False.
-
-        Args:
-            tensor: A buffer from :meth:`new_cpu_locked_tensor` (any tensor is accepted).
-
-        Returns:
-            ``True`` if a buffer started at ``tensor``'s first byte and is now released.
-        """
+        """Release a buffer from :meth:`new_cpu_locked_tensor` of any handle (its memory
+        returns when the last reference goes): ``True`` if ``tensor`` starts one, else ``False``."""
         return locked.free_locked(tensor.data_ptr())
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
         """Whether ``buffer`` is page-locked memory, as DeepSpeed's handle answers it:
-        torch-pinned, or lying inside a buffer from :meth:`new_cpu_locked_tensor` (a
-        slice of one counts).
+        torch-pinned, or inside a buffer from :meth:`new_cpu_locked_tensor` (a slice of one
+        counts); ``False`` off the CPU.
 
-        DeepSpeed writes a "pinned" optimizer state from its swap buffer instead of the
-        tensor itself (an empty tensor for a fresh state), so an ordinary tensor must never
-        count as pinned, whatever its address: ZeRO-Infinity would write an empty file in
-        place of that state.
-
-        Args:
-            buffer: Any tensor.
-
-        Returns:
-            ``True`` for a CPU tensor that is torch-pinned or lies inside such a buffer;
-            ``False`` for every tensor off the CPU.
+        DeepSpeed writes a "pinned" optimizer state from its swap buffer instead of the tensor
+        itself (an empty tensor for a fresh state), so an ordinary tensor must never count as
+        pinned, whatever its address: ZeRO-Infinity would write an empty file in place of that
+        state.
         """
         if not buffer.is_cpu:
             return False
@@ -444,30 +266,8 @@ def _validate(buffer: torch.Tensor, filename: str, offset: int, kind: str) -> No
 
 def aio_read(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
              single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
-    """DeepSpeed's one-shot ``aio_read``; returns 0.
-
-    A new :class:`aio_handle` reads the whole buffer from offset 0 and waits.
-
-    Args:
-        buffer: A dense, contiguous CPU tensor to fill.
-        filename: The file's path.
-        block_size: Bytes per system call.
-        queue_depth: Requests in flight, at least 1 (at most 64 threads are used).
-        single_submit: Kept for DeepSpeed's signature; no effect.
-        overlap_events: Kept for DeepSpeed's signature; no effect.
-        validate: Afterwards, read the file's bytes back plainly and check they equal the
-            buffer's.
-
-    Returns:
-        0.
-
-    Raises:
-        ValueError: ``queue_depth`` is not an integer >= 1, ``block_size`` is not a positive
-            ``int``, or as :meth:`aio_handle.read`.
-        EOFError: As :meth:`aio_handle.read`.
-        TypeError: As :meth:`aio_handle.read`.
-        OSError: As :meth:`aio_handle.read`.
-    """
+    """DeepSpeed's one-shot ``aio_read``: a new :class:`aio_handle` reads the whole buffer
+    from offset 0 and waits; returns 0. ``queue_depth`` below 1 is a ``ValueError``."""
     return aio_handle(block_size, queue_depth, single_submit, overlap_events).read(
         buffer, filename, validate
     )
@@ -475,47 +275,14 @@ def aio_read(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: 
 
 def aio_write(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
               single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
-    """DeepSpeed's one-shot ``aio_write``; returns 0.
-
-    A new :class:`aio_handle` writes the whole buffer at offset 0 and waits.
-
-    Args:
-        buffer: A dense, contiguous CPU tensor.
-        filename: The file's path.
-        block_size: Bytes per system call.
-        queue_depth: Requests in flight, at least 1 (at most 64 threads are used).
-        single_submit: Kept for DeepSpeed's signature; no effect.
-        overlap_events: Kept for DeepSpeed's signature; no effect.
-        validate: Afterwards, read the file's bytes back plainly and check they equal the
-            buffer's.
-
-    Returns:
-        0.
-
-    Raises:
-        ValueError: ``queue_depth`` is not an integer >= 1, ``block_size`` is not a positive
-            ``int``, or as :meth:`aio_handle.write`.
-        TypeError: As :meth:`aio_handle.write`.
-        OSError: As :meth:`aio_handle.write`.
-    """
+    """DeepSpeed's one-shot ``aio_write``, as :func:`aio_read`."""
     return aio_handle(block_size, queue_depth, single_submit, overlap_events).write(
         buffer, filename, validate
     )
 
 
 def deepspeed_memcpy(dest: torch.Tensor, src: torch.Tensor) -> int:
-    """DeepSpeed's ``deepspeed_memcpy``: copy ``src`` into ``dest``; returns 0.
-
-    Args:
-        dest: The tensor written, in place (``dest.copy_(src)``).
-        src: The tensor read; it must broadcast to ``dest``'s shape.
-
-    Returns:
-        0.
-
-    Raises:
-        RuntimeError: ``src`` does not broadcast to ``dest``'s shape (torch's ``copy_``).
-    """
+    """DeepSpeed's ``deepspeed_memcpy``: ``dest.copy_(src)``; returns 0."""
     dest.copy_(src)
     return 0
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from accel import comm
 from accel.integrations.deepspeed.kernels import DeepSpeedModule
@@ -120,26 +120,15 @@ class ShmCommKernels(DeepSpeedModule):
     DeepSpeed's comm layer calls those ops once its builder has loaded the module.
     """
 
-    def __init__(
-        self,
-        fallback: Callable[[], Any] | None = None,
-        native_names: Callable[[], frozenset[str]] | None = None,
-    ) -> None:
-        super().__init__(fallback, native_names)
+    @override
+    def _set_up(self) -> None:
+        super()._set_up()
         register_ops()
 
     def initialize(self, size: int, rank: int) -> None:
-        """Check the job's shape. The segment itself is set up by the first all-reduce
-        (a collective every rank makes), so nothing here depends on ``LOCAL_SIZE``.
-
-        Args:
-            size: The number of ranks, an ``int`` >= 1.
-            rank: This process's rank, an ``int`` in ``[0, size)``.
-
-        Raises:
-            ValueError: ``size`` is not an ``int`` >= 1, or ``rank`` is not an ``int`` in
-                ``[0, size)``.
-        """
+        """Check the job's shape (``ValueError`` unless ``size`` is an ``int`` >= 1 and
+        ``rank`` one in ``[0, size)``). The segment itself is set up by the first all-reduce
+        (a collective every rank makes), so nothing here depends on ``LOCAL_SIZE``."""
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"initialize: size must be an integer >= 1, got {size!r}")
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < size:  # pyright: ignore[reportUnnecessaryIsInstance]

@@ -6,7 +6,14 @@ arguments, same return values) and run accel's prebuilt, validating kernels
 (:mod:`accel.ops.cpu_optim`, :mod:`accel.comm`). Differences, all on inputs DeepSpeed's
 modules mishandle:
 
-- an unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer);
+- ``create_*`` checks its hyper-parameters at once (a bad config fails at construction)
+  and keeps only ``adamw_mode``: every update passes, and is checked for, its own;
+  ``should_log`` prints nothing;
+- every input is checked before any tensor changes, with an exception naming it: an
+  unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer), a
+  tensor not float32/bfloat16/float16 ``TypeError``, and a tensor off the CPU, of another
+  shape, overlapping another, a step below 1 or a hyper-parameter out of range
+  ``ValueError`` (:mod:`accel.ops.cpu_optim`'s checks);
 - non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
   the update is lost); 16-bit states are stepped in the kernel, like float32 ones, and
   states of other dtypes (or of two dtypes for one parameter) through float32 copies;
@@ -29,8 +36,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from accel.integrations.deepspeed.zenflow import ZenFlowAdamFunctions
+from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
 
 logger = logging.getLogger("accel")
@@ -137,6 +146,10 @@ class DeepSpeedModule:
         self._native_names = native_names
         self._names: frozenset[str] | None = None
         self._native: Any = None
+        self._set_up()
+
+    def _set_up(self) -> None:
+        """What a module does once made, after the base's attributes are set."""
 
     def __getattr__(self, name: str) -> Any:
         declared = self.__dict__.get("_native_names")
@@ -175,12 +188,9 @@ class _OptimizerModule(DeepSpeedModule):
 
     kind: ClassVar[str]
 
-    def __init__(
-        self,
-        fallback: Callable[[], Any] | None = None,
-        native_names: Callable[[], frozenset[str]] | None = None,
-    ) -> None:
-        super().__init__(fallback, native_names)
+    @override
+    def _set_up(self) -> None:
+        super()._set_up()
         self._optimizers = _Registry(self.kind)
 
     def _create(
@@ -195,12 +205,12 @@ class _OptimizerModule(DeepSpeedModule):
     ) -> int:
         # The values are checked now (a bad config fails at construction, as it should),
         # but every update passes its own: DeepSpeed reads them per call.
-        cpu_optim.check_non_negative(alpha, "alpha")
-        cpu_optim.check_non_negative(weight_decay, "weight_decay")
+        hyperparameters.check_non_negative(alpha, "alpha")
+        hyperparameters.check_non_negative(weight_decay, "weight_decay")
         if betas is not None:
-            cpu_optim.check_betas(betas)
+            hyperparameters.check_betas(betas)
         if eps is not None:
-            cpu_optim.check_eps(eps)
+            hyperparameters.check_eps(eps)
         return self._optimizers.create(optimizer_id, _Created(adamw_mode=bool(adamw_mode)))
 
     def _destroy(self, optimizer_id: int) -> int:
@@ -221,13 +231,10 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
 
     kind = "adam"
 
-    def __init__(
-        self,
-        fallback: Callable[[], Any] | None = None,
-        native_names: Callable[[], frozenset[str]] | None = None,
-    ) -> None:
-        _OptimizerModule.__init__(self, fallback, native_names)
-        ZenFlowAdamFunctions.__init__(self, self.adam_update)
+    @override
+    def _set_up(self) -> None:
+        super()._set_up()
+        self._set_up_zenflow(self.adam_update)
 
     def create_adam(
         self,
@@ -240,26 +247,7 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         adamw_mode: bool = True,
         should_log: bool = False,
     ) -> int:
-        """Register an optimizer id (hyper-parameters are checked, then passed per update).
-
-        Args:
-            optimizer_id: The id DeepSpeed's optimizer uses for itself.
-            alpha: The learning rate, a finite number >= 0.
-            betta1: Beta 1 (DeepSpeed's spelling), in ``[0, 1)``.
-            betta2: Beta 2, in ``[0, 1)``.
-            eps: A finite number > 0.
-            weight_decay: A finite number >= 0.
-            adamw_mode: ``True`` for AdamW's decoupled weight decay, ``False`` for Adam's L2
-                decay; kept for the id's updates.
-            should_log: Not used (DeepSpeed's module prints the new optimizer's settings).
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            ValueError: ``alpha`` or ``weight_decay`` is not a finite number >= 0, ``betta1`` or
-                ``betta2`` is outside ``[0, 1)``, or ``eps`` is not a finite number > 0.
-        """
+        """Register ``optimizer_id``: AdamW (``adamw_mode``) or Adam with L2 decay."""
         return self._create(
             optimizer_id, alpha=alpha, weight_decay=weight_decay, betas=(betta1, betta2), eps=eps,
             adamw_mode=adamw_mode,
@@ -280,33 +268,7 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         exp_avg: torch.Tensor,
         exp_avg_sq: torch.Tensor,
     ) -> int:
-        """One Adam/AdamW step of one tensor, in place (``step`` counts from 1).
-
-        Args:
-            optimizer_id: An id registered by :meth:`create_adam`.
-            step: The number of the step being taken, from 1.
-            lr: The learning rate, a finite number >= 0.
-            beta1: In ``[0, 1)``.
-            beta2: In ``[0, 1)``.
-            epsilon: A finite number > 0.
-            weight_decay: A finite number >= 0; AdamW's or L2, as the id was created.
-            bias_correction: Apply Adam's bias correction.
-            params: The parameter, a float32, bfloat16 or float16 CPU tensor.
-            grads: Its gradient, of the same shape.
-            exp_avg: The first moment, of the same size.
-            exp_avg_sq: The second moment, of the same size.
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            KeyError: ``optimizer_id`` is not registered.
-            TypeError: ``params`` or ``grads`` is not float32, bfloat16 or float16.
-            ValueError: A tensor is not on the CPU; ``grads`` is not the shape of ``params``, or a
-                state not its size; two tensors overlap in memory; ``step`` is below 1;
-                ``lr`` or ``weight_decay`` is not a finite number >= 0, ``beta1`` or ``beta2`` is
-                outside ``[0, 1)``, or ``epsilon`` is not a finite number > 0.
-        """
+        """One Adam/AdamW step of one tensor, in place."""
         adamw = self._optimizers.get(optimizer_id).adamw_mode
         _in_place(
             lambda p, g, s: cpu_optim.adam_step(
@@ -340,29 +302,8 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         error and returns -1, and ``DeepSpeedCPUAdam.rollback_subgroup`` then counts the
         step as undone although nothing changed (DeepSpeed's own test
         ``test_rollback_subgroup_basic[bf16]`` checks only that count). Other dtypes
-        raise ``TypeError``.
-
-        Args:
-            optimizer_id: An id registered by :meth:`create_adam`.
-            step: The number of the step to undo, from 1.
-            lr: The learning rate that step used.
-            beta1: The beta 1 that step used.
-            beta2: The beta 2 that step used.
-            epsilon: The epsilon that step used.
-            weight_decay: The (decoupled) weight decay that step used.
-            bias_correction: Not used: the formula always undoes a bias-corrected step.
-            params: The parameter after the step; restored in place.
-            grads: The gradient the step used.
-            exp_avg: The first moment after the step; restored in place.
-            exp_avg_sq: The second moment after the step; restored in place.
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            KeyError: ``optimizer_id`` is not registered.
-            TypeError: A tensor is not float32, bfloat16 or float16.
-            ValueError: ``step`` is below 1.
+        raise ``TypeError``, a ``step`` below 1 ``ValueError``; ``bias_correction`` is not
+        used (the formula always undoes a bias-corrected step).
         """
         self._optimizers.get(optimizer_id)
         tensors = {"params": params, "grads": grads, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
@@ -399,24 +340,7 @@ class CPUAdagradKernels(_OptimizerModule):
         weight_decay: float = 0.0,
         should_log: bool = False,
     ) -> int:
-        """Register an optimizer id.
-
-        The hyper-parameters are checked, then passed again by every update.
-
-        Args:
-            optimizer_id: The id DeepSpeed's optimizer uses for itself.
-            alpha: The learning rate, a finite number >= 0.
-            eps: A finite number > 0.
-            weight_decay: A finite number >= 0.
-            should_log: Not used (DeepSpeed's module prints the new optimizer's settings).
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            ValueError: ``alpha`` or ``weight_decay`` is not a finite number >= 0, or ``eps`` is
-                not a finite number > 0.
-        """
+        """Register ``optimizer_id``."""
         return self._create(optimizer_id, alpha=alpha, weight_decay=weight_decay, eps=eps)
 
     def adagrad_update(
@@ -430,29 +354,7 @@ class CPUAdagradKernels(_OptimizerModule):
         grads: torch.Tensor,
         exp_avg_sq: torch.Tensor,
     ) -> int:
-        """One Adagrad step of one tensor, in place (L2 weight decay, no lr decay).
-
-        Args:
-            optimizer_id: An id registered by :meth:`create_adagrad`.
-            step: The number of the step being taken, from 1.
-            lr: The learning rate, a finite number >= 0.
-            epsilon: A finite number > 0.
-            weight_decay: The L2 weight decay, a finite number >= 0.
-            params: The parameter, a float32, bfloat16 or float16 CPU tensor.
-            grads: Its gradient, of the same shape.
-            exp_avg_sq: The sum of squared gradients, of the same size.
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            KeyError: ``optimizer_id`` is not registered.
-            TypeError: ``params`` or ``grads`` is not float32, bfloat16 or float16.
-            ValueError: A tensor is not on the CPU; ``grads`` is not the shape of ``params``, or a
-                state not its size; two tensors overlap in memory; ``step`` is below 1;
-                ``lr`` or ``weight_decay`` is not a finite number >= 0, or ``epsilon`` is not a
-                finite number > 0.
-        """
+        """One Adagrad step of one tensor, in place (L2 weight decay, no lr decay)."""
         self._optimizers.get(optimizer_id)
         _in_place(
             lambda p, g, s: cpu_optim.adagrad_step(
@@ -479,25 +381,7 @@ class CPULionKernels(_OptimizerModule):
         weight_decay: float = 0.0,
         should_log: bool = False,
     ) -> int:
-        """Register an optimizer id.
-
-        The hyper-parameters are checked, then passed again by every update.
-
-        Args:
-            optimizer_id: The id DeepSpeed's optimizer uses for itself.
-            alpha: The learning rate, a finite number >= 0.
-            betta1: Beta 1 (DeepSpeed's spelling), in ``[0, 1)``.
-            betta2: Beta 2, in ``[0, 1)``.
-            weight_decay: A finite number >= 0.
-            should_log: Not used (DeepSpeed's module prints the new optimizer's settings).
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            ValueError: ``alpha`` or ``weight_decay`` is not a finite number >= 0, or ``betta1``
-                or ``betta2`` is outside ``[0, 1)``.
-        """
+        """Register ``optimizer_id``."""
         return self._create(
             optimizer_id, alpha=alpha, weight_decay=weight_decay, betas=(betta1, betta2)
         )
@@ -514,29 +398,8 @@ class CPULionKernels(_OptimizerModule):
         grads: torch.Tensor,
         exp_avg: torch.Tensor,
     ) -> int:
-        """One Lion step of one tensor, in place (decoupled weight decay).
-
-        Args:
-            optimizer_id: An id registered by :meth:`create_lion`.
-            step: Not used: a Lion step does not depend on its number.
-            lr: The learning rate, a finite number >= 0.
-            beta1: In ``[0, 1)``.
-            beta2: In ``[0, 1)``.
-            weight_decay: A finite number >= 0.
-            params: The parameter, a float32, bfloat16 or float16 CPU tensor.
-            grads: Its gradient, of the same shape.
-            exp_avg: The momentum, of the same size.
-
-        Returns:
-            0, DeepSpeed's success code.
-
-        Raises:
-            KeyError: ``optimizer_id`` is not registered.
-            TypeError: ``params`` or ``grads`` is not float32, bfloat16 or float16.
-            ValueError: A tensor is not on the CPU; ``grads`` is not the shape of ``params``, or
-                ``exp_avg`` not its size; two tensors overlap in memory; ``lr`` or ``weight_decay``
-                is not a finite number >= 0, or ``beta1`` or ``beta2`` is outside ``[0, 1)``.
-        """
+        """One Lion step of one tensor, in place (decoupled weight decay; ``step`` is not
+        used: a Lion step does not depend on its number)."""
         self._optimizers.get(optimizer_id)
         _in_place(
             lambda p, g, s: cpu_optim.lion_step(
@@ -584,32 +447,10 @@ class FusedAdamKernels(DeepSpeedModule):
         weight_decay: float,
     ) -> None:
         """One Adam step over ``[grads, params, exp_avgs, exp_avg_sqs]`` (``mode`` 1 is
-        AdamW, 0 Adam with L2 decay). ``chunk_size`` and ``noop_flag`` are the CUDA
-        launcher's and are not used on the CPU, as in DeepSpeed's CPU kernel.
-
-        Args:
-            chunk_size: Not used.
-            noop_flag: Not used.
-            tensor_lists: ``[grads, params, exp_avgs, exp_avg_sqs]``, one tensor per parameter in
-                each; parameters and gradients float32, bfloat16 or float16 CPU tensors. The
-                parameters and states are updated in place.
-            lr: The learning rate, a finite number >= 0.
-            beta1: In ``[0, 1)``.
-            beta2: In ``[0, 1)``.
-            epsilon: A finite number > 0.
-            step: The number of the step being taken, from 1, for every parameter.
-            mode: 1 for AdamW, 0 for Adam with L2 weight decay.
-            bias_correction: Non-zero to apply Adam's bias correction.
-            weight_decay: A finite number >= 0.
-
-        Raises:
-            ValueError: ``mode`` is neither 0 nor 1; or ``tensor_lists`` does not hold 4 lists of
-                equal length; or a tensor is not on the CPU, a gradient is not the shape of its
-                parameter or a state not its size, two tensors overlap in memory, ``step`` is
-                below 1, ``lr`` or ``weight_decay`` is not a finite number >= 0, ``beta1`` or
-                ``beta2`` is outside ``[0, 1)``, or ``epsilon`` is not a finite number > 0.
-            TypeError: A parameter or gradient is not float32, bfloat16 or float16.
-        """
+        AdamW, 0 Adam with L2 decay, another value a ``ValueError``). ``chunk_size`` and
+        ``noop_flag`` are the CUDA launcher's and are not used on the CPU, as in DeepSpeed's CPU
+        kernel; ``tensor_lists`` of another length, or lists of unequal lengths, are a
+        ``ValueError``."""
         if mode not in (0, 1):
             raise ValueError(f"mode must be 0 (Adam, L2 decay) or 1 (AdamW), got {mode!r}")
         grads, params, exp_avgs, exp_avg_sqs = _tensor_lists(
@@ -638,27 +479,9 @@ class FusedLionKernels(DeepSpeedModule):
         step: int,
         weight_decay: float,
     ) -> None:
-        """One Lion step over ``[grads, params, exp_avgs]`` (``step`` is not used by Lion).
-
-        Args:
-            chunk_size: Not used (the CUDA launcher's).
-            noop_flag: Not used (the CUDA launcher's).
-            tensor_lists: ``[grads, params, exp_avgs]``, one tensor per parameter in each;
-                parameters and gradients float32, bfloat16 or float16 CPU tensors. The
-                parameters and states are updated in place.
-            lr: The learning rate, a finite number >= 0.
-            beta1: In ``[0, 1)``.
-            beta2: In ``[0, 1)``.
-            step: Not used.
-            weight_decay: The decoupled weight decay, a finite number >= 0.
-
-        Raises:
-            ValueError: ``tensor_lists`` does not hold 3 lists of equal length; or a tensor is not
-                on the CPU, a gradient is not the shape of its parameter or a state not its size,
-                two tensors overlap in memory, ``lr`` or ``weight_decay`` is not a finite number
-                >= 0, or ``beta1`` or ``beta2`` is outside ``[0, 1)``.
-            TypeError: A parameter or gradient is not float32, bfloat16 or float16.
-        """
+        """One Lion step over ``[grads, params, exp_avgs]``, the lists checked as
+        :meth:`FusedAdamKernels.multi_tensor_adam` checks its own (``step`` is not used by
+        Lion)."""
         grads, params, exp_avgs = _tensor_lists(tensor_lists, ("grads", "params", "exp_avgs"))
         _in_place(
             lambda p, g, s: cpu_optim.lion_step(

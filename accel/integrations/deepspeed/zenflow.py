@@ -96,7 +96,7 @@ class ZenFlowAdamFunctions:
     """The ``zenflow_adam_*`` functions; mixed into accel's ``cpu_adam`` module, whose
     ``adam_update`` runs each group's step."""
 
-    def __init__(self, adam_update: Callable[..., object]) -> None:
+    def _set_up_zenflow(self, adam_update: Callable[..., object]) -> None:
         """``adam_update``: the module's one-tensor Adam step, with DeepSpeed's arguments."""
         self._zenflow_adam_update = adam_update
         self._zenflow_workers: dict[int, _Worker] = {}

@@ -20,15 +20,7 @@ from accel.testing.checks._helpers import holds, ill_typed, indices, raises
 
 @check(DeviceAPI, "device_name/device")
 def device_name_agrees_with_device(acc: Accelerator) -> None:
-    """``device_name(i)`` and ``device(i)`` name the same device, of ``device_name()``'s type.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: For some index ``torch.device(device_name(i))`` is not ``device(i)`` or
-            its type is not ``device_name()``; or ``device_name()`` and ``device()`` disagree.
-    """
+    """``device_name(i)`` and ``device(i)`` name the same device, of ``device_name()``'s type."""
 
     def body(index: int) -> None:
         name, device = acc.device_name(index), acc.device(index)
@@ -47,13 +39,6 @@ def device_name_agrees_with_device(acc: Accelerator) -> None:
 def current_device_round_trips(acc: Accelerator) -> None:
     """``set_device(i)`` makes ``current_device()`` ``i`` for every device; the device current
     before is restored after.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: ``current_device()`` is not an ``int`` or does not return the index just
-            set, or ``current_device_name()`` names another device.
     """
     before = acc.current_device()
     assert isinstance(before, int), f"current_device() returned {type(before).__name__}, not int"
@@ -74,13 +59,6 @@ def current_device_round_trips(acc: Accelerator) -> None:
 def counts_and_synchronize(acc: Accelerator) -> None:
     """An available backend counts at least one device, says it is available, and work on the
     device reads back right after ``synchronize()``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: ``device_count()`` is not an ``int`` >= 1, ``is_available()`` is not
-            ``True``, or the result read after ``synchronize()`` is wrong.
     """
     count = acc.device_count()
     assert isinstance(count, int) and count >= 1, (
@@ -97,14 +75,6 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
     """``device_name``, ``set_device`` and ``accel.set_device`` reject bad indices with an error
     naming ``device_index``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: A bad index (negative, a ``str`` digit, a ``bool``, a ``float``, a
-            device of another type) is accepted, or rejected with another error type or a
-            message that does not name ``device_index``.
     """
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
         raises(error, "device_index", functools.partial(ill_typed(acc).device_name, bad))
@@ -127,14 +97,6 @@ def bad_device_index_is_rejected(acc: Accelerator) -> None:
 def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
     """``accel.set_device`` and ``accel.device_index`` select a device named by an index, a
     string or a ``torch.device``; ``device_index`` restores the previous one after.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: A form selects another device than the one it names (where names carry
-            no index, a name must leave the current device as it is), or ``device_index`` does
-            not restore the device current before it.
     """
     before = acc.current_device()
     indexed = acc.device_name(0) != acc.device_name()
@@ -172,13 +134,6 @@ def device_properties_describe_the_device(acc: Accelerator) -> None:
     ``accel.get_device_properties`` gives every device a :class:`DeviceProperties` with a name,
     the backend's ``total_memory``, a processor count >= 1 or ``None`` and an ``(int, int)``
     compute capability or ``None``; ``None`` asks for the current device.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: A device's properties are not a :class:`DeviceProperties` or break one
-            of these rules, or those for ``None`` are not the current device's.
     """
 
     def body(index: int) -> None:

@@ -15,14 +15,6 @@ from accel.testing._framework import check
 def dtype_answers_agree(acc: Accelerator) -> None:
     """The ``is_*_supported()`` answers are ``bool`` and agree with ``supported_dtypes()``, and
     every listed dtype computes a matmul right.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: An answer is not a ``bool``; ``supported_dtypes()`` lacks ``float32`` or
-            disagrees with ``is_bf16_supported()`` or ``is_fp16_supported()``; or a 4x4 matmul
-            in a listed dtype is wrong.
     """
     answers = (acc.is_bf16_supported(), acc.is_fp16_supported(), acc.is_triton_supported())
     assert all(isinstance(a, bool) for a in answers), (

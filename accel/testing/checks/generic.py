@@ -21,12 +21,7 @@ def members_are_real(acc: Accelerator, protocol: type) -> None:
     property checks.
 
     Args:
-        acc: The backend instance to check.
         protocol: A protocol the backend claims.
-
-    Raises:
-        AssertionError: A member raises ``NotImplementedError``, or returns ``None`` where its
-            return type is not ``None``.
     """
     for member in sorted(get_protocol_members(protocol)):
         declared = getattr(protocol, member)
@@ -52,12 +47,7 @@ def no_partial_capabilities(acc: Accelerator, protocol: type) -> None:
     """An unclaimed capability has no callable members (they could only be silent no-ops).
 
     Args:
-        acc: The backend instance to check.
         protocol: A protocol the backend does not claim.
-
-    Raises:
-        AssertionError: A member of ``protocol`` is callable on the backend (read with
-            ``inspect.getattr_static``).
     """
     callables = [
         member

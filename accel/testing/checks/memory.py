@@ -20,16 +20,7 @@ from accel.testing.checks._helpers import MiB, holds, raises
 
 @check(MemoryStatsAPI, "max_memory_allocated/max_memory_reserved")
 def peaks_are_never_below_current(acc: Accelerator) -> None:
-    """With any few tensors alive, every peak is at least its current value, which is >= 0.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: ``max_memory_allocated()`` is below ``memory_allocated()``,
-            ``max_memory_reserved()`` below ``memory_reserved()``, a current value is negative,
-            or ``memory_stats()``'s allocated peak is below its current value.
-    """
+    """With any few tensors alive, every peak is at least its current value, which is >= 0."""
 
     def body(sizes: list[int]) -> None:
         tensors = [
@@ -58,13 +49,6 @@ def peaks_are_never_below_current(acc: Accelerator) -> None:
 def peak_is_real_and_resettable(acc: Accelerator) -> None:
     """A transient 256 MiB allocation shows in ``max_memory_allocated()``, and
     ``reset_peak_memory_stats()`` brings the peak down again.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The peak is less than 90% of the allocation above the baseline, or the
-            reset does not lower it.
     """
     size = 256 * MiB
     acc.reset_peak_memory_stats()
@@ -82,15 +66,7 @@ def peak_is_real_and_resettable(acc: Accelerator) -> None:
 
 @check(MemoryStatsAPI, "memory_stats")
 def stats_have_torch_keys(acc: Accelerator) -> None:
-    """``memory_stats()`` has the allocated keys and ``int`` values.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: ``memory_stats()`` lacks ``allocated_bytes.all.current`` or ``.peak`` or
-            holds a value that is not an ``int``.
-    """
+    """``memory_stats()`` has the allocated keys and ``int`` values."""
     stats = acc.memory_stats()
     for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak"):
         assert key in stats, f"memory_stats() lacks {key!r}"
@@ -101,13 +77,6 @@ def stats_have_torch_keys(acc: Accelerator) -> None:
 def sizes_are_consistent(acc: Accelerator) -> None:
     """The total memory is at least the available memory (>= 0), the current sizes are
     ``int`` and >= 0, and ``empty_cache()`` leaves live tensors intact.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: A size is not an ``int`` or is negative, ``total_memory()`` is 0 or
-            the sizes are out of order; or a live tensor changes across ``empty_cache()``.
     """
     for name in ("memory_allocated", "memory_reserved"):
         value = getattr(acc, name)()
@@ -126,14 +95,6 @@ def sizes_are_consistent(acc: Accelerator) -> None:
 def accumulated_counters_reset(acc: Accelerator) -> None:
     """``reset_accumulated_memory_stats()`` leaves no ``*.allocated``/``*.freed`` counter above
     its old value and rejects a negative index.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not an ``AccumulatedStatsAPI``, a counter grew across the
-            reset, or ``reset_accumulated_memory_stats(-1)`` does not raise a ``ValueError``
-            naming ``device_index``.
     """
     assert isinstance(acc, AccumulatedStatsAPI)  # the kit runs this only on such backends
 
@@ -152,12 +113,6 @@ def accumulated_counters_reset(acc: Accelerator) -> None:
 def memory_rejects_bad_device_index(acc: Accelerator) -> None:
     """Every ``MemoryUsageAPI`` member that takes a device index rejects -1 with a
     ``ValueError`` naming ``device_index``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: One of them does not.
     """
     for method in ("memory_allocated", "memory_reserved", "total_memory", "available_memory"):
         raises(ValueError, "device_index", functools.partial(getattr(acc, method), -1))
@@ -167,12 +122,6 @@ def memory_rejects_bad_device_index(acc: Accelerator) -> None:
 def stats_reject_bad_device_index(acc: Accelerator) -> None:
     """Every ``MemoryStatsAPI`` member rejects -1 with a ``ValueError`` naming
     ``device_index``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: One of them does not.
     """
     for method in ("max_memory_allocated", "max_memory_reserved", "memory_stats",
                    "reset_peak_memory_stats"):  # fmt: skip
@@ -183,12 +132,6 @@ def stats_reject_bad_device_index(acc: Accelerator) -> None:
 def memory_info_is_free_and_total(acc: Accelerator) -> None:
     """``get_memory_info()`` is ``(free, total)`` with ``0 <= free <= total`` and ``total``
     equal to ``total_memory()``; -1 raises a ``ValueError`` naming ``device_index``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: One of these does not hold.
     """
     assert isinstance(acc, MemoryInfoAPI)  # the kit runs this only on such backends
     free, total = acc.get_memory_info()

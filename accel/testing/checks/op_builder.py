@@ -18,16 +18,6 @@ from accel.testing.checks._helpers import holds, ill_typed, raises
 def op_builders_load_or_explain(acc: Accelerator) -> None:
     """Every listed builder is created, is of ``get_op_builder``'s class, and loads or says why
     not; unknown names give ``None``; a name that is not a ``str`` is rejected.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not an ``OpBuilderAPI`` or lists no builder; a listed
-            name gives ``None`` or another class; a compatible builder gives a reason or does
-            not load a module; an incompatible one gives no reason or its ``load()`` does not
-            raise a ``RuntimeError`` saying it cannot load; an unknown name gives a builder; or
-            ``create_op_builder(3)`` does not raise a ``TypeError`` naming ``class_name``.
     """
     assert isinstance(acc, OpBuilderAPI)
     names = acc.op_builder_names()

@@ -16,14 +16,6 @@ from accel.testing.checks._helpers import holds, ill_typed, raises
 def profiler_ranges_nest(acc: Accelerator) -> None:
     """Nested ranges (1 to 8 deep) push and pop, one pop too many raises ``RuntimeError``, and a
     name that is not a ``str`` is rejected.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not a ``ProfilerAPI``, the extra ``range_pop()`` does not
-            raise a ``RuntimeError`` saying there is no open range, or ``range_push(3)`` does
-            not raise a ``TypeError`` naming ``msg``.
     """
     assert isinstance(acc, ProfilerAPI)
 

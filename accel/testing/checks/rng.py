@@ -23,13 +23,6 @@ def _draw(acc: Accelerator) -> torch.Tensor:
 def seeds_are_deterministic(acc: Accelerator) -> None:
     """The same seed gives the same random numbers, and ``initial_seed()`` returns it modulo
     ``2**64``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: Two draws after the same seed differ, or ``initial_seed()`` is not
-            ``seed % 2**64``.
     """
 
     def body(seed: int) -> None:
@@ -48,13 +41,6 @@ def seeds_are_deterministic(acc: Accelerator) -> None:
 def rng_state_round_trips(acc: Accelerator) -> None:
     """A state from ``get_rng_state()`` is a ``uint8`` CPU tensor and, restored with
     ``set_rng_state()``, reproduces the numbers drawn after it was saved.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The state is not a ``uint8`` CPU tensor, or the draws after restoring it
-            differ.
     """
 
     def body(seed: int, skipped: int) -> None:
@@ -79,14 +65,6 @@ def rng_state_round_trips(acc: Accelerator) -> None:
 def generators_follow_the_seeds(acc: Accelerator) -> None:
     """``manual_seed_all`` seeds every device's ``default_generator``, which is on the backend's
     device type and is the generator random ops use.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: A generator's ``initial_seed()`` is not the seed modulo ``2**64``, the
-            current device's generator is on another device type, or seeding it does not give
-            the draws ``manual_seed`` gives.
     """
 
     def body(seed: int) -> None:
@@ -112,13 +90,6 @@ def fork_rng_restores_every_generator(acc: Accelerator) -> None:
 
     Numbers drawn inside ``accel.fork_rng()`` do not change what the device's and the host's
     generators give after the block; with ``enabled=False`` nothing is restored.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The draws after the block differ from those without it (device or host),
-            or ``fork_rng(enabled=False)`` restored the state.
     """
 
     def body(seed: int, draws: int) -> None:
@@ -146,15 +117,6 @@ def fork_rng_restores_every_generator(acc: Accelerator) -> None:
 def bad_seeds_and_states_are_rejected(acc: Accelerator) -> None:
     """``manual_seed`` rejects out-of-range and non-``int`` seeds, and ``set_rng_state`` tensors
     that are not states, with an error naming the argument.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: ``manual_seed(2**64)`` does not raise a ``ValueError`` naming ``seed``
-            or ``manual_seed("1")`` a ``TypeError``; or ``set_rng_state`` does not raise a
-            ``TypeError`` naming ``new_state`` for a float tensor or a ``ValueError`` naming it
-            for a 3-byte ``uint8`` one.
     """
     raises(ValueError, "seed", lambda: acc.manual_seed(2**64))
     raises(TypeError, "seed", lambda: ill_typed(acc).manual_seed("1"))

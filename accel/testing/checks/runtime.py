@@ -20,15 +20,6 @@ def visible_devices_env_round_trips(acc: Accelerator) -> None:
     """``set_visible_devices_envs`` writes the ids into every variable
     ``visible_devices_envs()`` names, so that they parse back the same, leaves other variables
     alone, and rejects bad arguments.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: A variable does not parse back to the ids, an unrelated variable
-            changed, or an expected error is missing: a ``RuntimeError`` when the backend names
-            no variable, a ``ValueError`` for repeated ids, a ``TypeError`` for ids given as a
-            ``str`` or for a ``list`` as the environment.
     """
     names = acc.visible_devices_envs()
     if not names:
@@ -61,12 +52,6 @@ def runtime_answers(acc: Accelerator) -> None:
     """``communication_backend_name()`` names a backend torch.distributed has,
     ``is_synchronized_device()`` is ``True`` exactly when the backend is not a ``StreamAPI``,
     and ``export_envs()`` lists non-empty prefixes.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: One of these does not hold.
     """
     name = acc.communication_backend_name()
     assert dist.is_available() and dist.is_backend_available(name), (
@@ -86,14 +71,6 @@ def runtime_answers(acc: Accelerator) -> None:
 def compile_backend_round_trips(acc: Accelerator) -> None:
     """``set_compile_backend("eager")`` sticks, and an unknown or non-``str`` name is rejected
     without changing the choice; the choice before is restored after.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: ``get_compile_backend()`` is not ``"eager"`` after it was set or after a
-            rejected name, or ``set_compile_backend`` does not raise a ``ValueError`` naming an
-            unknown backend or a ``TypeError`` naming ``backend`` for ``None``.
     """
     before = acc.get_compile_backend()
     try:
@@ -110,13 +87,6 @@ def compile_backend_round_trips(acc: Accelerator) -> None:
 def lazy_call_runs_the_callback(acc: Accelerator) -> None:
     """``lazy_call`` has run the callback exactly once when ``synchronize()`` returns, and
     rejects what is not callable.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The callback has not run exactly once, or ``lazy_call(42)`` does not
-            raise a ``TypeError`` naming ``callback``.
     """
     calls: list[int] = []
     acc.lazy_call(lambda: calls.append(1))

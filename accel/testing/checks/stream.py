@@ -28,12 +28,6 @@ def _device_indices(acc: Accelerator) -> st.SearchStrategy[int]:
 def stream_factories_return_torch_types(acc: Accelerator) -> None:
     """``Stream``, ``current_stream`` and ``default_stream`` give a ``torch.Stream`` on every
     device, and ``Event`` a ``torch.Event``.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not a ``StreamAPI``, or a factory returns another type.
     """
     s = _streams(acc)
 
@@ -51,14 +45,6 @@ def stream_factories_return_torch_types(acc: Accelerator) -> None:
 def stream_context_switches_and_restores(acc: Accelerator) -> None:
     """Nested ``stream(side)`` blocks make ``side`` current and restore the previous stream on
     exit; what is not a stream is rejected.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not a ``StreamAPI``, ``current_stream()`` is not the
-            innermost block's stream or is not restored after, or ``stream("side")`` does not
-            raise a ``TypeError`` naming ``stream``.
     """
     s = _streams(acc)
 
@@ -79,14 +65,7 @@ def stream_context_switches_and_restores(acc: Accelerator) -> None:
 
 @check(StreamAPI, "Event.elapsed_time")
 def event_timing_is_never_negative(acc: Accelerator) -> None:
-    """``elapsed_time`` between two timing events recorded in order is never negative.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not a ``StreamAPI``, or an elapsed time is negative.
-    """
+    """``elapsed_time`` between two timing events recorded in order is never negative."""
     s = _streams(acc)
 
     def body(elements: int) -> None:
@@ -105,13 +84,6 @@ def event_timing_is_never_negative(acc: Accelerator) -> None:
 def events_order_streams(acc: Accelerator) -> None:
     """Work on a side stream that the current stream waits for through an event is complete when
     the current stream reads it.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: The backend is not a ``StreamAPI``, or the sum computed on the side
-            stream is wrong.
     """
     s = _streams(acc)
 

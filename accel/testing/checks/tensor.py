@@ -18,14 +18,6 @@ def tensor_placement_and_staging(acc: Accelerator) -> None:
     """Tensors made on the backend's device names are ``on_accelerator`` and a meta tensor is
     not; ``pin_memory`` keeps the values and ``is_pinned`` is true of its result; bad arguments
     are rejected.
-
-    Args:
-        acc: The backend instance to check.
-
-    Raises:
-        AssertionError: One of these does not hold, ``on_accelerator([1.0])`` does not raise a
-            ``TypeError`` naming ``tensor``, or ``pin_memory(t, align_bytes=0)`` does not raise
-            a ``ValueError`` naming ``align_bytes``.
     """
 
     def body(shape: list[int]) -> None:

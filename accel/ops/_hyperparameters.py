@@ -1,0 +1,55 @@
+"""Range checks of optimizer hyper-parameters, shared by every optimizer front end.
+
+Each returns the value as a ``float`` or raises ``ValueError`` naming the argument, its
+value and the range expected. ``int`` and ``float`` are accepted, ``bool`` is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from typing_extensions import TypeIs
+
+# The kernels compute in float32: a hyper-parameter beyond its range would become inf.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _is_number(value: object) -> TypeIs[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_beta(value: object, name: str) -> float:
+    """A beta in [0, 1); ``name`` is the argument's, for the error."""
+    if not _is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_betas(betas: object) -> tuple[float, float]:
+    """A tuple or list of two betas, each in [0, 1)."""
+    if isinstance(betas, (tuple, list)):
+        pair = cast("Sequence[object]", betas)
+        if len(pair) == 2:
+            return check_beta(pair[0], "betas[0]"), check_beta(pair[1], "betas[1]")
+    raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+
+
+def check_eps(eps: object) -> float:
+    """An epsilon above 0 and at most float32's largest value."""
+    if not _is_number(eps) or not 0 < eps <= FLOAT32_MAX:
+        raise ValueError(
+            f"eps must be a finite number > 0 (at most {FLOAT32_MAX:.4g}), got {eps!r}"
+        )
+    return float(eps)
+
+
+def check_non_negative(value: object, name: str) -> float:
+    """A number from 0 to float32's largest value (learning rate, weight decay, lr decay);
+    NaN and infinities are out of range. ``name`` is the argument's, for the error."""
+    if not _is_number(value) or not 0 <= value <= FLOAT32_MAX:  # False for NaN
+        raise ValueError(
+            f"{name} must be a finite number >= 0 (at most float32's {FLOAT32_MAX:.4g}), "
+            f"got {value!r}"
+        )
+    return float(value)
