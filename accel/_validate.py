@@ -127,6 +127,17 @@ def _is_decimal(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def env_switch(name: str, default: bool) -> bool:
+    """Environment variable ``name`` as an on/off switch: ``"1"`` or ``"0"`` (around
+    spaces), ``default`` when unset; anything else is a ``ValueError`` naming it."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.strip() not in ("0", "1"):
+        raise ValueError(f"environment variable {name} must be 0 or 1, got {raw!r}")
+    return raw.strip() == "1"
+
+
 def env_index(name: str) -> int | None:
     """Environment variable ``name`` as a non-negative ``int``, or ``None`` when unset."""
     raw = os.environ.get(name)

@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 from typing_extensions import override
 
-from accel._validate import check_optional_index
+from accel._validate import check_optional_index, env_switch
 from accel.backends import _cuda_visible
 from accel.backends.base import Availability
 from accel.backends.torch_device import TorchDeviceBackend
@@ -68,14 +68,7 @@ def allow_deprecated_fp16() -> bool:
     Raises:
         ValueError: The variable is set to anything else.
     """
-    raw = os.environ.get(ALLOW_DEPRECATED_FP16_ENV)
-    if raw is None or raw == "0":
-        return False
-    if raw == "1":
-        return True
-    raise ValueError(
-        f"environment variable {ALLOW_DEPRECATED_FP16_ENV} must be 0 or 1, got {raw!r}"
-    )
+    return env_switch(ALLOW_DEPRECATED_FP16_ENV, default=False)
 
 
 def fp16_allowed(capability: tuple[int, int]) -> bool:

@@ -34,7 +34,6 @@ moves only when it is provably the reducer's own:
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import weakref
 from collections.abc import Iterator
@@ -44,6 +43,8 @@ from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef as _StorageWeakRef
+
+from accel._validate import env_switch
 
 _log = logging.getLogger("accel.comm")
 # torch's private storage internals (a StorageImpl's address and use count), as Any.
@@ -61,10 +62,7 @@ def enabled() -> bool:
     Raises:
         ValueError: The variable is set to anything else.
     """
-    raw = os.environ.get(ENV, "1")
-    if raw.strip() not in ("0", "1"):
-        raise ValueError(f"environment variable {ENV} must be 0 or 1, got {raw!r}")
-    return raw.strip() == "1"
+    return env_switch(ENV, default=True)
 
 
 # Below this a bucket gains nothing worth a pool block (docs/benchmarks.md: the pooled

@@ -6,8 +6,9 @@ everything here is cheap: the environment and the installed distribution's metad
 
 from __future__ import annotations
 
-import os
 import re
+
+from accel._validate import env_switch
 
 ENV = "ACCEL_DEEPSPEED"
 SUPPORTED_RANGE = ">=0.19.0,<0.20"
@@ -22,12 +23,7 @@ def requested() -> bool:
     DeepSpeed and its JIT builds. (:mod:`_accel_startup` warns with the same sentence at
     start-up, without importing accel.)
     """
-    value = os.environ.get(ENV)
-    if value is None or value == "0":
-        return False
-    if value == "1":
-        return True
-    raise ValueError(f"environment variable {ENV} must be 0 or 1, got {value!r}")
+    return env_switch(ENV, default=False)
 
 
 def installed_version() -> str | None:
