@@ -53,9 +53,10 @@ DEEPSPEED = {
     ),
     "deepspeed.env_report": "accel.integrations.deepspeed._install:report_imported",
     "deepspeed.comm.torch": "accel.integrations.deepspeed._install:comm_imported",
+    "deepspeed.runtime.zero.stage_1_and_2": "accel.integrations.deepspeed._install:zero_imported",
 }
-"""DeepSpeed's hooks: the module that picks its accelerator, ``ds_report``'s tables, and
-its torch communication backend."""
+"""DeepSpeed's hooks: the module that picks its accelerator, ``ds_report``'s tables, its
+torch communication backend, and ZeRO-1/2's optimizer."""
 
 DEEPSPEED_ENV = "ACCEL_DEEPSPEED"
 """``1`` watches :data:`DEEPSPEED` in every process; unset or ``0`` does not."""

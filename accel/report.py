@@ -108,19 +108,28 @@ def _collectives() -> str:
     return (
         f"shared memory for groups on one node; pools of {size} per rank "
         f"({POOL_ENV}): all-reduce, all-gather, reduce-scatter and broadcast go straight "
-        "between tensors from accel.comm.shared_empty and DDP's gradient buckets"
+        "between tensors from accel.comm.shared_empty, DDP's gradient buckets and "
+        "DeepSpeed ZeRO-1/2's flat gradient buckets"
         + "".join(f"; {line}" for line in _pooled_buckets())
     )
 
 
 def _pooled_buckets() -> list[str]:
     """For each "accel" process group alive in this process (a report collected inside a
-    training job), the DDP buckets this rank moved into its pool; nothing elsewhere."""
+    training job), the DDP buckets this rank moved into its pool, and ZeRO-1/2's flat
+    buckets made there so far; nothing elsewhere."""
+    lines: list[str] = []
+    zero = sys.modules.get("accel.integrations.deepspeed.zero")
+    if zero is not None:  # DeepSpeed ran on accel here
+        counts = zero.COUNTS
+        lines.append(
+            f"DeepSpeed ZeRO-1/2: {counts.pooled} flat gradient bucket(s) made in the pool "
+            f"({counts.pooled_bytes / 2**20:.1f} MiB in all), {counts.plain} elsewhere"
+        )
     if "accel.comm.process_group" not in sys.modules:
-        return []  # no "accel" group was ever made here: nothing to say, nothing to import
+        return lines  # no "accel" group was ever made here: nothing to import
     from accel.comm.process_group import live_groups
 
-    lines: list[str] = []
     for group in live_groups():
         sizes = group.promotions.pooled()
         name = getattr(group, "_name", "unnamed")

@@ -111,7 +111,12 @@ def test_pytest_says_nothing_about_the_start_up_module(tmp_path: Path) -> None:
 
 def test_the_deepspeed_table_names_the_integrations_hooks() -> None:
     assert _accel_startup.DEEPSPEED_ENV == _support.ENV
-    assert set(_accel_startup.DEEPSPEED) == {_install.TARGET, _install.REPORT, _install.COMM}
+    assert set(_accel_startup.DEEPSPEED) == {
+        _install.TARGET,
+        _install.REPORT,
+        _install.COMM,
+        _install.ZERO,
+    }
     for hook in _accel_startup.DEEPSPEED.values():
         module, _, function = hook.partition(":")
         assert callable(getattr(importlib.import_module(module), function)), hook

@@ -83,6 +83,7 @@ __all__ = [
     "broadcast_",
     "reduce_scatter_tensor_",
     "shared_empty",
+    "try_shared_empty",
     "uses_shared_memory",
 ]
 
@@ -156,30 +157,64 @@ def shared_empty(
         RuntimeError: No process group is initialised.
     """
     shape = _shape(size)
-    _check_dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > _MAX_TENSOR_BYTES:
-        raise ValueError(
-            f"size {size!r} of {dtype} needs {nbytes} bytes: more than a tensor can hold "
-            f"({_MAX_TENSOR_BYTES})"
-        )
-    _check_call("shared_empty", None)
-    shm = shm_group(group, "shared_empty")
-    if shm is None:  # a group across nodes: its node level's segment, if it has one
-        spanning = spanning_of(group)
-        shm = None if spanning is None else spanning.local_shm
-    if shm is None or shm.communicator.pool_bytes == 0 or nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    tensor = pooled_empty(shm, shape, dtype) if nbytes <= shm.communicator.pool_bytes else None
-    if tensor is None:
+    tensor, shm = _pooled("shared_empty", shape, dtype, group)
+    if tensor is not None:
+        return tensor
+    if shm is not None:
         warnings.warn(
             f"accel.comm.shared_empty: the group's shared pool has no room for {shape} "
             f"{dtype} ({shm.communicator.pool_free_bytes} of {shm.communicator.pool_bytes} "
             f"bytes free; {POOL_ENV} sets its size); this tensor is an ordinary one",
             stacklevel=2,
         )
-        return torch.empty(shape, dtype=dtype)
-    return tensor
+    return torch.empty(shape, dtype=dtype)
+
+
+def try_shared_empty(
+    size: int | Sequence[int],
+    *,
+    dtype: torch.dtype = torch.float32,
+    group: dist.ProcessGroup | None = None,
+) -> torch.Tensor | None:
+    """:func:`shared_empty`'s tensor when it is in the pool; else ``None``, with no warning.
+
+    For a caller with its own way to make the tensor (a framework placing a buffer it would
+    otherwise allocate): ``None`` wherever :func:`shared_empty` would return an ordinary
+    tensor (no segment, pools off, an empty tensor, or a pool without room). Collective the
+    first time on a group, as :func:`shared_empty`.
+
+    Args:
+        size: The shape: an int or a sequence of ints >= 0.
+        dtype: The element type.
+
+    Raises:
+        TypeError: As :func:`shared_empty`.
+        ValueError: As :func:`shared_empty`.
+    """
+    return _pooled("try_shared_empty", _shape(size), dtype, group)[0]
+
+
+def _pooled(
+    call: str, shape: tuple[int, ...], dtype: torch.dtype, group: dist.ProcessGroup | None
+) -> tuple[torch.Tensor | None, ShmGroup | None]:
+    """A tensor in this rank's pool of ``group``'s segment (None where it cannot be), and
+    the segment when it has a pool the tensor did not fit in (None otherwise)."""
+    _check_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _MAX_TENSOR_BYTES:
+        raise ValueError(
+            f"size {shape!r} of {dtype} needs {nbytes} bytes: more than a tensor can hold "
+            f"({_MAX_TENSOR_BYTES})"
+        )
+    _check_call(call, None)
+    shm = shm_group(group, call)
+    if shm is None:  # a group across nodes: its node level's segment, if it has one
+        spanning = spanning_of(group)
+        shm = None if spanning is None else spanning.local_shm
+    if shm is None or shm.communicator.pool_bytes == 0 or nbytes == 0:
+        return None, None
+    tensor = pooled_empty(shm, shape, dtype) if nbytes <= shm.communicator.pool_bytes else None
+    return tensor, (shm if tensor is None else None)
 
 
 _MAX_TENSOR_BYTES = 2**63 - 1  # torch counts bytes in int64

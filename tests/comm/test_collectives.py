@@ -162,6 +162,15 @@ RANK_SCRIPT = textwrap.dedent(
                 pooled &= torch.equal(y.view(torch.uint8), ref.view(torch.uint8))
         result["pooled_exact"] = pooled
         result["pooled_calls"] = communicator.pooled_calls['all_reduce'] - before
+        # try_shared_empty: the same tensor where it can be in the pool, else None.
+        from accel.comm import try_shared_empty
+        free = communicator.pool_free_bytes
+        placed = try_shared_empty((4, 256), dtype=torch.bfloat16)
+        result["try_placed"] = (
+            placed is not None and placed.shape == (4, 256) and placed.dtype == torch.bfloat16
+            and communicator.pool_free_bytes < free
+        )
+        result["try_empty"] = try_shared_empty(0) is None
     elif scenario in ("dead", "hung", "killed", "killed-pooled"):
         x = torch.ones(1024)
         all_reduce_(x)                # set up and prove the path works
@@ -265,6 +274,8 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     assert [r["every_pattern"] for r in reports] == [True, True]
     assert [r["pooled_exact"] for r in reports] == [True, True]
     assert [r["pooled_calls"] for r in reports] == [12, 12]
+    assert [r["try_placed"] for r in reports] == [True, True]
+    assert [r["try_empty"] for r in reports] == [True, True]
     assert [r["shm"] for r in reports] == [True, True]
     assert shm_names() <= before  # nothing left in /dev/shm
 

@@ -20,7 +20,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accel.comm import _segment, shared_empty
+from accel.comm import _segment, shared_empty, try_shared_empty
 
 _shm_comm = pytest.importorskip("accel.ops._shm_comm")
 
@@ -486,15 +486,17 @@ def test_the_pool_size_defaults_to_a_gibibyte(monkeypatch: pytest.MonkeyPatch) -
         (2**61, torch.float64, ValueError, rf"needs {2**64} bytes: more than a tensor can hold"),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("make", [shared_empty, try_shared_empty])
 def test_shared_empty_names_a_bad_argument(
-    size: object, dtype: object, error: type[Exception], message: str
+    size: object, dtype: object, error: type[Exception], message: str, make: Callable[..., object]
 ) -> None:
     with pytest.raises(error, match=message):
-        shared_empty(size, dtype=dtype)  # type: ignore[arg-type]
+        make(size, dtype=dtype)
 
 
-def test_shared_empty_needs_a_process_group() -> None:
+@pytest.mark.parametrize("make", [shared_empty, try_shared_empty])
+def test_shared_empty_needs_a_process_group(make: Callable[..., object]) -> None:
     if torch.distributed.is_initialized():
         pytest.skip("a process group is initialised in this process")
-    with pytest.raises(RuntimeError, match=r"shared_empty\(\) needs torch.distributed"):
-        shared_empty(4)
+    with pytest.raises(RuntimeError, match=rf"{make.__name__}\(\) needs torch.distributed"):
+        make(4)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 TARGET = "deepspeed.accelerator.real_accelerator"
 REPORT = "deepspeed.env_report"  # ds_report's tables
 COMM = "deepspeed.comm.torch"  # TorchBackend.inference_all_reduce (comm_ops.direct_...)
+ZERO = "deepspeed.runtime.zero.stage_1_and_2"  # ZeRO-1/2's flat buckets (zero.pool_...)
 _BUILDER_DEFINITIONS = "deepspeed.ops.op_builder."  # modules where DeepSpeed defines builders
 
 _lock = _thread.RLock()
@@ -103,6 +104,20 @@ def comm_imported(torch_comm: ModuleType) -> None:
         _direct_comm(torch_comm)
 
 
+def zero_imported(stage_1_and_2: ModuleType) -> None:
+    """The start-up finder's hook for ``deepspeed.runtime.zero.stage_1_and_2``."""
+    if _adapter is not None:
+        _pool_zero(stage_1_and_2)
+
+
+def _pool_zero(stage_1_and_2: ModuleType) -> None:
+    optimizer = getattr(stage_1_and_2, "DeepSpeedZeroOptimizer", None)
+    if isinstance(optimizer, type):  # None while the module is mid-import: its hook follows
+        from accel.integrations.deepspeed.zero import pool_flat_buckets
+
+        pool_flat_buckets(optimizer)
+
+
 def _check_ds_accelerator_env(device: str) -> None:
     asked = os.environ.get("DS_ACCELERATOR")
     if asked is not None and asked != device:
@@ -136,6 +151,9 @@ def activate(real_accelerator: ModuleType) -> None:
         torch_comm = sys.modules.get(COMM)
         if torch_comm is not None:
             _direct_comm(torch_comm)
+        stage_1_and_2 = sys.modules.get(ZERO)
+        if stage_1_and_2 is not None:
+            _pool_zero(stage_1_and_2)
         _active = True
         global _adapter
         _adapter = adapter

@@ -48,6 +48,8 @@ PROBE = """
             fused_lion.FusedLionBuilder, op_builder.FusedAdamBuilder, op_builder.ShareMemCommBuilder)}}),
         "captured": type(runtime_utils.torch_memory_reserved.__self__).__name__,
         "compatible": deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"],
+        "zero_pooled": getattr(sys.modules["deepspeed.runtime.zero.stage_1_and_2"]
+                               .DeepSpeedZeroOptimizer.allreduce_bucket, "accel_pooled", False),
     }}))
 """
 
@@ -75,6 +77,7 @@ def test_every_activation_ends_with_accel_everywhere(
         "bound": ACCEL_BUILDERS,
         "captured": "AccelDeepSpeedAccelerator",
         "compatible": True,
+        "zero_pooled": True,  # ZeRO-1/2's flat buckets go to the pool (zero.py)
     }
     assert_no_jit(tmp_path)
 

@@ -12,8 +12,11 @@ Reference (native DeepSpeed 0.19.8, its JIT builds in TORCH_EXTENSIONS_DIR):
 then merge the two files into tests/integrations/deepspeed/scripts/zero_reference.json under keys "1" and "2"
 (``python tests/integrations/deepspeed/scripts/zero_parity.py --merge /tmp/ref1.json /tmp/ref2.json``).
 
-``--backend accel --configs zero2-fp32,zero2-bf16`` trains only those configurations on the
-"accel" torch.distributed backend and records which collectives took accel.comm's two
+With ``--backend accel`` the result also records how many of ZeRO-1/2's flat gradient
+buckets were made in the group's pool (``zero_pool``: accel.integrations.deepspeed.zero's
+counts) and how many all-reduces went straight between pooled tensors
+(``pooled_all_reduces``, on one node). ``--backend accel --configs zero2-fp32,zero2-bf16``
+trains only those configurations and records which collectives took accel.comm's two
 levels (test_training.py runs it on two simulated nodes against the same launch with
 ``--backend gloo``, recorded in zero2_two_nodes_gloo_reference.json by:
     for node in 0 1; do ACCEL_DEEPSPEED=1 ACCEL_NODE_ID=n$node PYTHONPATH=. accel run \
@@ -108,6 +111,22 @@ def run_steps(engine: Any, steps: int, bf16: bool) -> list[float]:
     return losses
 
 
+def pool_counts() -> dict[str, Any]:
+    """The flat buckets made in the pool, and the pooled all-reduces of this rank's groups
+    on one node (read locally: no collective)."""
+    import dataclasses
+
+    from accel.comm import _segment
+    from accel.integrations.deepspeed import zero
+
+    pooled = sum(
+        shm.communicator.pooled_calls["all_reduce"]
+        for shm in _segment._groups.values()
+        if shm is not None
+    )
+    return {"zero_pool": dataclasses.asdict(zero.COUNTS), "pooled_all_reduces": pooled}
+
+
 def ask_for_cpu_info_once() -> None:
     """Make py-cpuinfo answer from its first answer: DeepSpeedCPUAdam asks it for the CPU's
     vendor on every construction, and each ask starts a Python process (~1 s of CPU here),
@@ -162,6 +181,8 @@ def main() -> None:
         result: dict[str, Any] = {"world": args.world, "losses": losses}
         if two_level is not None:
             result["two_level"] = dict(two_level)
+        if args.backend == "accel":
+            result.update(pool_counts())
         text = json.dumps(result, indent=1)
         if args.out:
             with open(args.out, "w") as out:

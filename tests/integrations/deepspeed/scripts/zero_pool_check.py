@@ -1,0 +1,176 @@
+"""ZeRO-1/2's flat gradient buckets in the "accel" group's pool, on 2 ranks.
+
+    ACCEL_DEEPSPEED=1 torchrun --standalone --nproc-per-node 2 \
+        tests/integrations/deepspeed/scripts/zero_pool_check.py
+
+DeepSpeed's own ``DeepSpeedZeroOptimizer.allreduce_bucket`` (wrapped by
+accel.integrations.deepspeed.zero once DeepSpeed runs on accel) is called on a stand-in
+holding the attributes it reads, with hypothesis-drawn buckets (the same draws on every
+rank). Rank 0 prints one JSON line of facts: the pooled reduction's bits against the same
+call with ``ACCEL_ZERO_POOL=0`` and against gloo, what was made in the pool, and what was
+left alone.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import accel.process_group  # registers "accel"
+import accel.report
+from accel.comm import _segment
+from accel.integrations.deepspeed import zero
+
+same_everywhere = settings(
+    derandomize=True, database=None, deadline=None, max_examples=25,
+    phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+)  # fmt: skip
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Owner:
+    """What ``allreduce_bucket`` reads of its optimizer."""
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        from torch._utils import _flatten_dense_tensors
+
+        self.flatten: Any = _flatten_dense_tensors  # as DeepSpeedZeroOptimizer binds it
+        self.dp_process_group = group
+        self.sequence_parallel_size = 1
+        self.gradient_average = True
+
+
+def bits(tensor: torch.Tensor) -> list[int]:
+    return tensor.contiguous().view(-1).view(torch.uint8).tolist()
+
+
+def main() -> None:
+    import deepspeed  # DeepSpeed on accel: the hooks run on import
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    deepspeed.init_distributed(dist_backend="accel")  # allreduce_bucket asks deepspeed.comm
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    accel_group = dist.new_group(backend="accel")
+    gloo_group = dist.new_group(backend="gloo")
+    shm = _segment.shm_group(accel_group, "zero_pool_check")
+    assert shm is not None
+    reduce = DeepSpeedZeroOptimizer.allreduce_bucket
+    facts: dict[str, Any] = {"wrapped": getattr(reduce, "accel_pooled", False)}
+    owner, gloo_owner = Owner(accel_group), Owner(gloo_group)
+
+    def bucket(
+        shapes: list[list[int]], dtype: torch.dtype, strided: bool, seed: int
+    ) -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(seed * 16 + rank)
+        tensors = [torch.randn(*s, generator=generator).to(dtype) for s in shapes]
+        if strided:  # the first tensor a transposed view: flatten copies it
+            tensors[0] = torch.randn(*shapes[0][::-1], generator=generator).to(dtype).t()
+        return tensors
+
+    def call(who: Owner, tensors: list[torch.Tensor], pool: bool) -> torch.Tensor:
+        os.environ[zero.ENV] = "1" if pool else "0"
+        try:
+            return reduce(who, [t.clone() if t.is_contiguous() else t for t in tensors],
+                          tensors[0].dtype)  # fmt: skip
+        finally:
+            os.environ.pop(zero.ENV)
+
+    mismatches: list[str] = []
+    pooled_expected = pooled_seen = 0
+
+    @given(
+        shapes=st.lists(
+            st.lists(st.integers(1, 96), min_size=2, max_size=2), min_size=1, max_size=5
+        ),
+        dtype=st.sampled_from(sorted(DTYPES)),
+        strided=st.booleans(),
+        seed=st.integers(0, 1000),
+    )
+    @same_everywhere
+    def layouts(shapes: list[list[int]], dtype: str, strided: bool, seed: int) -> None:
+        nonlocal pooled_expected, pooled_seen
+        tensors = bucket(shapes, DTYPES[dtype], strided, seed)
+        plain = call(owner, tensors, pool=False)
+        before, calls = zero.COUNTS.pooled, shm.communicator.pooled_calls["all_reduce"]
+        pooled = call(owner, tensors, pool=True)
+        nbytes = sum(t.numel() for t in tensors) * tensors[0].element_size()
+        eligible = (len(tensors) > 1 or strided) and nbytes >= 4096
+        pooled_expected += eligible
+        pooled_seen += zero.COUNTS.pooled - before
+        if (zero.COUNTS.pooled - before) != eligible:
+            mismatches.append(f"{shapes} {dtype} strided={strided}: pooled count off")
+        if eligible and shm.communicator.pooled_calls["all_reduce"] - calls != 1:
+            mismatches.append(f"{shapes} {dtype} strided={strided}: not reduced in the pool")
+        gloo = call(gloo_owner, tensors, pool=True)
+        if bits(pooled) != bits(plain) or bits(pooled) != bits(gloo):
+            mismatches.append(f"{shapes} {dtype} strided={strided}: bits differ")
+
+    layouts()
+    facts["mismatches"] = mismatches
+    facts["pooled_expected"], facts["pooled_seen"] = pooled_expected, pooled_seen
+
+    # One contiguous tensor: flatten returns a view of it and the sums land in it, as
+    # DeepSpeed's own path; nothing is made in the pool.
+    one = torch.full((4096,), float(rank + 1))
+    before = zero.COUNTS.pooled
+    result = reduce(owner, [one], torch.float32)
+    facts["one_tensor_in_place"] = (
+        result.data_ptr() == one.data_ptr()
+        and bool((one == sum(range(1, world + 1)) / world).all())
+        and zero.COUNTS.pooled == before
+    )
+
+    # flatten outside allreduce_bucket (DeepSpeed's long-lived flat buffers): DeepSpeed's own.
+    parts = [torch.ones(2048), torch.ones(2048)]
+    before, free = zero.COUNTS.pooled, shm.communicator.pool_free_bytes
+    flat = owner.flatten(parts)
+    facts["flatten_elsewhere_untouched"] = (
+        zero.COUNTS.pooled == before and shm.communicator.pool_free_bytes == free
+    )
+    del flat
+
+    # Another flatten (ZenFlow's): left as it is, nothing pooled.
+    zenflow = Owner(accel_group)
+    zenflow.flatten = lambda tensors: torch.cat([t.reshape(-1) for t in tensors])
+    own = zenflow.flatten
+    before = zero.COUNTS.pooled
+    reduce(zenflow, [torch.ones(2048), torch.ones(2048)], torch.float32)
+    facts["other_flatten_untouched"] = zenflow.flatten is own and zero.COUNTS.pooled == before
+
+    # The blocks go back to the pool once the callers drop the results.
+    gc.collect()
+    taken = shm.communicator.pool_bytes - shm.communicator.pool_free_bytes
+    facts["pool_back"] = taken
+
+    # A pool with no room: DeepSpeed's own flatten, with no warning.
+    os.environ["ACCEL_SHM_POOL_BYTES"] = str(64 << 10)
+    small_group = dist.new_group(backend="accel")
+    small = _segment.shm_group(small_group, "zero_pool_check")
+    del os.environ["ACCEL_SHM_POOL_BYTES"]
+    assert small is not None
+    hog = _segment.pooled_empty(small, (60 << 10,), torch.uint8)  # leaves less than 16 KiB
+    before_plain = zero.COUNTS.plain
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reduced = reduce(Owner(small_group), [torch.ones(4096), torch.ones(4096)], torch.float32)
+    facts["full_pool_plain"] = zero.COUNTS.plain == before_plain + 1 and not caught
+    facts["full_pool_result"] = bool((reduced == 1.0).all())
+    del hog
+
+    facts["report"] = accel.report.collect().collectives
+    if rank == 0:
+        print(json.dumps(facts))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
