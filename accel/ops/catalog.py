@@ -59,6 +59,18 @@ _CPU_OPTIM_API = "accel.ops.cpu_optim"
 _DS = "accel.integrations.deepspeed"
 _POSIX_FILE_IO = OSFunctions(("pwrite", "preadv"), needed_by="accel.io")
 
+
+def _cpu_optimizer(
+    builder: str, op_name: str, summary: str, *, host: bool, build_var: str, kernels: str
+) -> PrebuiltOp:
+    """A row of accel's CPU optimizer kernels, standing in for DeepSpeed's builder of the
+    same op name with ``kernels``, a class of :mod:`accel.integrations.deepspeed.kernels`."""
+    return PrebuiltOp(
+        builder, op_name, summary, native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=host,
+        deepspeed=DeepSpeedOp(op_name, build_var, f"{_DS}.kernels:{kernels}"),
+    )  # fmt: skip
+
+
 PREBUILT_OPS: tuple[PrebuiltOp, ...] = (
     PrebuiltOp(
         "AsyncIOBuilder", "async_io",
@@ -68,39 +80,28 @@ PREBUILT_OPS: tuple[PrebuiltOp, ...] = (
         deepspeed=DeepSpeedOp("async_io", "DS_BUILD_AIO", f"{_DS}.aio:AsyncIOKernels"),
         requires=(_POSIX_FILE_IO,),
     ),
-    PrebuiltOp(
+    _cpu_optimizer(
         "CPUAdamBuilder", "cpu_adam", "Adam and AdamW steps on the CPU (ZeRO-Offload).",
-        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=True,
-        deepspeed=DeepSpeedOp("cpu_adam", "DS_BUILD_CPU_ADAM", f"{_DS}.kernels:CPUAdamKernels"),
+        host=True, build_var="DS_BUILD_CPU_ADAM", kernels="CPUAdamKernels",
     ),
-    PrebuiltOp(
+    _cpu_optimizer(
         "CPUAdagradBuilder", "cpu_adagrad", "Adagrad steps on the CPU.",
-        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=True,
-        deepspeed=DeepSpeedOp(
-            "cpu_adagrad", "DS_BUILD_CPU_ADAGRAD", f"{_DS}.kernels:CPUAdagradKernels"
-        ),
+        host=True, build_var="DS_BUILD_CPU_ADAGRAD", kernels="CPUAdagradKernels",
     ),
-    PrebuiltOp(
+    _cpu_optimizer(
         "CPULionBuilder", "cpu_lion", "Lion steps on the CPU.",
-        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=True,
-        deepspeed=DeepSpeedOp("cpu_lion", "DS_BUILD_CPU_LION", f"{_DS}.kernels:CPULionKernels"),
+        host=True, build_var="DS_BUILD_CPU_LION", kernels="CPULionKernels",
     ),
-    PrebuiltOp(
+    _cpu_optimizer(
         "FusedAdamBuilder", "fused_adam",
         "DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel.",
-        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=False,
-        deepspeed=DeepSpeedOp(
-            "fused_adam", "DS_BUILD_FUSED_ADAM", f"{_DS}.kernels:FusedAdamKernels"
-        ),
+        host=False, build_var="DS_BUILD_FUSED_ADAM", kernels="FusedAdamKernels",
     ),
-    PrebuiltOp(
+    _cpu_optimizer(
         "FusedLionBuilder", "fused_lion",
         "Multi-tensor Lion on the CPU (lion_step takes every tensor in one call), the CPU "
         "kernel DeepSpeed's FusedLion lacks.",
-        native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=False,
-        deepspeed=DeepSpeedOp(
-            "fused_lion", "DS_BUILD_FUSED_LION", f"{_DS}.kernels:FusedLionKernels"
-        ),
+        host=False, build_var="DS_BUILD_FUSED_LION", kernels="FusedLionKernels",
     ),
     PrebuiltOp(
         "PinMemoryBuilder", "pin_memory",
