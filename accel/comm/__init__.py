@@ -156,10 +156,10 @@ def shared_empty(
             of 4096, or too large for the group's segment, on this rank or another.
         RuntimeError: No process group is initialised.
     """
-    shape = _shape(size)
-    tensor, shm = _pooled("shared_empty", shape, dtype, group)
+    tensor, shm = _pooled("shared_empty", size, dtype, group)
     if tensor is not None:
         return tensor
+    shape = _shape(size)  # checked by _pooled
     if shm is not None:
         warnings.warn(
             f"accel.comm.shared_empty: the group's shared pool has no room for {shape} "
@@ -190,20 +190,22 @@ def try_shared_empty(
     Raises:
         TypeError: As :func:`shared_empty`.
         ValueError: As :func:`shared_empty`.
+        RuntimeError: No process group is initialised.
     """
-    return _pooled("try_shared_empty", _shape(size), dtype, group)[0]
+    return _pooled("try_shared_empty", size, dtype, group)[0]
 
 
 def _pooled(
-    call: str, shape: tuple[int, ...], dtype: torch.dtype, group: dist.ProcessGroup | None
+    call: str, size: int | Sequence[int], dtype: torch.dtype, group: dist.ProcessGroup | None
 ) -> tuple[torch.Tensor | None, ShmGroup | None]:
     """A tensor in this rank's pool of ``group``'s segment (None where it cannot be), and
     the segment when it has a pool the tensor did not fit in (None otherwise)."""
+    shape = _shape(size)
     _check_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > _MAX_TENSOR_BYTES:
         raise ValueError(
-            f"size {shape!r} of {dtype} needs {nbytes} bytes: more than a tensor can hold "
+            f"size {size!r} of {dtype} needs {nbytes} bytes: more than a tensor can hold "
             f"({_MAX_TENSOR_BYTES})"
         )
     _check_call(call, None)

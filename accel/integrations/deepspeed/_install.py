@@ -22,7 +22,12 @@ import sys
 from types import MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from accel.integrations.deepspeed._support import installed_version, requested, unsupported_reason
+from accel.integrations.deepspeed._support import (
+    installed_version,
+    requested,
+    unsupported_reason,
+    zero_pool_enabled,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -140,6 +145,7 @@ def activate(real_accelerator: ModuleType) -> None:
 
         adapter = AccelDeepSpeedAccelerator(accel.get_accelerator())
         _check_ds_accelerator_env(adapter.device_name())
+        zero_pool_enabled()  # a bad ACCEL_ZERO_POOL fails here, before anything changes
         previous: Any = getattr(real_accelerator, "ds_accelerator", None)
         real_accelerator.set_accelerator(adapter)
         if previous is not None and previous is not adapter:

@@ -26,6 +26,20 @@ def requested() -> bool:
     return env_switch(ENV, default=False)
 
 
+ZERO_POOL_ENV = "ACCEL_ZERO_POOL"
+
+
+def zero_pool_enabled() -> bool:
+    """Whether ZeRO-1/2's flat gradient buckets may be made in the group's pool
+    (:mod:`accel.integrations.deepspeed.zero`): ``ACCEL_ZERO_POOL`` is ``1`` (the default)
+    or ``0``.
+
+    Raises:
+        ValueError: The variable is set to anything else.
+    """
+    return env_switch(ZERO_POOL_ENV, default=True)
+
+
 def installed_version() -> str | None:
     """The installed deepspeed distribution's version, or ``None`` when it is not installed."""
     import importlib.metadata  # ~17 ms: only when the version matters, not at start-up

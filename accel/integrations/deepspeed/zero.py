@@ -2,14 +2,15 @@
 
 ZeRO stages 1 and 2 reduce gradients through ``DeepSpeedZeroOptimizer.allreduce_bucket``:
 it flattens a bucket of gradients into a new tensor (``self.flatten``, a ``torch.cat``),
-all-reduces (or reduces) it, and returns it to its caller, which copies the sums back into
-the gradients and drops it. The tensor is new on every call, so the ``"accel"`` backend
-never finds it in the pool and copies it through the segment's slots and back. With
-:func:`pool_flat_buckets` applied to the class, the one tensor that flatten makes inside
-``allreduce_bucket`` is made in this rank's pool of the group's segment
-(:func:`accel.comm.try_shared_empty`) when the group's backend is accel's, so the reduction
-goes straight between the ranks' tensors, every rank alike. The bytes are the same (a
-``torch.cat`` into other memory), and so are the collective and its result.
+all-reduces it (or reduces it to one rank), and returns it to its caller, which copies the
+sums back into the gradients and drops it. The tensor is new on every call, so the
+``"accel"`` backend never finds it in the pool and copies it through the segment's slots
+and back. With :func:`pool_flat_buckets` applied to the class, the one tensor that flatten
+makes inside an all-reducing ``allreduce_bucket`` is made in this rank's pool of the
+group's segment (:func:`accel.comm.try_shared_empty`) when the group's backend is accel's;
+when every rank's is, the all-reduce goes straight between the ranks' tensors (else every
+rank takes the copying path for that call). The bytes are the same (a ``torch.cat`` into
+other memory), and so are the collective and its result.
 
 Nothing else moves, which is how it can never change what another holder sees:
 
@@ -18,12 +19,16 @@ Nothing else moves, which is how it can never change what another holder sees:
 - only a new tensor: a bucket of one contiguous tensor flattens to a view of that tensor,
   which the reduction then writes in place (a rank that does not copy the sums back still
   sees them), so such a bucket stays as DeepSpeed made it;
+- only where the pool pays: an all-reduce (``rank`` given is a reduce, which runs on gloo)
+  of the bucket itself (a bucket reduced in another dtype is reduced on a copy);
 - only with torch's own ``_flatten_dense_tensors`` (ZenFlow's flatten reorders elements),
-  CPU tensors of one dtype, at least 4 KiB, and room in the pool.
+  CPU tensors of one dtype and no autograd, at least 4 KiB, and room in the pool.
 
 Every other call is DeepSpeed's own, with no warning. The block goes back to the pool when
-the caller drops the tensor. ``ACCEL_ZERO_POOL=0`` turns this off (``0`` or ``1``, read at
-each call); :data:`COUNTS` says how many buckets were made in the pool in this process.
+the caller drops the tensor (its pages stay with the pool for the next bucket).
+``ACCEL_ZERO_POOL=0`` turns this off (``0`` or ``1``, read at each call; anything else is an
+error when DeepSpeed is put on accel); :data:`COUNTS` counts the calls by where their bucket
+was made.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -40,39 +46,28 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accel._validate import env_switch
 from accel.comm import try_shared_empty
 from accel.comm._promote import MIN_BYTES
-
-ENV = "ACCEL_ZERO_POOL"
-
-
-def enabled() -> bool:
-    """Whether ZeRO's flat buckets may be made in the pool: ``ACCEL_ZERO_POOL`` is ``1``
-    (the default) or ``0``.
-
-    Raises:
-        ValueError: The variable is set to anything else.
-    """
-    return env_switch(ENV, default=True)
+from accel.integrations.deepspeed._support import zero_pool_enabled
 
 
 @dataclass
 class Counts:
-    """Flat buckets ``allreduce_bucket`` made in this process."""
+    """``allreduce_bucket`` calls in this process, by where their flat bucket was made."""
 
     pooled: int = 0
     """In the pool."""
     pooled_bytes: int = 0
     """Their bytes."""
     plain: int = 0
-    """Where DeepSpeed makes them (the hook was off, or a condition above did not hold)."""
+    """Where DeepSpeed makes it: the switch was off, or a condition above did not hold."""
 
 
 COUNTS = Counts()
 """This process's counts, for tests and ``accel report``."""
 
-# .group: (the group,) of the allreduce_bucket this thread is in, until its flatten ran
+# .call: (the group, the dtype reduced) of the allreduce_bucket this thread is in, until
+# its flatten has run; .pooled: whether that flatten made its tensor in the pool.
 _armed = threading.local()
 _on_accel: weakref.WeakKeyDictionary[dist.ProcessGroup, bool] = weakref.WeakKeyDictionary()
 
@@ -90,13 +85,18 @@ def _accel_backend(group: dist.ProcessGroup | None) -> bool:
     return known
 
 
-def _flat_in_pool(tensors: Sequence[torch.Tensor], group: Any) -> torch.Tensor | None:
-    """``tensors`` flattened into one new tensor in the pool, or None where it may not be."""
+def _flat_in_pool(
+    tensors: Sequence[torch.Tensor], group: Any, reduced: torch.dtype
+) -> torch.Tensor | None:
+    """``tensors`` flattened into one new tensor in the pool, or None where it may not be.
+    ``reduced`` is the dtype the bucket is reduced in (another is reduced on a copy)."""
     if not tensors or (len(tensors) == 1 and tensors[0].is_contiguous()):
         return None  # torch's flatten gives a view of the one tensor, written in place
     dtype = tensors[0].dtype
-    if any(t.dtype != dtype or t.device.type != "cpu" for t in tensors):
+    if dtype != reduced or any(t.dtype != dtype or t.device.type != "cpu" for t in tensors):
         return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None  # cat(out=) takes no autograd; DeepSpeed's flatten does
     numel = sum(t.numel() for t in tensors)
     if numel * dtype.itemsize < MIN_BYTES or not _accel_backend(group):
         return None
@@ -118,15 +118,14 @@ class _PoolingFlatten:
         self.flatten = flatten
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-        group = getattr(_armed, "group", None)
-        if group is None:
+        call = getattr(_armed, "call", None)
+        if call is None:
             return self.flatten(tensors)
-        _armed.group = None  # one call: the bucket's
-        flat = _flat_in_pool(tensors, group[0])
+        _armed.call = None  # one call: the bucket's
+        flat = _flat_in_pool(tensors, *call)
         if flat is None:
-            COUNTS.plain += 1
             return self.flatten(tensors)
-        COUNTS.pooled += 1
+        _armed.pooled = True
         COUNTS.pooled_bytes += flat.numel() * flat.element_size()
         return flat
 
@@ -145,32 +144,51 @@ def pool_flat_buckets(optimizer_class: type) -> None:
     original = getattr(optimizer_class, "allreduce_bucket", None)
     if getattr(original, "accel_pooled", False):
         return
-    if not callable(original) or "process_group" not in inspect.signature(original).parameters:
+    expected = {"communication_data_type", "rank", "process_group"}
+    if not callable(original) or not expected <= set(inspect.signature(original).parameters):
         raise TypeError(
-            f"{optimizer_class.__qualname__}.allreduce_bucket must take a process_group "
-            f"(DeepSpeed 0.19's), got {original!r}"
+            f"{optimizer_class.__qualname__}.allreduce_bucket must take "
+            f"communication_data_type, rank and process_group (DeepSpeed 0.19's), got "
+            f"{original!r}"
         )
-    enabled()  # a bad value is an error now, not in the middle of a step
+    zero_pool_enabled()  # a bad value is an error now, not in the middle of a step
     signature = inspect.signature(original)
     # What DeepSpeed binds to self.flatten (torch's, private and untyped).
     torch_utils = importlib.import_module("torch._utils")
     plain_flatten: Flatten = torch_utils._flatten_dense_tensors
+    module = sys.modules.get(optimizer_class.__module__)
+
+    def reduced_dtype(self: Any, asked: torch.dtype) -> torch.dtype:
+        # As allreduce_bucket decides it: fp32 under its correctness test or with sequence
+        # parallelism, else what the caller asked for.
+        forced = getattr(module, "pg_correctness_test", False)
+        return torch.float32 if forced or self.sequence_parallel_size > 1 else asked
 
     @functools.wraps(original)
     def allreduce_bucket(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not enabled():
-            return original(self, *args, **kwargs)
         flatten: object = getattr(self, "flatten", None)
+        bound = signature.bind(self, *args, **kwargs).arguments
+        if bound.get("rank") is not None or not zero_pool_enabled():  # a reduce runs on gloo
+            COUNTS.plain += 1
+            return original(self, *args, **kwargs)
         if not isinstance(flatten, _PoolingFlatten):
             if flatten is not plain_flatten:  # ZenFlow's, or one set by someone else
+                COUNTS.plain += 1
                 return original(self, *args, **kwargs)
             self.flatten = _PoolingFlatten(plain_flatten)
-        group = signature.bind(self, *args, **kwargs).arguments.get("process_group")
-        _armed.group = (self.dp_process_group if group is None else group,)
+        group = bound.get("process_group")
+        group = self.dp_process_group if group is None else group
+        outer = getattr(_armed, "call", None), getattr(_armed, "pooled", False)
+        _armed.call = (group, reduced_dtype(self, bound["communication_data_type"]))
+        _armed.pooled = False
         try:
             return original(self, *args, **kwargs)
         finally:
-            _armed.group = None
+            if _armed.pooled:
+                COUNTS.pooled += 1
+            else:
+                COUNTS.plain += 1
+            _armed.call, _armed.pooled = outer
 
     allreduce_bucket.accel_pooled = True  # type: ignore[attr-defined]
     optimizer_class.allreduce_bucket = allreduce_bucket  # type: ignore[attr-defined]

@@ -131,6 +131,22 @@ def test_bad_variable_value_is_an_error_naming_it(tmp_path: pathlib.Path) -> Non
     assert quiet.stderr.count(message) == 1
 
 
+def test_a_bad_zero_pool_switch_stops_the_activation_naming_it(tmp_path: pathlib.Path) -> None:
+    code = """
+        import json
+        try:
+            import deepspeed
+        except ValueError as error:
+            from accel.integrations import deepspeed as accel_ds
+            print(json.dumps({"error": str(error), "active": accel_ds.is_active()}))
+    """
+    env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", ACCEL_ZERO_POOL="on")
+    assert last_json(run_python(code, env)) == {
+        "error": "environment variable ACCEL_ZERO_POOL must be 0 or 1, got 'on'",
+        "active": False,
+    }
+
+
 def test_startup_hook_imports_nothing_with_or_without_the_variable(tmp_path: pathlib.Path) -> None:
     # Armed, it waits for DeepSpeed's accelerator module: accel comes with deepspeed.
     code = "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('accel', 'torch', 'deepspeed')))))"

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("deepspeed")
 
-from accel.integrations.deepspeed import zero
+from accel.integrations.deepspeed import _support, zero
 from tests.integrations.deepspeed.processes import (
     SCRIPTS,
     assert_no_jit,
@@ -31,66 +31,93 @@ def test_flat_buckets_reduce_in_the_pool_with_the_copying_paths_bits(
     shm_before = shm_names()
     result = torchrun(SCRIPTS / "zero_pool_check.py", 2, fresh_env(tmp_path, ACCEL_DEEPSPEED="1"))
     assert result.returncode == 0, result.stderr[-4000:]
-    facts: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    assert facts["wrapped"] is True  # DeepSpeed on accel wraps allreduce_bucket on import
-    # Every drawn bucket: the same bits with and without the pool, and as gloo's; each one
-    # eligible made in the pool and reduced there, no other.
-    assert facts["mismatches"] == []
-    assert facts["pooled_seen"] == facts["pooled_expected"] > 0
-    assert facts["one_tensor_in_place"] is True
-    assert facts["flatten_elsewhere_untouched"] is True
-    assert facts["other_flatten_untouched"] is True
-    assert facts["pool_back"] == 0
-    assert facts["full_pool_plain"] is True
-    assert facts["full_pool_result"] is True
-    assert re.search(
-        r"DeepSpeed ZeRO-1/2: [1-9][0-9]* flat gradient bucket\(s\) made in the pool",
-        facts["report"],
-    )
+    every_rank: list[dict[str, Any]] = [
+        json.loads(line.removeprefix("FACTS "))
+        for line in result.stdout.splitlines()
+        if line.startswith("FACTS ")
+    ]
+    assert sorted(facts["rank"] for facts in every_rank) == [0, 1]
+    for facts in every_rank:
+        assert facts["wrapped"] is True  # DeepSpeed on accel wraps allreduce_bucket on import
+        # Every drawn bucket: the same bits with and without the pool, and as gloo's; each
+        # one eligible made in the pool and reduced there, no other.
+        assert facts["mismatches"] == []
+        assert facts["pooled_seen"] == facts["pooled_expected"] > 0
+        assert facts["one_tensor_in_place"] is True
+        assert facts["flatten_elsewhere_untouched"] is True
+        assert facts["other_flatten_untouched"] is True
+        # Where the pool cannot pay, the bucket stays DeepSpeed's: a reduce to one rank, a
+        # bucket reduced in another dtype, autograd; an expert group's bucket goes to its pool.
+        assert facts["reduce_plain"] is True
+        assert facts["reduce_result"] is True
+        assert facts["other_dtype_plain"] is True
+        assert facts["autograd_plain"] is True
+        assert facts["explicit_group_pooled"] is True
+        # Ranks that disagree (one rank's switch off, one rank's pool full): the copying
+        # path for everyone, the same bits, no warning.
+        assert facts["mixed_switch_same_bits"] is True
+        assert facts["pool_back"] == 0
+        assert facts["full_pool_plain"] is True
+        assert facts["full_pool_result"] is True
+        assert re.search(
+            r"DeepSpeed ZeRO-1/2: [1-9][0-9]* flat gradient bucket\(s\) made in the pool",
+            facts["report"],
+        )
     assert shm_names() <= shm_before
     assert_no_jit(tmp_path)
 
 
 @pytest.mark.parametrize("value", ["", "2", "yes", " 1x"])
 def test_a_bad_switch_value_names_the_variable(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(zero.ENV, value)
-    with pytest.raises(ValueError, match=f"{zero.ENV} must be 0 or 1, got {value!r}"):
-        zero.enabled()
+    monkeypatch.setenv(_support.ZERO_POOL_ENV, value)
+    with pytest.raises(ValueError, match=f"{_support.ZERO_POOL_ENV} must be 0 or 1, got {value!r}"):
+        _support.zero_pool_enabled()
 
 
 @pytest.mark.parametrize(("value", "expected"), [("0", False), ("1", True), (" 0 ", False)])
 def test_the_switch(value: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(zero.ENV, value)
-    assert zero.enabled() is expected
+    monkeypatch.setenv(_support.ZERO_POOL_ENV, value)
+    assert _support.zero_pool_enabled() is expected
 
 
 def test_a_deepspeed_without_the_expected_method_is_an_error_naming_it() -> None:
     class Elsewhere:
         def allreduce_bucket(self, bucket: object, rank: int | None = None) -> None: ...
 
-    with pytest.raises(TypeError, match=r"Elsewhere\.allreduce_bucket must take a process_group"):
+    expected = "must take communication_data_type, rank and process_group"
+    with pytest.raises(TypeError, match=rf"Elsewhere\.allreduce_bucket {expected}"):
         zero.pool_flat_buckets(Elsewhere)
-    with pytest.raises(TypeError, match="must take a process_group"):
+    with pytest.raises(TypeError, match=expected):
         zero.pool_flat_buckets(object)
+
+
+def _optimizer_class() -> type:
+    """A new class whose allreduce_bucket takes what DeepSpeed 0.19's does."""
+
+    class Optimizer:
+        def allreduce_bucket(
+            self,
+            bucket: object,
+            communication_data_type: object,
+            rank: int | None = None,
+            process_group: object = None,
+        ) -> object:
+            return bucket
+
+    return Optimizer
 
 
 def test_a_bad_switch_value_is_an_error_when_the_class_is_wrapped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    class Optimizer:
-        def allreduce_bucket(self, bucket: object, process_group: object = None) -> object:
-            return bucket
-
-    monkeypatch.setenv(zero.ENV, "on")
-    with pytest.raises(ValueError, match=f"{zero.ENV} must be 0 or 1, got 'on'"):
+    Optimizer = _optimizer_class()
+    monkeypatch.setenv(_support.ZERO_POOL_ENV, "on")
+    with pytest.raises(ValueError, match=f"{_support.ZERO_POOL_ENV} must be 0 or 1, got 'on'"):
         zero.pool_flat_buckets(Optimizer)
 
 
 def test_wrapping_twice_wraps_once() -> None:
-    class Optimizer:
-        def allreduce_bucket(self, bucket: object, process_group: object = None) -> object:
-            return bucket
-
+    Optimizer = _optimizer_class()
     zero.pool_flat_buckets(Optimizer)
     wrapped = Optimizer.allreduce_bucket
     zero.pool_flat_buckets(Optimizer)

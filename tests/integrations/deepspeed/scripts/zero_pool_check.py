@@ -6,9 +6,9 @@
 DeepSpeed's own ``DeepSpeedZeroOptimizer.allreduce_bucket`` (wrapped by
 accel.integrations.deepspeed.zero once DeepSpeed runs on accel) is called on a stand-in
 holding the attributes it reads, with hypothesis-drawn buckets (the same draws on every
-rank). Rank 0 prints one JSON line of facts: the pooled reduction's bits against the same
-call with ``ACCEL_ZERO_POOL=0`` and against gloo, what was made in the pool, and what was
-left alone.
+rank). Each rank prints one line, ``FACTS <json>``: the pooled reduction's bits against the
+same call with ``ACCEL_ZERO_POOL=0`` and against gloo, what was made in the pool, and what
+was left alone.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import accel.process_group  # registers "accel"
 import accel.report
 from accel.comm import _segment
-from accel.integrations.deepspeed import zero
+from accel.integrations.deepspeed import _support, zero
 
 same_everywhere = settings(
     derandomize=True, database=None, deadline=None, max_examples=25,
@@ -77,12 +77,12 @@ def main() -> None:
         return tensors
 
     def call(who: Owner, tensors: list[torch.Tensor], pool: bool) -> torch.Tensor:
-        os.environ[zero.ENV] = "1" if pool else "0"
+        os.environ[_support.ZERO_POOL_ENV] = "1" if pool else "0"
         try:
             return reduce(who, [t.clone() if t.is_contiguous() else t for t in tensors],
                           tensors[0].dtype)  # fmt: skip
         finally:
-            os.environ.pop(zero.ENV)
+            os.environ.pop(_support.ZERO_POOL_ENV)
 
     mismatches: list[str] = []
     pooled_expected = pooled_seen = 0
@@ -146,6 +146,48 @@ def main() -> None:
     reduce(zenflow, [torch.ones(2048), torch.ones(2048)], torch.float32)
     facts["other_flatten_untouched"] = zenflow.flatten is own and zero.COUNTS.pooled == before
 
+    # A reduce to one rank (``rank`` given) runs on gloo: the bucket stays DeepSpeed's.
+    before_pooled, before_plain = zero.COUNTS.pooled, zero.COUNTS.plain
+    parts = [torch.full((2048,), float(rank + 1)) for _ in range(2)]
+    reduced = reduce(owner, parts, torch.float32, rank=0)
+    facts["reduce_plain"] = (
+        zero.COUNTS.pooled == before_pooled and zero.COUNTS.plain == before_plain + 1
+    )
+    facts["reduce_result"] = rank != 0 or bool((reduced == 1.5).all())
+
+    # A bucket reduced in another dtype (DeepSpeed reduces a converted copy): stays too.
+    before_pooled = zero.COUNTS.pooled
+    halves = [torch.full((4096,), float(rank + 1), dtype=torch.bfloat16) for _ in range(2)]
+    converted = reduce(owner, halves, torch.float32)
+    facts["other_dtype_plain"] = (
+        zero.COUNTS.pooled == before_pooled
+        and converted.dtype == torch.float32
+        and bool((converted == 1.5).all())
+    )
+
+    # Gradients that require grad, with grad mode on: DeepSpeed's flatten (a cat with out=
+    # takes no autograd).
+    before_pooled = zero.COUNTS.pooled
+    leaves = [torch.ones(2048, requires_grad=True) for _ in range(2)]
+    reduce(owner, leaves, torch.float32)
+    facts["autograd_plain"] = zero.COUNTS.pooled == before_pooled
+
+    # An explicit process_group (MoE's expert groups): that group's pool and segment.
+    expert_group = dist.new_group(backend="accel")
+    expert = _segment.shm_group(expert_group, "zero_pool_check")
+    assert expert is not None
+    calls = expert.communicator.pooled_calls["all_reduce"]
+    parts = [torch.ones(2048), torch.ones(2048)]
+    reduce(owner, parts, torch.float32, process_group=expert_group)
+    facts["explicit_group_pooled"] = expert.communicator.pooled_calls["all_reduce"] == calls + 1
+
+    # One rank with the switch off: every rank takes the copying path, the same bits.
+    tensors = bucket([[64, 64], [64, 64]], torch.float32, False, 7)
+    plain = call(owner, tensors, pool=False)
+    mixed = call(owner, tensors, pool=rank == 0)
+    facts["mixed_switch_same_bits"] = bits(mixed) == bits(plain)
+    del plain, mixed, reduced, converted
+
     # The blocks go back to the pool once the callers drop the results.
     gc.collect()
     taken = shm.communicator.pool_bytes - shm.communicator.pool_free_bytes
@@ -157,18 +199,23 @@ def main() -> None:
     small = _segment.shm_group(small_group, "zero_pool_check")
     del os.environ["ACCEL_SHM_POOL_BYTES"]
     assert small is not None
-    hog = _segment.pooled_empty(small, (60 << 10,), torch.uint8)  # leaves less than 16 KiB
-    before_plain = zero.COUNTS.plain
+    # Rank 1's pool only is full: it keeps DeepSpeed's flatten, rank 0 pools, and every
+    # rank takes the copying path for the call.
+    hog = _segment.pooled_empty(small, (60 << 10,), torch.uint8) if rank == 1 else None
+    before_pooled, before_plain = zero.COUNTS.pooled, zero.COUNTS.plain
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reduced = reduce(Owner(small_group), [torch.ones(4096), torch.ones(4096)], torch.float32)
-    facts["full_pool_plain"] = zero.COUNTS.plain == before_plain + 1 and not caught
+    made_in_pool = zero.COUNTS.pooled == before_pooled + 1
+    facts["full_pool_plain"] = (
+        (not made_in_pool and zero.COUNTS.plain == before_plain + 1) if rank == 1 else made_in_pool
+    ) and not caught
     facts["full_pool_result"] = bool((reduced == 1.0).all())
-    del hog
+    del hog, reduced
 
     facts["report"] = accel.report.collect().collectives
-    if rank == 0:
-        print(json.dumps(facts))
+    facts["rank"] = rank
+    print("FACTS " + json.dumps(facts), flush=True)
     dist.destroy_process_group()
 
 
