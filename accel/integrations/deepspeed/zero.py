@@ -60,7 +60,8 @@ class Counts:
     pooled_bytes: int = 0
     """Their bytes."""
     plain: int = 0
-    """Where DeepSpeed makes it: the switch was off, or a condition above did not hold."""
+    """Where DeepSpeed makes it: the switch was off, or a condition of this module's
+    docstring did not hold."""
 
 
 COUNTS = Counts()
@@ -137,8 +138,9 @@ def pool_flat_buckets(optimizer_class: type) -> None:
         optimizer_class: DeepSpeed's ``DeepSpeedZeroOptimizer`` (stages 1 and 2).
 
     Raises:
-        TypeError: The class has no ``allreduce_bucket`` taking a ``process_group``
-            (another DeepSpeed than the supported range).
+        TypeError: The class has no ``allreduce_bucket`` taking
+            ``communication_data_type``, ``rank`` and ``process_group`` (another DeepSpeed
+            than the supported range).
         ValueError: ``ACCEL_ZERO_POOL`` is set to neither ``0`` nor ``1``.
     """
     original = getattr(optimizer_class, "allreduce_bucket", None)
