@@ -30,7 +30,11 @@ PROTOCOLS = PACKAGE / "protocols"
 FOREIGN_CONTRACTS = {
     "AccelDeepSpeedAccelerator": "DeepSpeedAccelerator",
     "accel/integrations/deepspeed/aio.py": "deepspeed.ops.aio",
-    "accel/integrations/deepspeed/kernels.py": "deepspeed.ops",
+    "CPUAdamKernels": "deepspeed.ops.adam.cpu_adam",
+    "CPUAdagradKernels": "deepspeed.ops.adagrad.cpu_adagrad",
+    "CPULionKernels": "deepspeed.ops.lion.cpu_lion",
+    "FusedAdamKernels": "deepspeed.ops.adam.fused_adam",
+    "FusedLionKernels": "deepspeed.ops.lion.fused_lion",
     "ShmCommKernels": "deepspeed.ops.comm",
 }
 # Where implementations live: a class here that defines a protocol's member names it.

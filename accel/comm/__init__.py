@@ -35,9 +35,10 @@ default (world) group; a collective's ``timeout`` is the seconds to wait for a s
 ``timeout`` that is not a number of seconds > 0, and ``RuntimeError`` when no process group
 is initialised, or when a peer exited or stayed silent for ``timeout`` seconds (the
 group's shared-memory path is then unusable); each function's ``Raises`` lists only what
-it adds. A collective returns the tensor it writes (``tensor`` in place, else ``output``);
-sizes or dtypes that do not fit one another, or that the ranks do not agree on, are a
-``ValueError`` on every rank.
+it adds. A collective returns the tensor it writes (``tensor`` in place, else ``output``).
+Its own tensors' sizes or dtypes that do not fit one another are a ``ValueError`` on the
+rank that passed them (its peers then time out); in shared memory, ranks that pass
+different sizes or dtypes all get a ``ValueError``.
 
 The package: the public collectives here (argument checks, then the way ``_route``
 chooses: ``_local`` for a group on one node, ``_two_level`` for one on several); the

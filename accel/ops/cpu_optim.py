@@ -18,7 +18,9 @@ bfloat16/float16 tensor that receives the updated parameter, rounded, in the sam
 - ``ValueError``: a list's length differs from ``params``'; a gradient is ``None``; a
   tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's or
   copy's element count, differs from its parameter's; two tensors overlap in memory; a
-  ``steps`` entry is below 1; a hyper-parameter is out of range;
+  ``steps`` entry is below 1; a hyper-parameter is out of range (each must be an ``int``
+  or ``float``, not a ``bool``, finite and at most float32's largest value: learning rates
+  and decays >= 0, betas in [0, 1), epsilons > 0);
 - ``ImportError``: this install has no compiled CPU optimizer kernels.
 
 The kernels compute in float32: a bfloat16/float16 parameter, gradient or state is widened

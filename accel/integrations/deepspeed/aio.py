@@ -30,15 +30,19 @@ class aio_handle:
     equivalent here and are kept only for the getters.
 
     The methods take DeepSpeed's arguments and return DeepSpeed's values; what differs is
-    said on each. Every I/O method checks its input before any I/O: ``TypeError`` when
+    said on each. Making a handle raises ``ValueError`` for a ``block_size`` that is not a
+    positive ``int``, or a ``queue_depth`` or ``intra_op_parallelism`` that is not an
+    integer >= 1. Every I/O method checks its input before any I/O: ``TypeError`` when
     ``buffer`` is not a ``torch.Tensor``; ``ValueError`` when it is not a dense, contiguous
     CPU tensor (or is a lazy conjugate or negative view), when ``file_offset`` is not an
     integer >= 0, or when the path is a FIFO or socket; ``RuntimeError`` when the handle was
-    made in another process (before a ``fork``). A file that cannot be opened or a transfer
-    that fails raises ``OSError`` naming the file (``EOFError`` for a read past the file's
-    end), from the call when it waits and from :meth:`wait` otherwise. ``validate`` reads the
-    file's bytes back plainly once the transfer ends and raises ``OSError`` if they differ
-    from the buffer's.
+    made in another process (before a ``fork``). Where DeepSpeed prints and returns -1,
+    these raise, naming the file: a file that cannot be opened (``OSError``) or is shorter
+    than the read (``EOFError``) from the call itself, asynchronous or not; a transfer that
+    fails (``OSError``, a full disk say) from the call when it waits and from :meth:`wait`
+    otherwise. ``validate`` reads the file's bytes back plainly once the transfer ends and
+    raises ``OSError`` if they differ from the buffer's (from :meth:`wait` when
+    asynchronous).
     """
 
     def __init__(
@@ -266,8 +270,8 @@ def _validate(buffer: torch.Tensor, filename: str, offset: int, kind: str) -> No
 
 def aio_read(buffer: torch.Tensor, filename: str, block_size: int, queue_depth: int,
              single_submit: bool, overlap_events: bool, validate: bool) -> int:  # fmt: skip
-    """DeepSpeed's one-shot ``aio_read``: a new :class:`aio_handle` reads the whole buffer
-    from offset 0 and waits; returns 0. ``queue_depth`` below 1 is a ``ValueError``."""
+    """DeepSpeed's one-shot ``aio_read``: a new :class:`aio_handle` (its arguments checked
+    as there) reads the whole buffer from offset 0 and waits; returns 0."""
     return aio_handle(block_size, queue_depth, single_submit, overlap_events).read(
         buffer, filename, validate
     )

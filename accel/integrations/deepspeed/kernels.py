@@ -9,11 +9,15 @@ modules mishandle:
 - ``create_*`` checks its hyper-parameters at once (a bad config fails at construction)
   and keeps only ``adamw_mode``: every update passes, and is checked for, its own;
   ``should_log`` prints nothing;
-- every input is checked before any tensor changes, with an exception naming it: an
-  unknown optimizer id raises ``KeyError`` (DeepSpeed dereferences a null pointer), a
-  tensor not float32/bfloat16/float16 ``TypeError``, and a tensor off the CPU, of another
-  shape, overlapping another, a step below 1 or a hyper-parameter out of range
-  ``ValueError`` (:mod:`accel.ops.cpu_optim`'s checks);
+- the ``*_update`` and ``multi_tensor_*`` functions check every input before any tensor
+  changes, with an exception naming it: an unknown optimizer id raises ``KeyError``
+  (DeepSpeed dereferences a null pointer), a parameter or gradient not
+  float32/bfloat16/float16 ``TypeError``, and a tensor off the CPU, of another shape,
+  overlapping another, a step below 1 or a hyper-parameter out of range (a learning rate
+  or weight decay not a finite number >= 0, a beta outside [0, 1), an epsilon not a
+  finite number > 0; each at most float32's largest value) ``ValueError``
+  (:mod:`accel.ops.cpu_optim`'s checks); ``adam_rollback`` checks the id, the dtypes,
+  the shapes and the step (its hyper-parameters are those of the step it undoes);
 - non-contiguous tensors are updated in place (DeepSpeed updates a temporary copy and
   the update is lost); 16-bit states are stepped in the kernel, like float32 ones, and
   states of other dtypes (or of two dtypes for one parameter) through float32 copies;
@@ -302,8 +306,9 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         error and returns -1, and ``DeepSpeedCPUAdam.rollback_subgroup`` then counts the
         step as undone although nothing changed (DeepSpeed's own test
         ``test_rollback_subgroup_basic[bf16]`` checks only that count). Other dtypes
-        raise ``TypeError``, a ``step`` below 1 ``ValueError``; ``bias_correction`` is not
-        used (the formula always undoes a bias-corrected step).
+        raise ``TypeError``, a tensor not of ``params``' shape or a ``step`` below 1
+        ``ValueError``, before any tensor changes; ``bias_correction`` is not used (the
+        formula always undoes a bias-corrected step).
         """
         self._optimizers.get(optimizer_id)
         tensors = {"params": params, "grads": grads, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
@@ -311,6 +316,11 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
             if tensor.dtype not in _ROLLBACK_DTYPES:
                 expected = "float32, bfloat16 or float16"
                 raise TypeError(f"adam_rollback: {name} must be {expected}, got {tensor.dtype}")
+            if tensor.shape != params.shape:  # before any tensor changes
+                raise ValueError(
+                    f"adam_rollback: {name} must have params' shape {tuple(params.shape)}, "
+                    f"got {tuple(tensor.shape)}"
+                )
         if step < 1:
             raise ValueError(f"adam_rollback: step must be >= 1 (the step to undo), got {step}")
         with torch.no_grad():

@@ -37,8 +37,9 @@ def device_name_agrees_with_device(acc: Accelerator) -> None:
 
 @check(DeviceAPI, "current_device/set_device")
 def current_device_round_trips(acc: Accelerator) -> None:
-    """``set_device(i)`` makes ``current_device()`` ``i`` for every device; the device current
-    before is restored after.
+    """``current_device_name()`` names ``current_device()``, ``set_device(i)`` makes
+    ``current_device()`` ``i`` for every device, and the device current before is restored
+    after.
     """
     before = acc.current_device()
     assert isinstance(before, int), f"current_device() returned {type(before).__name__}, not int"

@@ -121,6 +121,19 @@ def test_adam_rollback_undoes_an_adamw_step() -> None:
         ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p.double(), g, m, v)
 
 
+def test_adam_rollback_of_mismatched_tensors_changes_nothing() -> None:
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(1, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, False)
+    p, g, m, v = _tensors(1000, 0)
+    before = [t.clone() for t in (p, m, v)]
+    with pytest.raises(ValueError, match=r"grads must have params' shape \(1000,\), got \(999,\)"):
+        ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g[:999], m, v)
+    with pytest.raises(ValueError, match=r"exp_avg_sq must have params' shape"):
+        ops.adam_rollback(1, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, p, g, m, v.view(10, 100))
+    for got, want in zip((p, m, v), before, strict=True):
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_adam_rollback_undoes_a_half_precision_step_up_to_its_rounding(dtype: torch.dtype) -> None:
     # DeepSpeed's kernel leaves half-precision tensors untouched and returns -1 (while
