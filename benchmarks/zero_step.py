@@ -111,7 +111,6 @@ engine.destroy()
 dist.destroy_process_group()
 """
 
-VARIANTS = ("gloo", "accel", "accel-copying", "no-exchange")
 # variant -> (its torch.distributed backend, its ranks' extra environment)
 SETUP = {
     "gloo": ("gloo", {}),
@@ -119,6 +118,7 @@ SETUP = {
     "accel-copying": ("accel", {"ACCEL_ZERO_POOL": "0"}),
     "no-exchange": ("no-exchange", {}),
 }
+VARIANTS = tuple(SETUP)
 
 
 def main() -> None:

@@ -99,7 +99,7 @@ def register_group_owner(group_type: type[GroupOwner]) -> None:
         _owner_types = (*_owner_types, group_type)
 
 
-def _as_owner(process_group: dist.ProcessGroup) -> GroupOwner | None:
+def as_owner(process_group: dist.ProcessGroup) -> GroupOwner | None:
     """``process_group`` if its class registered as an owner, else None."""
     return cast(GroupOwner, process_group) if isinstance(process_group, _owner_types) else None
 
@@ -204,7 +204,7 @@ def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
     """Whether ``group`` runs collectives on CPU tensors (not so for a pure NCCL group)."""
     process_group = group if group is not None else dist.group.WORLD
     assert process_group is not None  # initialised: the caller checked
-    if _as_owner(process_group) is not None:  # gloo underneath
+    if as_owner(process_group) is not None:  # gloo underneath
         return True
     try:
         process_group._get_backend(torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
@@ -216,7 +216,7 @@ def _cpu_capable(group: dist.ProcessGroup | None) -> bool:
 def _group_timeout(process_group: dist.ProcessGroup) -> float:
     """The timeout ``process_group`` was made with, in seconds (torch's default when its
     backend does not say)."""
-    owner = _as_owner(process_group)
+    owner = as_owner(process_group)
     if owner is not None:
         return owner.collective_timeout()
     try:
@@ -384,7 +384,7 @@ def _first_use(
         raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
     if tdist.not_member(group):
         return None  # the caller's torch.distributed fallback warns and does nothing
-    owner = _as_owner(process_group)
+    owner = as_owner(process_group)
     if owner is not None and not owner.in_own_collective():
         # Called straight, not by the group: the group sets the segment up (it comes back
         # here from inside), so that the setup's own collectives go to its gloo; set up
@@ -428,7 +428,7 @@ def _remember(process_group: dist.ProcessGroup, found: ShmGroup | Spanning | Non
     if isinstance(found, Spanning):
         _spanning[ident] = found
     shm = found if isinstance(found, ShmGroup) else None
-    owner = _as_owner(process_group)
+    owner = as_owner(process_group)
     if owner is not None:
         _owners[ident] = weakref.ref(owner)
     if shm is not None:

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from accel.comm import _promote
 from tests.support import ROOT
 from tests.support.shm import shm_names
 
@@ -57,18 +56,3 @@ def test_ddp_buckets_move_into_the_pool_and_train_as_gloo_does() -> None:
         r"group '[^']+': [1-9][0-9]* DDP bucket\(s\) in this rank's pool", facts["report"]
     )
     assert shm_names() <= shm_before
-
-
-@pytest.mark.parametrize("value", ["", "2", "yes", " 1x"])
-def test_a_bad_opt_out_value_names_the_variable(
-    value: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(_promote.ENV, value)
-    with pytest.raises(ValueError, match=f"{_promote.ENV} must be 0 or 1, got {value!r}"):
-        _promote.enabled()
-
-
-@pytest.mark.parametrize(("value", "expected"), [("0", False), ("1", True), (" 1 ", True)])
-def test_the_opt_out_variable(value: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_promote.ENV, value)
-    assert _promote.enabled() is expected

@@ -38,7 +38,6 @@ import importlib
 import inspect
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +47,7 @@ import torch.distributed as dist
 
 from accel.comm import try_shared_empty
 from accel.comm._promote import MIN_BYTES
+from accel.comm._segment import as_owner
 from accel.integrations.deepspeed._support import zero_pool_enabled
 
 
@@ -70,20 +70,13 @@ COUNTS = Counts()
 # .call: (the group, the dtype reduced) of the allreduce_bucket this thread is in, until
 # its flatten has run; .pooled: whether that flatten made its tensor in the pool.
 _armed = threading.local()
-_on_accel: weakref.WeakKeyDictionary[dist.ProcessGroup, bool] = weakref.WeakKeyDictionary()
 
 
 def _accel_backend(group: dist.ProcessGroup | None) -> bool:
-    """Whether the group's CPU collectives run on accel's backend (``"accel"``, or
-    ``"cpu:accel"`` among others): only there does a pooled tensor pay."""
-    key = group if group is not None else dist.group.WORLD
-    known = _on_accel.get(key) if key is not None else None
-    if known is None:
-        backend = str(dist.get_backend(group))
-        known = backend == "accel" or "cpu:accel" in backend.split(",")
-        if key is not None:
-            _on_accel[key] = known
-    return known
+    """Whether the group is accel's backend (``"accel"``, or ``"cpu:accel"`` among others,
+    where torch hands back accel's group itself): only there does a pooled tensor pay."""
+    process_group = group if group is not None else dist.group.WORLD
+    return process_group is not None and as_owner(process_group) is not None
 
 
 def _flat_in_pool(

@@ -67,19 +67,6 @@ def test_flat_buckets_reduce_in_the_pool_with_the_copying_paths_bits(
     assert_no_jit(tmp_path)
 
 
-@pytest.mark.parametrize("value", ["", "2", "yes", " 1x"])
-def test_a_bad_switch_value_names_the_variable(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_support.ZERO_POOL_ENV, value)
-    with pytest.raises(ValueError, match=f"{_support.ZERO_POOL_ENV} must be 0 or 1, got {value!r}"):
-        _support.zero_pool_enabled()
-
-
-@pytest.mark.parametrize(("value", "expected"), [("0", False), ("1", True), (" 0 ", False)])
-def test_the_switch(value: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_support.ZERO_POOL_ENV, value)
-    assert _support.zero_pool_enabled() is expected
-
-
 def test_a_deepspeed_without_the_expected_method_is_an_error_naming_it() -> None:
     class Elsewhere:
         def allreduce_bucket(self, bucket: object, rank: int | None = None) -> None: ...
