@@ -1,14 +1,14 @@
 """ZeRO-1/2's flat gradient buckets in the "accel" group's pool, on 2 ranks.
 
     ACCEL_DEEPSPEED=1 torchrun --standalone --nproc-per-node 2 \
-        tests/integrations/deepspeed/scripts/zero_pool_check.py
+        tests/integrations/deepspeed/scripts/zero_pool_check.py OUT
 
 DeepSpeed's own ``DeepSpeedZeroOptimizer.allreduce_bucket`` (wrapped by
 accel.integrations.deepspeed.zero once DeepSpeed runs on accel) is called on a stand-in
 holding the attributes it reads, with hypothesis-drawn buckets (the same draws on every
-rank). Each rank prints one line, ``FACTS <json>``: the pooled reduction's bits against the
-same call with ``ACCEL_ZERO_POOL=0`` and against gloo, what was made in the pool, and what
-was left alone.
+rank). Each rank writes ``OUT/rank<N>.json`` (a file each: the ranks share one stdout, where
+two long lines can interleave): the pooled reduction's bits against the same call with
+``ACCEL_ZERO_POOL=0`` and against gloo, what was made in the pool, and what was left alone.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -215,7 +217,7 @@ def main() -> None:
 
     facts["report"] = accel.report.collect().collectives
     facts["rank"] = rank
-    print("FACTS " + json.dumps(facts), flush=True)
+    (Path(sys.argv[1]) / f"rank{rank}.json").write_text(json.dumps(facts))
     dist.destroy_process_group()
 
 
