@@ -1,7 +1,8 @@
-"""What ``import accel; accel.get_accelerator()`` and a prebuilt builder's ``load()`` cost
-a process, in an environment where the integrations' frameworks (Lightning, transformers,
-DeepSpeed) are installed, as the test environment is: what they import and read, and the
-time (docs/benchmarks.md, "Start-up"; benchmarks/startup.py measures it)."""
+"""What ``import accel; accel.get_accelerator()``, a prebuilt builder's ``load()`` and the
+``"accel"`` backend's import cost a process, in an environment where the integrations'
+frameworks (Lightning, transformers, DeepSpeed) are installed, as the test environment is:
+what they import and read, and the time (docs/benchmarks.md, "Start-up";
+benchmarks/startup.py measures it)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,22 @@ def test_selection_and_a_builder_import_only_accel_and_scan_no_metadata() -> Non
     # Nothing of the frameworks, nor anything else torch has not imported already.
     assert [name for name in facts["selected"] if not name.startswith("accel")] == []
     assert [name for name in facts["loaded"] if not name.startswith("accel.ops.")] == []
+
+
+def test_the_accel_backend_leaves_torch_compile_unloaded() -> None:
+    # Every rank imports accel.comm (the "accel" backend); torch.compile's machinery,
+    # torch._dynamo, costs over a second of CPU to import and loads only when something
+    # compiles (tests/comm/test_reliability.py: a group's first call inside torch.compile).
+    code = "import sys, torch.distributed, accel.process_group; print(sorted(sys.modules))"
+    with tempfile.TemporaryDirectory() as directory:
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=directory,
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    modules = json.loads(result.stdout.strip().splitlines()[-1].replace("'", '"'))
+    assert "accel.comm" in modules
+    assert [m for m in modules if m.startswith(("torch._dynamo", "torch._inductor"))] == []
 
 
 # The goals are 20 ms and 10 ms. This machine kind is shared (2 cores; other jobs keep its

@@ -370,8 +370,22 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def _not_traced(function: _F) -> _F:
     """``function`` with a graph break around it: while torch.compile traces a call, it
-    runs eagerly instead of being traced."""
-    return cast(_F, _torch.compiler.disable(function))
+    runs eagerly instead of being traced. ``torch.compiler.disable`` imports torch._dynamo
+    (over a second of CPU: ``python -X importtime -c "import torch._dynamo"``), which every
+    rank would pay at ``import accel.comm``; it is applied at the first call made while
+    tracing instead, when torch._dynamo is loaded anyway (that call breaks the graph once
+    more, at ``disable`` itself)."""
+    disabled: list[_F] = []
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not torch.compiler.is_compiling():
+            return function(*args, **kwargs)
+        if not disabled:
+            disabled.append(cast(_F, _torch.compiler.disable(function)))
+        return disabled[0](*args, **kwargs)
+
+    return cast(_F, call)
 
 
 # The set-up (collectives on a process group, ctypes, a native segment) cannot be traced.
