@@ -372,18 +372,17 @@ def _not_traced(function: _F) -> _F:
     """``function`` with a graph break around it: while torch.compile traces a call, it
     runs eagerly instead of being traced. ``torch.compiler.disable`` imports torch._dynamo
     (over a second of CPU: ``python -X importtime -c "import torch._dynamo"``), which every
-    rank would pay at ``import accel.comm``; it is applied at the first call made while
-    tracing instead, when torch._dynamo is loaded anyway (that call breaks the graph once
-    more, at ``disable`` itself)."""
-    disabled: list[_F] = []
+    rank would pay at ``import accel.comm``; it is applied at each call made while
+    ``torch.compiler.is_compiling()`` instead, when torch._dynamo is loaded anyway. Nothing
+    is kept between calls, so nothing is guarded on and a later call compiles nothing again;
+    a trace breaks its graph at ``disable`` itself, which under ``fullgraph=True`` is the
+    error dynamo names (a set-up cannot be traced either way)."""
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
         if not torch.compiler.is_compiling():
             return function(*args, **kwargs)
-        if not disabled:
-            disabled.append(cast(_F, _torch.compiler.disable(function)))
-        return disabled[0](*args, **kwargs)
+        return _torch.compiler.disable(function)(*args, **kwargs)
 
     return cast(_F, call)
 

@@ -19,8 +19,12 @@ def test_a_not_traced_function_runs_eagerly_on_every_compiled_call() -> None:
     wrapped = _not_traced(set_up)
     assert wrapped(3) == 3
     compiled = torch.compile(lambda t: t * wrapped(2), backend="eager")
-    for _ in range(2):
-        assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]
-    # Called each time, never traced: traced, it would have run once, compiling.
-    assert seen == [False, False, False]
+    assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]
+    # Steady state: the next calls compile nothing again (a training loop checked with
+    # this stance must not fail because a group was set up inside it).
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for _ in range(2):
+            assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]
+    # Called each time, never traced: traced, it would have run while compiling.
+    assert seen == [False] * 4
     assert wrapped.__name__ == "set_up"

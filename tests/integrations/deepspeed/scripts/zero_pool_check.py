@@ -6,9 +6,10 @@
 DeepSpeed's own ``DeepSpeedZeroOptimizer.allreduce_bucket`` (wrapped by
 accel.integrations.deepspeed.zero once DeepSpeed runs on accel) is called on a stand-in
 holding the attributes it reads, with hypothesis-drawn buckets (the same draws on every
-rank). Each rank writes ``OUT/rank<N>.json`` (a file each: the ranks share one stdout, where
-two long lines can interleave): the pooled reduction's bits against the same call with
-``ACCEL_ZERO_POOL=0`` and against gloo, what was made in the pool, and what was left alone.
+rank). Each rank writes ``OUT/rank<N>.json`` in the existing directory ``OUT`` (a file
+each: the ranks share one stdout, where two long lines can interleave): the pooled
+reduction's bits against the same call with ``ACCEL_ZERO_POOL=0`` and against gloo, what
+was made in the pool, and what was left alone.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def bits(tensor: torch.Tensor) -> list[int]:
 
 
 def main() -> None:
+    out = Path(sys.argv[1])
+    assert out.is_dir(), f"{out} is not a directory"
     import deepspeed  # DeepSpeed on accel: the hooks run on import
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 
@@ -217,7 +220,7 @@ def main() -> None:
 
     facts["report"] = accel.report.collect().collectives
     facts["rank"] = rank
-    (Path(sys.argv[1]) / f"rank{rank}.json").write_text(json.dumps(facts))
+    (out / f"rank{rank}.json").write_text(json.dumps(facts))
     dist.destroy_process_group()
 
 
