@@ -165,11 +165,21 @@ def _warn(message: str, stacklevel: int = 1) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
+def deepspeed_asked(value: str | None) -> bool | None:
+    """``ACCEL_DEEPSPEED``'s ``value`` read as ``accel._validate.env_switch`` reads it (this
+    module cannot import accel): ``"1"`` or ``"0"`` around spaces, unset is off; ``None``
+    for anything else, which env_switch raises on."""
+    if value is None:
+        return False
+    return {"1": True, "0": False}.get(value.strip())
+
+
 def _start() -> None:
     """What every interpreter start does: watch Lightning, and DeepSpeed if asked."""
     HOOKS.watch(LIGHTNING, "accel: accelerator='accel' is not registered with Lightning")
     value = os.environ.get(DEEPSPEED_ENV)
-    if value is None or value == "0":
+    asked = deepspeed_asked(value)
+    if asked is False:
         return
     # A bad value is watched too: importing deepspeed then raises (the hook reads the
     # variable again), instead of running native DeepSpeed without a word.
@@ -177,7 +187,7 @@ def _start() -> None:
         DEEPSPEED,
         f"accel: {DEEPSPEED_ENV} is set, but DeepSpeed runs without accel in this process",
     )
-    if value != "1":
+    if asked is None:
         _warn(
             f"accel: environment variable {DEEPSPEED_ENV} must be 0 or 1, got {value!r}; "
             "importing deepspeed will fail until it is fixed"

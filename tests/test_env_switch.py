@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+import _accel_startup
 from accel._validate import env_switch
 from accel.backends import cuda
 from accel.comm import _promote
@@ -56,3 +57,20 @@ def test_each_switch_reads_its_variable_with_its_default(
     monkeypatch.setenv(name, "yes")
     with pytest.raises(ValueError, match=f"{name} must be 0 or 1, got 'yes'"):
         read()
+
+
+@pytest.mark.parametrize("value", [None, "0", "1", " 1 ", "0\n", "", "2", "yes", " 1x"])
+def test_start_up_reads_accel_deepspeed_as_accel_does(
+    value: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # _accel_startup cannot import accel: its reading must still agree, or a value accel
+    # accepts would be warned about at start-up (or one it refuses left unwatched).
+    if value is None:
+        monkeypatch.delenv(_support.ENV, raising=False)
+    else:
+        monkeypatch.setenv(_support.ENV, value)
+    try:
+        expected: bool | None = _support.requested()
+    except ValueError:
+        expected = None
+    assert _accel_startup.deepspeed_asked(value) is expected
