@@ -18,23 +18,16 @@ from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_index, check_optional_index
 from accel.backends.base import Availability
+from accel.backends.torch_device import TorchDeviceCommon
 from accel.mixins import (
-    CompileBackendMixin,
-    DeviceCapabilityMixin,
     DeviceNamingMixin,
-    DTypeListMixin,
     GeneratorRNGMixin,
     MemoryInfoMixin,
     NoGraphMixin,
     NoMemoryStatsMixin,
     NoStreamMixin,
-    PinnedHostMemoryMixin,
     RecordFunctionProfilerMixin,
-    RuntimeEnvMixin,
     SingleDeviceMixin,
-    TensorPlacementMixin,
-    TorchDTypeMixin,
-    TorchRuntimeMixin,
 )
 from accel.mixins.device import check_below_count
 from accel.protocols._contract import implements
@@ -100,14 +93,7 @@ class MPSAccelerator(
     MPSDeviceMixin,
     GeneratorRNGMixin,
     MemoryInfoMixin,
-    TorchDTypeMixin,
-    DTypeListMixin,
-    DeviceCapabilityMixin,
-    TensorPlacementMixin,
-    PinnedHostMemoryMixin,
-    RuntimeEnvMixin,
-    CompileBackendMixin,
-    TorchRuntimeMixin,
+    TorchDeviceCommon,
     RecordFunctionProfilerMixin,
 ):
     """Apple GPUs (``torch.mps``): a :class:`~accel.protocols.CoreAccelerator` with memory

@@ -66,11 +66,7 @@ def has_streams(device_type: str) -> bool:
     return all(callable(getattr(module, member, None)) for member in STREAM_MODULE_MEMBERS)
 
 
-class TorchDeviceBackend(
-    DeviceNamingMixin,
-    TorchDeviceMixin,
-    TorchRNGMixin,
-    TorchMemoryMixin,
+class TorchDeviceCommon(
     TorchDTypeMixin,
     DTypeListMixin,
     DeviceCapabilityMixin,
@@ -79,6 +75,18 @@ class TorchDeviceBackend(
     RuntimeEnvMixin,
     CompileBackendMixin,
     TorchRuntimeMixin,
+):
+    """What every torch device type does through torch alike, whatever its device selection,
+    RNG and memory: dtypes, capability queries, tensor placement, pinned host memory, the
+    runtime environment and the compile backend."""
+
+
+class TorchDeviceBackend(
+    DeviceNamingMixin,
+    TorchDeviceMixin,
+    TorchRNGMixin,
+    TorchMemoryMixin,
+    TorchDeviceCommon,
 ):
     """The core protocols for a torch device type. Subclasses set the class attributes.
 
