@@ -41,6 +41,15 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 AVAILABLE_BACKENDS: list[Accelerator] = [backend() for backend in available_backends()]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def launcher_logs_in_pytests_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every torchrun or ``accel run`` a test starts writes its log directory under pytest's
+    temporary directory, which pytest prunes: without a ``--log-dir`` torch's launcher makes
+    a new ``torchelastic_*`` directory in /tmp on each launch and never removes it.
+    ``PET_LOG_DIR`` is the variable form of ``--log-dir`` that both launchers read."""
+    os.environ.setdefault("PET_LOG_DIR", str(tmp_path_factory.mktemp("launcher-logs")))
+
+
 @pytest.fixture(
     scope="session",
     params=AVAILABLE_BACKENDS,
