@@ -16,7 +16,8 @@ moves only when it is provably the reducer's own:
   the autograd engine, so the Python frame that calls the process group is the engine's
   entry point (a comm hook, or any direct call, is a different frame and is never moved);
 - a ``DistributedDataParallel`` on this group is known: the group records each one while
-  it is constructed (its parameter-shape check calls the group's ``allgather``);
+  it is constructed (``_ddp_init_helper`` asks the group's backend name, with or without
+  ``init_sync``; the parameter-shape check calls its ``allgather``);
 - the storage is whole, contiguous and ordinary: torch's allocator made it (``resizable``:
   not ``from_numpy``/``frombuffer``/``from_blob``/``from_file``, not a storage accel.io is
   reading into, not already in a pool), not shared (``share_memory_``), not pinned;
@@ -25,10 +26,16 @@ moves only when it is provably the reducer's own:
 - no one outside the reducer holds it. With ``gradient_as_bucket_view=False`` the bucket
   is reachable only from C++ (``param.grad`` is a copy), so nothing else can. With
   ``gradient_as_bucket_view=True`` every ``param.grad`` of the bucket is a view of it that
-  users can hand on (``.numpy()``, ``memoryview``, a raw pointer in an extension). Each
-  such holder is a tensor on the storage and raises the storage's use count, so the count
-  must be exactly the reducer's: the bucket, its input views and its output views (one
-  each per parameter in the bucket); one more, and the bucket stays where it is.
+  users can hand on (``.numpy()``, ``memoryview``, DLPack, a raw pointer in an extension).
+  A tensor made on the storage raises the storage's use count, so that count must be
+  exactly the reducer's: the bucket, its input views and its output views (one each per
+  parameter in the bucket). A DLPack export of a ``.grad`` makes no tensor on the storage
+  but holds the ``.grad`` itself, so each ``.grad``'s own use count must be the
+  reducer's too. One more anywhere, and the bucket stays where it is. The parameters are
+  counted from their ``.grad`` views, so those must cover the whole bucket; while some
+  are unset (parameters unused this step), or when the group has both kinds of model and
+  none is set, nothing is known yet and the bucket is looked at again at its next sight
+  (up to ``DEFERRALS`` times).
 """
 
 from __future__ import annotations
@@ -71,6 +78,13 @@ MIN_BYTES = 4096
 # Moves stop while they would leave less than this share of the pool free, so that
 # accel.comm.shared_empty keeps room for the tensors a user places there.
 RESERVED_SHARE = 4
+# A bucket that cannot be judged yet is looked at again this many times, then stays.
+DEFERRALS = 8
+# The holders of a bucket-view ``.grad`` (its TensorImpl) when no one else has it: the
+# parameter's grad slot, the reducer's input view (the same tensor) and the Python object
+# it is read through. Measured on torch 2.13's reducer (tests/comm/scripts/ddp_pool_check.py
+# fails if that changes: its buckets would stop moving, or DLPack holders would not stop them).
+GRAD_OWN_USES = 3
 
 
 def _address(storage: Any) -> int:
@@ -99,6 +113,7 @@ class _Sighting:
     nbytes: int
     moved: bool = False
     refused: str = ""  # why it stays, said once
+    deferred: int = 0  # sights at which it could not be judged yet
 
 
 @dataclass
@@ -116,7 +131,7 @@ class Promotions:
 
     def note_construction(self, frame: FrameType | None) -> None:
         """Record the ``DistributedDataParallel`` being constructed, if ``frame`` (the
-        caller of one of the group's collectives) or one of its three callers is its
+        Python caller of the group's ``getBackendName``) or one of its three callers is its
         ``__init__``."""
         init = _ddp_init_code()
         for _ in range(4):
@@ -154,6 +169,13 @@ class Promotions:
             return False
         why = self._refusal(tensor, storage, shm)
         if why is None:
+            why, final = self._not_owned(storage)
+            if why and not final:
+                sighting.deferred += 1
+                if sighting.deferred < DEFERRALS:
+                    return False
+                why = f"{why}, at {DEFERRALS} sights"
+        if not why:
             why = _move(storage, shm)
         if why:
             sighting.refused = why
@@ -189,14 +211,29 @@ class Promotions:
             )
         if storage.is_shared() or storage.is_pinned():
             return "its memory is shared or pinned already"
-        holders = _torch._C._storage_Use_Count(_address(storage)) - 1  # less `storage` itself
-        views = sum(1 for _ in self._grads_on(storage))
-        if views and holders != 1 + 2 * views:
-            return (
-                f"{holders - 1 - 2 * views} tensor(s) outside DDP hold it (a view, a numpy "
-                "array or memoryview of a parameter's .grad)"
-            )
         return None
+
+    def _not_owned(self, storage: torch.UntypedStorage) -> tuple[str, bool]:
+        """Why ``storage`` is not provably the reducer's own ("" when it is), and whether
+        that is final (False: not known yet, looked at again at the next sight)."""
+        grads = list(self._grads_on(storage))
+        if not grads:
+            if any(getattr(m, "gradient_as_bucket_view", False) for m in list(self._models)):
+                return "no .grad is on it and a gradient_as_bucket_view model may own it", False
+            return "", True  # a copying model's: reachable from C++ only
+        held = sum(1 for grad in grads if _uses(grad) != GRAD_OWN_USES)
+        if held:
+            return f"{held} parameter .grad(s) are held outside DDP (a DLPack export)", True
+        if sum(grad.numel() * grad.element_size() for grad in grads) != storage.nbytes():
+            return "some of its parameters have no .grad (unused in this step)", False
+        # Every parameter of the bucket has its .grad on it: the reducer's count is exact.
+        outside = _torch._C._storage_Use_Count(_address(storage)) - 2 - 2 * len(grads)
+        if outside:  # less `storage` itself, the bucket, an input and an output view each
+            return (
+                f"{outside} tensor(s) outside DDP hold it (a view, a numpy array or "
+                "memoryview of a parameter's .grad)"
+            ), True
+        return "", True
 
     def _grads_on(self, storage: torch.UntypedStorage) -> Iterator[torch.Tensor]:
         """The ``param.grad`` views on ``storage`` of this group's bucket-view models."""
@@ -207,6 +244,12 @@ class Promotions:
                 grad = parameter.grad
                 if grad is not None and _address(grad.untyped_storage()) == _address(storage):
                     yield grad
+
+
+def _uses(tensor: torch.Tensor) -> int:
+    """How many hold ``tensor`` itself (its TensorImpl's use count; not in torch's stubs)."""
+    untyped: Any = tensor
+    return int(untyped._use_count())
 
 
 def _move(storage: torch.UntypedStorage, shm: Any) -> str:

@@ -122,6 +122,8 @@ class AccelProcessGroup(dist.ProcessGroup):
         Returns:
             ``"accel"``.
         """
+        # DDP's construction asks it (init_sync or not): the group records the model.
+        self.promotions.note_construction(caller(inspect.currentframe()))
         return BACKEND_NAME
 
     # torch keeps a group's name on its C++ backends, which a Python process group has
@@ -485,8 +487,6 @@ def _delegate(name: str) -> Any:
     target = _GLOO_NAMES.get(name, name)
 
     def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
-        if name == "allgather":  # DDP's construction checks parameter shapes with it
-            self.promotions.note_construction(caller(inspect.currentframe()))
         self.wait_queued()
         return getattr(self.gloo, target)(*args, **kwargs)
 

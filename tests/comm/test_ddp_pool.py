@@ -38,10 +38,17 @@ def test_ddp_buckets_move_into_the_pool_and_train_as_gloo_does() -> None:
     assert all(
         moved[case] > 0 for case in ("unused", "static_graph", "no_sync", "bf16", "accel_adam")
     )
-    # ...except the one a numpy array of a parameter's .grad still reads: it stays, and the
-    # array keeps seeing the gradients DDP writes there.
+    # ...except the one a numpy array or a DLPack export of a parameter's .grad still
+    # reads: it stays, and they keep seeing the gradients DDP writes there (checked after
+    # the accel run and after the gloo run). So does the bucket of a parameter whose .grad
+    # a DLPack array of a view holds while the parameter goes unused and is used again.
     assert moved["numpy_holder"] == moved["bucket_view"] - 1
-    assert facts["numpy_holder_follows"] is True
+    assert moved["dlpack_holder"] == moved["bucket_view"] - 1
+    assert facts["holders_follow"] == {
+        case: [True, True] for case in ("numpy_holder", "dlpack_holder", "unused_holder")
+    }
+    # A DDP made with init_sync=False is known to the group all the same.
+    assert moved["init_sync_off"] == moved["bucket_view"]
     # Not DDP's reducer (a comm hook, direct calls), opted out, or no room: nothing moves.
     assert moved["comm_hook"] == 0
     assert facts["direct_call_stays"] is True

@@ -154,23 +154,51 @@ def test_a_direct_call_or_no_known_model_never_moves(shm: Any) -> None:
         assert not _from_the_engine(off, bucket, shm)
 
 
+class _Reducer:
+    """What DDP's reducer holds of a bucket-view bucket: the bucket, an input and an output
+    view per parameter (the input views in C++, as the reducer's vector holds them), and
+    each parameter's .grad is its input view."""
+
+    def __init__(self, shapes: list[tuple[int, int]]) -> None:
+        self.bucket = torch.zeros(sum(rows * cols for rows, cols in shapes))
+        offsets = [sum(r * c for r, c in shapes[:i]) for i in range(len(shapes))]
+        views = [
+            self.bucket[offset : offset + r * c].view(r, c)
+            for offset, (r, c) in zip(offsets, shapes, strict=True)
+        ]
+        self.model = _BucketView(views, as_view=True)
+        script_list: Any = torch._C.ScriptList  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        self._inputs = script_list(views)  # a list held in C++, as the reducer's vector is
+        self._outputs = [
+            self.bucket[offset : offset + r * c].view(r, c)
+            for offset, (r, c) in zip(offsets, shapes, strict=True)
+        ]
+
+    def grad(self, index: int) -> torch.Tensor:
+        grad = self.model.params[index].grad
+        assert grad is not None
+        return grad
+
+
+def _np_dlpack_of_a_view(grad: torch.Tensor) -> object:
+    return np.from_dlpack(grad.view(-1))
+
+
 @pytest.mark.parametrize(
     ("extra", "moves_once_dropped"),
     [(lambda g: g.numpy(), False), (lambda g: memoryview(g.numpy()), False),
-     (lambda g: g.view(-1), True)],
-    ids=["numpy", "memoryview", "a view"],
+     (lambda g: g.view(-1), True), (torch.from_dlpack, True), (np.from_dlpack, True),
+     (_np_dlpack_of_a_view, True)],
+    ids=["numpy", "memoryview", "a view", "torch dlpack", "numpy dlpack",
+         "numpy dlpack of a view"],
 )  # fmt: skip
 def test_a_bucket_whose_grad_views_someone_holds_stays(
     extra: Callable[[torch.Tensor], object], moves_once_dropped: bool, shm: Any
 ) -> None:
-    # As DDP holds a bucket-view bucket: the bucket, an input and an output view per
-    # parameter, and the parameter's .grad is the input view.
-    bucket = torch.zeros(8192)
-    inputs = [bucket[:4096].view(64, 64), bucket[4096:].view(64, 64)]
-    outputs = [bucket[:4096].view(64, 64), bucket[4096:].view(64, 64)]
-    model = _BucketView(inputs, as_view=True)
-    promotions = _promotions(model)
-    held = extra(model.params[0].grad)
+    reducer = _Reducer([(64, 64), (64, 64)])
+    bucket = reducer.bucket
+    promotions = _promotions(reducer.model)
+    held = extra(reducer.grad(0))
     for _ in range(3):
         assert not _from_the_engine(promotions, bucket, shm)
     # Once no one else holds it, it moves (from a new first sight); a storage that ever
@@ -178,8 +206,44 @@ def test_a_bucket_whose_grad_views_someone_holds_stays(
     del held
     assert not _from_the_engine(promotions, _fresh_sight(promotions, bucket), shm)
     assert _from_the_engine(promotions, bucket, shm) is moves_once_dropped
-    assert model.params[0].grad.data_ptr() == bucket.data_ptr()
-    del outputs
+    assert reducer.grad(0).data_ptr() == bucket.data_ptr()
+
+
+def test_a_bucket_with_unset_grads_waits_until_they_are_set(shm: Any) -> None:
+    # find_unused_parameters: an unused parameter's .grad stays None through the
+    # all-reduce, so its part of the bucket cannot be told from a view someone holds.
+    reducer = _Reducer([(64, 64), (64, 64)])
+    promotions = _promotions(reducer.model)
+    grad = reducer.grad(1)
+    reducer.model.params[1].grad = None
+    held = reducer.bucket[4096:].view(-1)  # would pass for the unset .grad's two views
+    assert not _from_the_engine(promotions, reducer.bucket, shm)
+    for _ in range(_promote.DEFERRALS - 1):
+        assert not _from_the_engine(promotions, reducer.bucket, shm)
+    reducer.model.params[1].grad = grad  # used again: every view is known, one is extra
+    assert not _from_the_engine(promotions, reducer.bucket, shm)
+    del held
+    assert not _from_the_engine(promotions, _fresh_sight(promotions, reducer.bucket), shm)
+    assert _from_the_engine(promotions, reducer.bucket, shm)
+
+
+def test_a_bucket_without_grads_moves_only_when_no_bucket_view_model_could_own_it(
+    shm: Any,
+) -> None:
+    viewing = _Reducer([(64, 64)])
+    viewing.model.params[0].grad = None  # every parameter of the bucket unused
+    promotions = _promotions(viewing.model)
+    assert not _from_the_engine(promotions, viewing.bucket, shm)  # first sight
+    for _ in range(_promote.DEFERRALS + 2):  # looked at DEFERRALS times, then it stays
+        assert not _from_the_engine(promotions, viewing.bucket, shm)
+    seen = promotions._seen  # pyright: ignore[reportPrivateUsage]
+    assert [s.refused for s in seen.values()] == [
+        "no .grad is on it and a gradient_as_bucket_view model may own it, at 8 sights"
+    ]
+    copying = _promotions(_BucketView([], as_view=False))  # only C++ reaches its bucket
+    bucket = torch.zeros(4096)
+    assert not _from_the_engine(copying, bucket, shm)
+    assert _from_the_engine(copying, bucket, shm)
 
 
 def _fresh_sight(promotions: _promote.Promotions, bucket: torch.Tensor) -> torch.Tensor:

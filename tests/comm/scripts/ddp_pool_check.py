@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from hypothesis import HealthCheck, Phase, given, settings
@@ -54,6 +55,22 @@ class _WithUnused(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.used(x)
+
+
+class _Toggled(torch.nn.Module):
+    """A model whose ``extra`` layer is used only when ``use_extra``; registered first,
+    it is DDP's last bucket, a bucket of its own with a cap below its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(12)
+        self.extra = torch.nn.Linear(48, 64, bias=False)
+        self.used = _mlp([48, 64, 8], 11)
+        self.use_extra = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.used(x)
+        return out + self.extra(x)[:, :8] if self.use_extra else out
 
 
 Step = Callable[[DDP, torch.Tensor], torch.Tensor]
@@ -158,21 +175,61 @@ def main() -> None:
     compare("accel_adam", lambda: _mlp(wide, 10), 48, gradient_as_bucket_view=True,
             optimizer=lambda params: CPUAdam(params, lr=1e-3))  # fmt: skip
 
-    # A numpy array of a parameter's gradient, taken after DDP rebuilt its buckets: that
-    # bucket stays where it is, and the array keeps seeing the gradients DDP writes.
-    held: dict[str, Any] = {}
+    # Someone outside DDP holds a parameter's gradient memory from step `first` on: that
+    # bucket stays where it is, and the holders keep seeing the gradients DDP writes. Each
+    # case trains twice (accel, then gloo): follows[case] gets one answer per run.
+    follows: dict[str, list[bool]] = {}
 
-    def hold(index: int, ddp: DDP) -> None:
-        grad = ddp.module[0].weight.grad
-        if index == 1:
-            held["array"] = grad.numpy()
-        elif index == STEPS - 1:
-            held["follows"] = bool((torch.from_numpy(held["array"]) == grad).all())
-            held["same_memory"] = held["array"].ctypes.data == grad.data_ptr()
+    def holding(
+        case: str,
+        take: Callable[[torch.Tensor], list[Any]],
+        grad_of: Callable[[Any], torch.Tensor | None] = lambda model: model[0].weight.grad,
+        first: int = 1,
+        then: Callable[[int, Any], None] = lambda index, model: None,
+    ) -> Callable[[int, DDP], None]:
+        holders: list[Any] = []
 
+        def after_backward(index: int, ddp: DDP) -> None:
+            grad = grad_of(ddp.module)
+            if index == first:
+                assert grad is not None
+                holders[:] = take(grad)
+            elif index == STEPS - 1:
+                assert grad is not None
+                seen = [torch.from_numpy(h) if isinstance(h, np.ndarray) else h for h in holders]
+                follows.setdefault(case, []).append(all(
+                    h.data_ptr() == grad.data_ptr() and torch.equal(h.reshape(-1), grad.reshape(-1))
+                    for h in seen
+                ))  # fmt: skip
+            then(index, ddp.module)
+
+        return after_backward
+
+    # A numpy array (through .numpy(), taken after DDP rebuilt its buckets), and DLPack
+    # exports of the .grad itself, which make no tensor on the bucket's storage.
     compare("numpy_holder", lambda: _mlp(wide, 1), 48, bucket_cap_mb=0.02,
-            gradient_as_bucket_view=True, after_backward=hold)  # fmt: skip
-    facts["numpy_holder_follows"] = held["follows"] and held["same_memory"]
+            gradient_as_bucket_view=True,
+            after_backward=holding("numpy_holder", lambda g: [g.numpy()]))  # fmt: skip
+    compare("dlpack_holder", lambda: _mlp(wide, 1), 48, bucket_cap_mb=0.02,
+            gradient_as_bucket_view=True, after_backward=holding(
+                "dlpack_holder", lambda g: [torch.from_dlpack(g), np.from_dlpack(g)]))  # fmt: skip
+
+    # A DLPack array of a view of a .grad, held while its parameter goes unused (its .grad
+    # None, so its part of the bucket is unknown) and then is used again.
+    def use_extra_at_the_ends(index: int, model: Any) -> None:
+        model.use_extra = index >= STEPS - 2  # unused in the steps between
+
+    compare("unused_holder", _Toggled, 48, bucket_cap_mb=0.01, find_unused_parameters=True,
+            gradient_as_bucket_view=True, after_backward=holding(
+                "unused_holder", lambda g: [np.from_dlpack(g.view(-1))],
+                grad_of=lambda model: model.extra.weight.grad, first=0,
+                then=use_extra_at_the_ends))  # fmt: skip
+    facts["holders_follow"] = follows
+
+    # A DDP made with init_sync=False checks nothing through the group, and is known all
+    # the same.
+    compare("init_sync_off", lambda: _mlp(wide, 1), 48, bucket_cap_mb=0.02,
+            gradient_as_bucket_view=True, init_sync=False)  # fmt: skip
 
     # A Python comm hook is not DDP's reducer: its buckets never move.
     before = _moved(world)
