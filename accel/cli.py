@@ -27,6 +27,10 @@ def _report(args: argparse.Namespace) -> int:
 def _port(args: argparse.Namespace) -> int:
     from accel.port.cli import run
 
+    if args.strict and not args.check:  # it would change nothing: say so, not ignore it
+        message = "accel port: error: --strict counts findings for --check; add --check"
+        print(message, file=sys.stderr)
+        return 2
     return run(
         args.paths, diff=args.diff, check=args.check, strict=args.strict, explain=args.explain
     )
@@ -60,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --check, also exit 1 for findings that need a person ('manual:')",
     )
     port.add_argument(
-        "--explain", action="store_true", help="print each finding with its rule and why it is safe"
+        "--explain",
+        action="store_true",
+        help="print each finding with its rule and why it is safe (with --check or --diff, "
+        "change nothing)",
     )
     port.set_defaults(handler=_port)
     run = commands.add_parser(

@@ -131,6 +131,17 @@ def _literal(node: cst.BaseExpression) -> object:
     return node.evaluated_value if isinstance(node, cst.SimpleString) else None
 
 
+def _calls(node: cst.BaseExpression, function: str) -> bool:
+    """Whether ``node`` is a call of ``function`` (by its name or as an attribute)."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    name = func.value if isinstance(func, cst.Name) else None
+    if isinstance(func, cst.Attribute):
+        name = func.attr.value
+    return name == function
+
+
 class PortTransformer(cst.CSTTransformer):
     """Applies the rules; ``findings`` lists every change and every manual site."""
 
@@ -639,6 +650,10 @@ class PortTransformer(cst.CSTTransformer):
                     continue
                 function, inner = "ddp_device_ids", element.value
             elif keyword == "output_device":
+                if _calls(value, "ddp_output_device") or (
+                    isinstance(value, cst.Name) and value.value == "None"
+                ):
+                    continue  # ported already, or nothing to port
                 function, inner = "ddp_output_device", value
             else:
                 continue

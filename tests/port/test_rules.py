@@ -332,6 +332,8 @@ def test_explain_names_each_rule_and_strict_fails_on_manual_findings(
     assert main(["port", "--check", str(path)]) == 0  # nothing to rewrite: not a failure
     assert main(["port", "--check", "--strict", str(path)]) == 1
     capsys.readouterr()
+    assert main(["port", "--strict", str(path)]) == 2  # without --check it would count nothing
+    assert "--strict counts findings for --check" in capsys.readouterr().err
     device = _write(tmp_path, "device.py", "import torch\nx = torch.ones(1, device='cuda')\n")
     assert main(["port", "--explain", "--diff", str(device)]) == 0
     out = capsys.readouterr().out
@@ -630,6 +632,13 @@ def test_ddp_device_ids_and_output_device_become_device_generic() -> None:
     # The names it needs are imported once, beside the import the module already had.
     assert ported.count("from accel import") == 2
     assert "from accel import ddp_device_ids, ddp_output_device\n" in ported
+    # A second run changes nothing, and what is ported already, in either spelling, or
+    # None stays as it is.
+    again = port_source(ported)
+    assert (again.source, [f for f in again.findings if f.rewritten]) == (ported, [])
+    done = "import accel\ne = DDP(model, output_device=accel.ddp_output_device(rank))\n"
+    done += "f = DDP(model, output_device=None)\n"
+    assert port_source(done).source == done
 
 
 def test_ddp_device_ids_are_none_on_the_cpu_and_a_list_on_accelerators() -> None:
