@@ -208,8 +208,12 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
     """Load every registered backend, highest priority first.
 
     ``DuplicateBackendError`` when two distributions register the same name (the same
-    distribution found twice on ``sys.path`` is one registration).
+    distribution found twice on ``sys.path`` is one registration). ``ValueError`` naming
+    ``ACCEL_CPU_ISA`` when it holds no level: the built-in backends import ``accel.ops``,
+    which refuses it, and a bad setting must not pass for "no backend is available".
     """
+    import accel.ops  # noqa: F401  # pyright: ignore[reportUnusedImport]  # raises first
+
     by_name: dict[str, dict[tuple[str, str], EntryPoint]] = {}
     for entry in _entry_points() if entries is None else entries:
         by_name.setdefault(entry.name, {})[(_distribution_key(entry), entry.value)] = entry

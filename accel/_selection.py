@@ -41,7 +41,9 @@ _current: Accelerator | None = None
 
 
 def get_accelerator() -> Accelerator:
-    """The accelerator of this process, chosen on the first call (see the module docstring).
+    """The accelerator of this process, chosen once, on the first call: the one given to
+    :func:`set_accelerator`, else the backend ``ACCEL_BACKEND`` names, else the available
+    backend of the highest priority (the CPU last).
 
     Returns:
         The same instance on every call, until :func:`set_accelerator` or

@@ -259,7 +259,10 @@ def render(report: Report, width: int | None = None) -> str:
         )
     console.print(backends)
 
-    matrix = Table(title="capabilities (? = unknown: the device is not here)", title_justify="left")
+    matrix = Table(
+        title="capabilities (? = read from the device's module, and the device is not here)",
+        title_justify="left",
+    )
     matrix.add_column("protocol")
     for row in report.backends:
         matrix.add_column(row.name, justify="center")

@@ -120,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser: argparse.ArgumentParser = torchrun.get_args_parser()
     parser.prog = "accel run"
+    parser.description = (
+        "torchrun, with every torchrun option, and accel's defaults: --nproc-per-node is "
+        "the selected backend's device count unless given (or PET_NPROC_PER_NODE is set)."
+    )
     group = parser.add_argument_group("accel")
     group.add_argument(
         "--bind-cores-to-rank",

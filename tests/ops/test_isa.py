@@ -97,6 +97,17 @@ def test_a_bad_value_fails_the_import_in_python_and_in_the_extension() -> None:
     )
     assert direct.returncode != 0
     assert "ImportError: ACCEL_CPU_ISA is 'avx512'; expected one of baseline" in direct.stderr
+    # Choosing a backend, and the report, say what is wrong: not "no backend is available".
+    chosen = _python("import accel; accel.get_accelerator()", ACCEL_CPU_ISA="avx512")
+    assert "ValueError: ACCEL_CPU_ISA is 'avx512'; expected one of" in chosen.stderr
+    assert "no accelerator backend" not in chosen.stderr
+    report = _python("from accel.cli import main; raise SystemExit(main(['report']))",
+                     ACCEL_CPU_ISA="avx512")  # fmt: skip
+    assert report.returncode == 2
+    assert report.stderr.splitlines() == [
+        "accel: error: ACCEL_CPU_ISA is 'avx512'; expected one of baseline, x86-64-v3, "
+        "x86-64-v4 (or unset)"
+    ]
 
 
 @pytest.mark.slow
