@@ -239,7 +239,8 @@ def render(report: Report, width: int | None = None) -> str:
     from rich.table import Table
 
     # Recorded into a buffer and exported as plain text, so the caller decides where it goes.
-    # Tables fit the width; sentences are never broken (soft_wrap), so a saved report greps.
+    # Tables fit the width, without borders; sentences are never broken (soft_wrap), so a
+    # saved report greps.
     console = Console(
         width=width or 120, record=True, file=io.StringIO(), highlight=False, soft_wrap=True
     )
@@ -250,7 +251,7 @@ def render(report: Report, width: int | None = None) -> str:
     console.print(f"chosen by: {report.how} ({report.detail})")
     console.print(f"devices: {report.device_count}")
 
-    backends = Table(title="registered backends", title_justify="left")
+    backends = Table(title="registered backends", title_justify="left", box=None)
     for column in ("backend", "priority", "available", "reason", "distribution"):
         backends.add_column(column)
     for row in report.backends:
@@ -262,6 +263,7 @@ def render(report: Report, width: int | None = None) -> str:
     matrix = Table(
         title="capabilities (? = read from the device's module, and the device is not here)",
         title_justify="left",
+        box=None,
     )
     matrix.add_column("protocol")
     for row in report.backends:
@@ -273,7 +275,9 @@ def render(report: Report, width: int | None = None) -> str:
     console.print(matrix)
 
     if report.op_builders:
-        builders = Table(title="op builders of the selected backend", title_justify="left")
+        builders = Table(
+            title="op builders of the selected backend", title_justify="left", box=None
+        )
         for column in ("op builder", "compatible", "reason"):
             builders.add_column(column)
         for op in report.op_builders:
@@ -284,4 +288,4 @@ def render(report: Report, width: int | None = None) -> str:
     for section in report.integrations.values():
         for line in section.lines:
             console.print(line, markup=False)
-    return console.export_text()
+    return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
