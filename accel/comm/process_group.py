@@ -101,6 +101,10 @@ class AccelProcessGroup(dist.ProcessGroup):
         # accel.comm's own setup and fallback collectives come back through this group;
         # inside them every call must go straight to gloo.
         self._inside = threading.local()
+        # Set on the worker while it runs a queued reduction. The reduction's Work future
+        # completes there, so its then-callbacks run there too (torch's PowerSGD hook
+        # issues and waits for more collectives in them): a call made there runs at once.
+        self._running = threading.local()
         self._shared: bool | None = None  # decided by the first SUM (a collective setup)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-pg")
         self._last: Future[None] | None = None  # the newest queued reduction
@@ -155,6 +159,11 @@ class AccelProcessGroup(dist.ProcessGroup):
         calls this; so does interpreter exit, while Python can still run it)."""
         if self._closed:
             return
+        if self._on_worker():  # it would wait for the reduction whose callback this is
+            raise RuntimeError(
+                "accel process group: destroyed from a callback of one of its own reductions "
+                "(they run on the group's worker thread); destroy it from another thread"
+            )
         self._closed = True
         try:
             if self._last is not None:
@@ -360,8 +369,13 @@ class AccelProcessGroup(dist.ProcessGroup):
         last = self._last
         if last is None or self.in_own_collective():
             return
-        last.exception()  # waits for it
+        if not self._on_worker():  # there, what precedes this call has run: no wait
+            last.exception()  # waits for it
         self._raise_if_failed()
+
+    def _on_worker(self) -> bool:
+        """Whether this thread is the worker, inside a queued reduction (its callbacks)."""
+        return bool(getattr(self._running, "active", False))
 
     def _raise_if_failed(self) -> None:
         """Refuse to go on after a queued reduction failed (see :meth:`wait_queued`)."""
@@ -404,6 +418,13 @@ class AccelProcessGroup(dist.ProcessGroup):
         grad_mode = torch.is_grad_enabled()  # the caller's, for the division
 
         def run() -> None:
+            self._running.active = True
+            try:
+                reduce()
+            finally:
+                self._running.active = False
+
+        def reduce() -> None:
             try:
                 self._raise_if_failed()  # in queue order: nothing runs after a failure
                 if self._set_up_then_gloo(tensors, opts):
@@ -429,7 +450,15 @@ class AccelProcessGroup(dist.ProcessGroup):
                     return
             outcome.set_result(tensors)
 
-        self._last = self._worker.submit(run)
+        if self._on_worker():
+            # Called from a callback of the reduction the worker has just finished: run
+            # now, before the reductions queued behind it, on every rank alike (the
+            # callback runs at the same place in every rank's queue). Queued, it would
+            # wait for the worker, which waits for the callback.
+            with contextlib.suppress(Exception):  # a failure is the Work's, as queued
+                reduce()
+        else:
+            self._last = self._worker.submit(run)
         return _QueuedWork(future)
 
     def _promote(self, tensor: torch.Tensor, caller: Any) -> None:

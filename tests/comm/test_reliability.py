@@ -6,8 +6,8 @@ groups (two groups first used from two threads), async all-reduces on two new "a
 groups issued in different orders (the first one set its group up in the caller's
 thread), a late peer summing into a rank's pooled tensor after that rank was told the
 step failed, local errors marking the group failed, a non-member's call, one rank's bad
-pool size, a pool size whose segment overflowed, and a group's first call made inside
-torch.compile.
+pool size, a pool size whose segment overflowed, a group's first call made inside torch.compile,
+and collectives issued inside a reduction's then-callback (torch's PowerSGD hook).
 """
 
 from __future__ import annotations
@@ -137,3 +137,27 @@ def test_a_pool_size_past_the_address_space_is_refused_on_every_rank(
 def test_a_groups_first_call_may_be_inside_torch_compile(reports: list[dict[str, Any]]) -> None:
     for report in reports:
         assert report["compile"] == {"eager": [7.0] * 8, "aot_eager": [7.0] * 8}
+
+
+def test_collectives_inside_a_reductions_callback_run_as_on_gloo(
+    reports: list[dict[str, Any]],
+) -> None:
+    # The callback runs on the group's worker: a collective it issues and waits for runs
+    # there at once (queued behind the callback, it waited for ever), on every rank at the
+    # same place in the order.
+    for rank, report in enumerate(reports):
+        case = report["then_callbacks"]
+        assert case["accel"] == case["gloo"] == {"said": "ok", "values": [3.0, 5.0, 4.0, 9.0]}
+        # Destroying the group there would wait for the callback itself: an error, said.
+        assert "destroyed from a callback of one of its own reductions" in case["destroy_inside"], (
+            rank,
+            case["destroy_inside"],
+        )
+
+
+def test_ddp_with_torchs_powersgd_hook_trains_as_on_gloo(reports: list[dict[str, Any]]) -> None:
+    for report in reports:
+        losses = report["powersgd"]
+        assert isinstance(losses["gloo"], list), losses
+        assert len(losses["gloo"]) == 5
+        assert losses["accel"] == losses["gloo"]

@@ -213,6 +213,86 @@ def _compiled_first_use(group: Any, backend: str, rank: int) -> Any:
     return error or outcome[0]
 
 
+def _bounded(call: Any, seconds: float = 30) -> Any:
+    """``call()``'s result, or "hung" when it has not returned within ``seconds``."""
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(_error(call) or "ok"), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return outcome[0] if outcome else "hung"
+
+
+def collectives_inside_then_callbacks(rank: int) -> dict[str, Any]:
+    """torch's PowerSGD DDP hook issues collectives inside a reduction's ``then`` callback
+    and waits for them there; the callback runs where the reduction completes (accel's
+    worker thread). Meanwhile the main thread queues another reduction behind the first."""
+    report: dict[str, Any] = {}
+    for backend in ("gloo", "accel"):
+        group = dist.new_group([0, 1], backend=backend, timeout=SHORT)
+        first, nested, sent, behind = (torch.full((64,), float(rank + k)) for k in (1, 2, 3, 4))
+
+        def inside(future: Any, group: Any = group, nested: Any = nested, sent: Any = sent) -> Any:
+            dist.all_reduce(nested, group=group, async_op=True).get_future().wait()
+            dist.broadcast(sent, src=1, group=group)
+            return future.value()
+
+        def run(group: Any = group, first: Any = first, behind: Any = behind) -> None:
+            chained = dist.all_reduce(first, group=group, async_op=True).get_future().then(inside)
+            dist.all_reduce(behind, group=group, async_op=True).wait()
+            chained.wait()
+
+        said = _bounded(run)
+        report[backend] = {
+            "said": said,
+            "values": [t[0].item() for t in (first, nested, sent, behind)]
+            if said == "ok"
+            else None,
+        }
+    destroyed = dist.new_group([0, 1], backend="accel", timeout=SHORT)
+    chained = (
+        dist.all_reduce(torch.ones(4), group=destroyed, async_op=True)
+        .get_future()
+        .then(lambda _: dist.destroy_process_group(destroyed))
+    )
+    report["destroy_inside"] = _bounded(chained.wait)
+    return report
+
+
+def powersgd_ddp(rank: int) -> dict[str, Any]:
+    """torch's own PowerSGD hook (compression from the third step) under DDP on each
+    backend: the same losses (2 ranks: every sum is one addition), and no hang."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    losses: dict[str, Any] = {}
+    for backend in ("gloo", "accel"):
+        group = dist.new_group([0, 1], backend=backend, timeout=SHORT)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)
+        )
+        ddp = DistributedDataParallel(model, process_group=group)
+        state = powerSGD_hook.PowerSGDState(
+            process_group=group, matrix_approximation_rank=1, start_powerSGD_iter=2
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        gen = torch.Generator().manual_seed(100 + rank)
+        seen: list[float] = []
+
+        def train(ddp: Any = ddp, gen: Any = gen, seen: list[float] = seen) -> None:
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+            for _ in range(5):
+                loss = ddp(torch.randn(16, 32, generator=gen)).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                seen.append(loss.item())
+
+        said = _bounded(train, 60)
+        losses[backend] = seen if said == "ok" else said
+    return losses
+
+
 def main() -> None:
     store, rank, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
@@ -227,6 +307,8 @@ def main() -> None:
         "bad_pool": lambda: a_bad_pool_size_on_one_rank(rank),
         "huge_pool": lambda: a_pool_size_past_the_address_space(rank),
         "compile": lambda: first_use_inside_torch_compile(rank),
+        "then_callbacks": lambda: collectives_inside_then_callbacks(rank),
+        "powersgd": lambda: powersgd_ddp(rank),
     }
     report: dict[str, Any] = {}
     for name, case in cases.items():
