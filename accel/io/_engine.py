@@ -144,6 +144,17 @@ def _check_tensor(tensor: object) -> torch.Tensor:
             "tensor is a lazy conjugate or negative view whose memory does not hold its "
             "values; call .resolve_conj().resolve_neg() first"
         )
+    extent = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    held = tensor.untyped_storage().nbytes()
+    if tensor.numel() and extent > held:
+        # Its storage was shrunk under it (resize_ on the storage, as FSDP and ZeRO-3 free
+        # parameters) or a resize was refused after the shape changed: the bytes past the
+        # storage's end belong to someone else.
+        raise ValueError(
+            f"tensor reaches byte {extent} of its storage, which holds {held} bytes (the "
+            "storage was shrunk, or a refused resize left the shape larger); make it whole "
+            "again first"
+        )
     return tensor
 
 
@@ -231,6 +242,7 @@ class AsyncIO:
         self._in_flight: set[_Transfer] = set()
         self._finished: list[IORequest] = []
         self._idle = threading.Condition(self._lock)
+        self._completing = threading.local()  # set while a request's callbacks run
         self._pid = os.getpid()
         self._closed = False
         _engines.add(self)
@@ -299,6 +311,7 @@ class AsyncIO:
                 :meth:`IORequest.result`).
         """
         self._check_usable()
+        self._refuse_in_callback("wait")
         with self._idle:
             while self._in_flight:
                 self._idle.wait()
@@ -324,6 +337,7 @@ class AsyncIO:
         if self._closed or os.getpid() != self._pid:
             self._closed = True
             return
+        self._refuse_in_callback("close")
         with self._idle:
             while self._in_flight:
                 self._idle.wait()
@@ -341,6 +355,15 @@ class AsyncIO:
             self._pool.shutdown(wait=False)
 
     # -- internals -----------------------------------------------------------------------
+    def _refuse_in_callback(self, what: str) -> None:
+        # A request's callbacks run on the engine's threads, which the other requests need.
+        if getattr(self._completing, "active", False):
+            raise RuntimeError(
+                f"AsyncIO.{what}() called from a request's done-callback, which runs on the "
+                f"engine's own thread that requests in flight may need; call {what}() from "
+                "another thread"
+            )
+
     def _check_usable(self) -> None:
         if os.getpid() != self._pid:
             raise RuntimeError(
@@ -528,12 +551,18 @@ class AsyncIO:
     def _finish(
         self, request: IORequest, error: BaseException | None, transfer: _Transfer | None = None
     ) -> None:
-        if error is not None:
-            request.set_exception(error)
-        else:
-            request.set_result(request.nbytes)
+        # Out of the books before the request ends: its callbacks, and whoever its end
+        # wakes, see it finished (pending() counts it no more).
         with self._idle:
             if transfer is not None:
                 self._in_flight.discard(transfer)
             self._finished.append(request)
             self._idle.notify_all()
+        self._completing.active = True
+        try:
+            if error is not None:
+                request.set_exception(error)
+            else:
+                request.set_result(request.nbytes)
+        finally:
+            self._completing.active = False

@@ -7,8 +7,9 @@ on. torch frees a storage's memory in three ways, and each is covered here:
   the storage (:class:`Hold`), so its memory stays.
 - Python calls that move the memory in place (``UntypedStorage.resize_``, a growing
   ``Tensor.resize_``/``resize_as_``, ``share_memory_`` and the multiprocessing reductions
-  through ``_share_fd_cpu_``/``_share_filename_cpu_``): wrapped at import to wait until no
-  transfer holds the storage, then run.
+  through ``_share_fd_cpu_``/``_share_filename_cpu_``, ``UntypedStorage._swap_data_ptr_``):
+  wrapped at import to wait until no transfer holds the storage (either storage, for a
+  swap), then run.
 - C++ ops that grow the storage (every ``out=`` argument torch resizes, ``torch.resize_as_``,
   ``torch.ops.aten.resize_``, ``set_`` past the storage's end): nothing in Python sees them.
   They all pass through ``at::native::resize_bytes_cpu``, which refuses a storage that is not
@@ -28,7 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -130,9 +131,9 @@ def forget_after_fork() -> None:
     _changed = threading.Condition()  # a parent thread may have held it
 
 
-def _wait_for_transfers(storage: torch.UntypedStorage) -> None:
+def _wait_for_transfers(*storages: torch.UntypedStorage) -> None:
     with _changed:
-        while _key(storage) in _held:
+        while any(_key(storage) in _held for storage in storages):
             _changed.wait()
 
 
@@ -205,6 +206,16 @@ def _wait_if_growing(tensor: torch.Tensor, numel: int | None) -> None:
         _wait_for_transfers(storage)
 
 
+def _swap_after_transfers(storage: torch.UntypedStorage, other: object) -> None:
+    """``UntypedStorage._swap_data_ptr_``, once no accel.io transfer uses either storage's
+    memory: under a transfer, the storage's pointer is the transfer's non-owning one, which
+    the swap would hand to ``other``, to dangle when the transfer ends."""
+    swap: Any = _swap  # installed only where torch has it; torch names a wrong `other`
+    if _held and isinstance(other, torch.UntypedStorage):
+        _wait_for_transfers(storage, other)
+    swap(storage, other)
+
+
 def _tensor_resize_after_transfers(
     tensor: torch.Tensor, *sizes: object, **kwargs: object
 ) -> torch.Tensor:
@@ -231,3 +242,5 @@ setattr(torch.UntypedStorage, "_share_fd_cpu_", _share_fd_after_transfers)  # no
 setattr(torch.UntypedStorage, "_share_filename_cpu_", _share_filename_after_transfers)  # noqa: B010
 setattr(torch.Tensor, "resize_", _tensor_resize_after_transfers)  # noqa: B010
 setattr(torch.Tensor, "resize_as_", _tensor_resize_as_after_transfers)  # noqa: B010
+if _swap is not None:
+    setattr(torch.UntypedStorage, "_swap_data_ptr_", _swap_after_transfers)  # noqa: B010

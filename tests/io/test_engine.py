@@ -181,6 +181,52 @@ def test_bad_tensors_are_rejected(
         aio.write(tensor, tmp_path / "x.bin")  # type: ignore[arg-type]
 
 
+def _shrunk(numel: int, start: int = 0) -> torch.Tensor:
+    tensor = torch.zeros(numel, dtype=torch.uint8)[start:]
+    tensor.untyped_storage().resize_(64)  # as FSDP and ZeRO-3 free a parameter's memory
+    return tensor
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_a_tensor_past_its_storages_end_is_rejected(tmp_path: pathlib.Path, kind: str) -> None:
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(1 << 20))
+    for tensor in (_shrunk(1 << 20), _shrunk(128, start=32)):
+        with AsyncIO() as aio, pytest.raises(ValueError, match="which holds 64 bytes"):
+            getattr(aio, kind)(tensor, path)
+    assert path.read_bytes() == bytes(1 << 20)
+    with AsyncIO() as aio:  # within the storage: fine
+        assert aio.read(_shrunk(64), path).result() == 64
+
+
+def test_done_callbacks_see_their_request_finished_and_may_not_wait(
+    tmp_path: pathlib.Path, no_leaks: object
+) -> None:
+    seen: list[tuple[str, int, str]] = []
+    with AsyncIO(queue_depth=2) as aio:
+        for _ in range(10):  # until a callback runs on the engine's thread, not ours
+            request = aio.write(torch.ones(16 << 20, dtype=torch.uint8), tmp_path / "x.bin")
+
+            def done(_: object, aio: AsyncIO = aio) -> None:
+                said = ""
+                try:
+                    aio.wait()
+                except RuntimeError as error:
+                    said = str(error)
+                seen.append((threading.current_thread().name, aio.pending(), said))
+
+            request.add_done_callback(done)
+            assert request.result() == 16 << 20
+            assert aio.pending() == 0
+            if seen and seen[-1][0].startswith("accel-io"):
+                break
+        assert aio.wait() >= 0  # the engine goes on
+    thread, pending, said = seen[-1]
+    assert thread.startswith("accel-io"), seen
+    assert pending == 0
+    assert "AsyncIO.wait() called from a request's done-callback" in said
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"block_size": 0}, "block_size must be a positive number of bytes, got 0"),

@@ -133,6 +133,13 @@ ROUTES = {
     "UntypedStorage.resize_": ("waits", "box['tensor'].untyped_storage().resize_(0)"),
     "share_memory_": ("waits", "box['tensor'].share_memory_()"),
     "_share_filename_cpu_": ("waits", "box['tensor'].untyped_storage()._share_filename_cpu_()"),
+    # Swapped with another storage's memory, which the tensor then takes along.
+    "_swap_data_ptr_": (
+        "waits",
+        "(lambda other: (box['tensor'].untyped_storage()._swap_data_ptr_("
+        "other.untyped_storage()), box.update(tensor=other)))("
+        "torch.full((n,), 3, dtype=torch.uint8))",
+    ),
     # The tensor leaves its storage, which the transfer keeps.
     "set_": ("leaves", "box['tensor'].set_(torch.empty(0, dtype=torch.uint8))"),
     ".data =": ("leaves", "setattr(box['tensor'], 'data', torch.empty(0, dtype=torch.uint8))"),
