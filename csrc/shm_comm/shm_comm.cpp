@@ -758,12 +758,13 @@ class Communicator {
   }
 
   // Say this rank has finished with the peers' pooled tensors in step `seq`, and wait
-  // until every rank has: no rank may return (and let its caller change its tensor) while
-  // another still reads it, or writes it (`peers_write`: then a live peer that is still
-  // writing is waited for past the timeout, since its caller would be told the step
-  // failed while the bytes still change).
-  void all_done_reading(uint64_t seq, double timeout, bool peers_write = false) {
-    pass_gate(kReducedGate, &Control::reduced, seq, timeout, peers_write);
+  // until every rank has: no rank may return (and let its caller reuse its tensor) while
+  // another still reads or writes it. A live peer still at it is waited for past the
+  // timeout (it passed the first gate, so it is copying or summing, which ends), since
+  // its caller would otherwise be told the step failed while the peer still reads bytes
+  // the caller may have changed, or writes into them.
+  void all_done_reading(uint64_t seq, double timeout) {
+    pass_gate(kReducedGate, &Control::reduced, seq, timeout, /*wait_for_live=*/true);
   }
 
   // Copy every peer's pooled bytes into its block of `out`, starting with the next rank's
@@ -836,7 +837,7 @@ class Communicator {
           if (r != rank_) copy_bytes(shares[r], mine, static_cast<size_t>(count * element));
       }
     }
-    all_done_reading(seq, timeout, /*peers_write=*/true);
+    all_done_reading(seq, timeout);
   }
 
   // Run a collective's steps; any failure leaves the communicator unusable (peers may be
@@ -1077,9 +1078,9 @@ class Communicator {
   // names who is missing) and wait until every rank has entered, or the gate failed. A rank
   // that gives up (deadline, a peer exited or stopped) first marks the gate failed, which
   // succeeds only while some rank has not entered: so either every rank passes or every
-  // rank (late ones when they come) raises. With `peers_write`, a missing rank that is
+  // rank (late ones when they come) raises. With `wait_for_live`, a missing rank that is
   // alive and has not stopped is waited for past the deadline (see all_done_reading).
-  void pass_gate(Gate kind, std::atomic<uint64_t> Control::*field, uint64_t seq, double timeout, bool peers_write) {
+  void pass_gate(Gate kind, std::atomic<uint64_t> Control::*field, uint64_t seq, double timeout, bool wait_for_live) {
     (control(rank_).*field).store(seq, std::memory_order_release);
     std::atomic<uint64_t>& gate = header().gates[kind][seq % 2];
     const uint64_t tag = gate_tag(seq);
@@ -1104,7 +1105,7 @@ class Communicator {
       for (int r = 0; r < world_ && missing < 0; ++r)
         if ((control(r).*field).load(std::memory_order_acquire) < seq) missing = r;
       if (missing < 0) return;
-      const bool late = past_deadline && !(peers_write && writing(missing));
+      const bool late = past_deadline && !(wait_for_live && using_pools(missing));
       // fail_gate is false when every rank had entered after all: the next ready() sees it.
       if (const std::string why = laggard_failure(missing, seq, late, timeout); !why.empty())
         if (fail_gate(gate, seq)) throw std::runtime_error(why);
@@ -1112,8 +1113,9 @@ class Communicator {
     wait_until(ready, check, timeout);
   }
 
-  // Whether rank r may still be writing into this rank's pooled tensor: alive, not stopped.
-  bool writing(int r) {
+  // Whether rank r may still be reading or writing this rank's pooled tensor: alive, not
+  // stopped.
+  bool using_pools(int r) {
     return !has_exited(static_cast<pid_t>(pids_[r])) && control(r).stopped.load(std::memory_order_acquire) == 0;
   }
 

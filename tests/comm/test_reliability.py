@@ -90,6 +90,15 @@ def test_a_late_peer_leaves_a_pooled_tensor_alone_and_fails_too(
     assert late["values"] == [1.0]  # the late rank summed nothing either
 
 
+def test_a_rank_waits_for_a_peer_still_reading_its_pooled_tensor(
+    reports: list[dict[str, Any]],
+) -> None:
+    # Past its deadline, rank 0 waits for rank 1, which is alive and copying: it reported
+    # a failure and returned while rank 1 still read the tensor its caller then refilled.
+    for report in reports:
+        assert report["slow_reader"] == {"error": None, "values": [1.0, 2.0]}
+
+
 def test_errors_every_rank_makes_alike_are_gloos_and_leave_the_group_usable(
     reports: list[dict[str, Any]],
 ) -> None:

@@ -130,6 +130,27 @@ def late_peer_and_a_pooled_tensor(rank: int) -> dict[str, Any]:
     return report
 
 
+def a_slow_reader_of_a_pooled_tensor(rank: int) -> dict[str, Any]:
+    """A pooled all-gather where rank 0's deadline (1 ms) passes while rank 1 still copies
+    rank 0's tensor into fresh pages: rank 0 must wait for it, not report a failure and
+    let its caller refill the tensor under the copy."""
+    group = dist.new_group([0, 1], timeout=SHORT)
+    numel = 8 << 20  # 32 MiB of float32 per rank
+    tensor = comm.shared_empty(numel, group=group).fill_(float(rank + 1))
+    comm.all_gather_into_tensor_(torch.empty(2 * numel), tensor, group=group)  # set up
+    out = torch.zeros(2 * numel) if rank == 0 else torch.empty(2 * numel)  # rank 1's: unfaulted
+    dist.barrier(group=dist.new_group([0, 1], backend="gloo"))
+    if rank == 0:
+        time.sleep(0.3)  # rank 1 waits at the first gate: both start copying together
+    error = _error(
+        lambda: comm.all_gather_into_tensor_(
+            out, tensor, group=group, timeout=0.001 if rank == 0 else 10
+        )
+    )
+    tensor.fill_(-99.0)  # what a caller told the step failed may do at once
+    return {"error": error, "values": sorted(set(out.tolist()))}
+
+
 def local_errors_leave_the_group_usable(rank: int) -> dict[str, Any]:
     """What every rank gets wrong alike, before any byte moved, is gloo's answer, and the
     group goes on working."""
@@ -302,6 +323,7 @@ def main() -> None:
         "async_order": lambda: async_reductions_on_two_groups_in_either_order(rank),
         "async_order_gloo": lambda: async_reductions_on_two_gloo_groups_in_either_order(rank),
         "late_pooled": lambda: late_peer_and_a_pooled_tensor(rank),
+        "slow_reader": lambda: a_slow_reader_of_a_pooled_tensor(rank),
         "local_errors": lambda: local_errors_leave_the_group_usable(rank),
         "outside": lambda: a_rank_outside_the_group(rank),
         "bad_pool": lambda: a_bad_pool_size_on_one_rank(rank),
