@@ -32,7 +32,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
@@ -49,6 +49,7 @@ from accel.comm._promote import enabled as promotion_enabled
 from accel.comm._release import released
 from accel.comm._route import Way
 from accel.comm._segment import register_group_owner, release, segment_of, spanning_of
+from accel.comm._serial import SerialWorker
 
 BACKEND_NAME = "accel"
 # torch's stubs lack these (_create_work_from_future) or type them too
@@ -101,12 +102,11 @@ class AccelProcessGroup(dist.ProcessGroup):
         # accel.comm's own setup and fallback collectives come back through this group;
         # inside them every call must go straight to gloo.
         self._inside = threading.local()
-        # Set on the worker while it runs a queued reduction. The reduction's Work future
-        # completes there, so its then-callbacks run there too (torch's PowerSGD hook
-        # issues and waits for more collectives in them): a call made there runs at once.
-        self._running = threading.local()
         self._shared: bool | None = None  # decided by the first SUM (a collective setup)
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-pg")
+        # The queued reductions' Work futures complete on the worker, so callbacks chained
+        # on them run there (torch's PowerSGD hook issues and waits for collectives in
+        # them): a collective issued there first runs what was queued before it, there.
+        self._worker = SerialWorker("accel-pg")
         self._last: Future[None] | None = None  # the newest queued reduction
         self._failed: BaseException | None = None  # the first queued reduction that failed
         self.shared_reductions = 0
@@ -169,7 +169,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             if self._last is not None:
                 self._last.exception()  # finished; a failure is its Work's and said there
         finally:
-            self._worker.shutdown(wait=True)
+            self._worker.shutdown()
             release(self)
             self.gloo.shutdown()
 
@@ -369,13 +369,15 @@ class AccelProcessGroup(dist.ProcessGroup):
         last = self._last
         if last is None or self.in_own_collective():
             return
-        if not self._on_worker():  # there, what precedes this call has run: no wait
+        if self._on_worker():  # a callback of a queued reduction: run the rest here
+            self._worker.run_queued()
+        else:
             last.exception()  # waits for it
         self._raise_if_failed()
 
     def _on_worker(self) -> bool:
-        """Whether this thread is the worker, inside a queued reduction (its callbacks)."""
-        return bool(getattr(self._running, "active", False))
+        """Whether this thread is the group's worker (a queued reduction's callbacks)."""
+        return self._worker.running_here()
 
     def _raise_if_failed(self) -> None:
         """Refuse to go on after a queued reduction failed (see :meth:`wait_queued`)."""
@@ -418,13 +420,6 @@ class AccelProcessGroup(dist.ProcessGroup):
         grad_mode = torch.is_grad_enabled()  # the caller's, for the division
 
         def run() -> None:
-            self._running.active = True
-            try:
-                reduce()
-            finally:
-                self._running.active = False
-
-        def reduce() -> None:
             try:
                 self._raise_if_failed()  # in queue order: nothing runs after a failure
                 if self._set_up_then_gloo(tensors, opts):
@@ -450,15 +445,12 @@ class AccelProcessGroup(dist.ProcessGroup):
                     return
             outcome.set_result(tensors)
 
+        self._last = self._worker.submit(run)
         if self._on_worker():
-            # Called from a callback of the reduction the worker has just finished: run
-            # now, before the reductions queued behind it, on every rank alike (the
-            # callback runs at the same place in every rank's queue). Queued, it would
-            # wait for the worker, which waits for the callback.
-            with contextlib.suppress(Exception):  # a failure is the Work's, as queued
-                reduce()
-        else:
-            self._last = self._worker.submit(run)
+            # From a callback of a reduction the worker has just finished: left queued, it
+            # would wait for the worker, which waits for the callback. Run it now, after
+            # the reductions queued before it (issue order, as every rank has it).
+            self._worker.run_queued()
         return _QueuedWork(future)
 
     def _promote(self, tensor: torch.Tensor, caller: Any) -> None:

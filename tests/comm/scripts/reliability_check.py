@@ -245,12 +245,18 @@ def _bounded(call: Any, seconds: float = 30) -> Any:
 
 def collectives_inside_then_callbacks(rank: int) -> dict[str, Any]:
     """torch's PowerSGD DDP hook issues collectives inside a reduction's ``then`` callback
-    and waits for them there; the callback runs where the reduction completes (accel's
-    worker thread). Meanwhile the main thread queues another reduction behind the first."""
+    and waits for them there. A callback chained before the reduction ends runs where it
+    ends (accel's worker thread; rank 1 here, which waits for rank 0); one chained after
+    runs at once in the caller's thread (rank 0 here). A reduction issued before the
+    callback was chained comes before the callback's on every rank."""
     report: dict[str, Any] = {}
+    side = dist.new_group([0, 1], backend="gloo")
     for backend in ("gloo", "accel"):
         group = dist.new_group([0, 1], backend=backend, timeout=SHORT)
-        first, nested, sent, behind = (torch.full((64,), float(rank + k)) for k in (1, 2, 3, 4))
+        dist.all_reduce(torch.ones(4), group=group)  # set up
+        first, behind, nested, sent = (
+            torch.full((64,), k * (rank + 1.0)) for k in (1, 10, 100, 1000)
+        )
 
         def inside(future: Any, group: Any = group, nested: Any = nested, sent: Any = sent) -> Any:
             dist.all_reduce(nested, group=group, async_op=True).get_future().wait()
@@ -258,14 +264,20 @@ def collectives_inside_then_callbacks(rank: int) -> dict[str, Any]:
             return future.value()
 
         def run(group: Any = group, first: Any = first, behind: Any = behind) -> None:
-            chained = dist.all_reduce(first, group=group, async_op=True).get_future().then(inside)
-            dist.all_reduce(behind, group=group, async_op=True).wait()
-            chained.wait()
+            issued = dist.all_reduce(first, group=group, async_op=True)
+            queued = dist.all_reduce(behind, group=group, async_op=True)
+            if rank == 0:
+                issued.wait()  # ended before the callback is chained: it runs right here
+            issued.get_future().then(inside).wait()
+            queued.wait()
 
+        dist.barrier(group=side)
+        if rank == 0:
+            time.sleep(0.5)
         said = _bounded(run)
         report[backend] = {
             "said": said,
-            "values": [t[0].item() for t in (first, nested, sent, behind)]
+            "values": [t[0].item() for t in (first, behind, nested, sent)]
             if said == "ok"
             else None,
         }
