@@ -243,6 +243,7 @@ class AsyncIO:
         self._finished: list[IORequest] = []
         self._idle = threading.Condition(self._lock)
         self._completing = threading.local()  # set while a request's callbacks run
+        self._ending = 0  # requests out of flight whose callbacks are running
         self._pid = os.getpid()
         self._closed = False
         _engines.add(self)
@@ -313,7 +314,7 @@ class AsyncIO:
         self._check_usable()
         self._refuse_in_callback("wait")
         with self._idle:
-            while self._in_flight:
+            while self._in_flight or self._ending:
                 self._idle.wait()
             finished, self._finished = self._finished, []
         unclaimed = [request for request in finished if not request.delivered]
@@ -339,7 +340,7 @@ class AsyncIO:
             return
         self._refuse_in_callback("close")
         with self._idle:
-            while self._in_flight:
+            while self._in_flight or self._ending:
                 self._idle.wait()
         self._closed = True
         self._pool.shutdown(wait=True)
@@ -551,18 +552,22 @@ class AsyncIO:
     def _finish(
         self, request: IORequest, error: BaseException | None, transfer: _Transfer | None = None
     ) -> None:
-        # Out of the books before the request ends: its callbacks, and whoever its end
-        # wakes, see it finished (pending() counts it no more).
+        # No longer in flight before it ends (its callbacks and whoever its end wakes see
+        # pending() without it), and among the finished only after its callbacks ran (a
+        # failure one of them took is not wait()'s to raise); wait() waits for both.
         with self._idle:
             if transfer is not None:
                 self._in_flight.discard(transfer)
-            self._finished.append(request)
-            self._idle.notify_all()
-        self._completing.active = True
+            self._ending += 1
+        inside, self._completing.active = getattr(self._completing, "active", False), True
         try:
             if error is not None:
                 request.set_exception(error)
             else:
                 request.set_result(request.nbytes)
         finally:
-            self._completing.active = False
+            self._completing.active = inside
+            with self._idle:
+                self._ending -= 1
+                self._finished.append(request)
+                self._idle.notify_all()
