@@ -211,17 +211,31 @@ def test_a_bucket_whose_grad_views_someone_holds_stays(
 
 def test_a_bucket_with_unset_grads_waits_until_they_are_set(shm: Any) -> None:
     # find_unused_parameters: an unused parameter's .grad stays None through the
-    # all-reduce, so its part of the bucket cannot be told from a view someone holds.
+    # all-reduce, while the reducer still holds its views, so the bucket's use count
+    # cannot be checked. It is looked at again, not refused for good (its other
+    # parameters' buckets would never move), and moves once every .grad is set.
     reducer = _Reducer([(64, 64), (64, 64)])
     promotions = _promotions(reducer.model)
     grad = reducer.grad(1)
     reducer.model.params[1].grad = None
-    held = reducer.bucket[4096:].view(-1)  # would pass for the unset .grad's two views
-    assert not _from_the_engine(promotions, reducer.bucket, shm)
+    assert not _from_the_engine(promotions, reducer.bucket, shm)  # first sight
+    for _ in range(3):
+        assert not _from_the_engine(promotions, reducer.bucket, shm)
+    reducer.model.params[1].grad = grad  # used again
+    assert _from_the_engine(promotions, reducer.bucket, shm)
+
+
+def test_a_view_held_while_grads_were_unset_keeps_the_bucket(shm: Any) -> None:
+    reducer = _Reducer([(64, 64), (64, 64)])
+    promotions = _promotions(reducer.model)
+    grad = reducer.grad(1)
+    reducer.model.params[1].grad = None
+    held = np.from_dlpack(reducer.bucket[4096:].view(-1))  # outside DDP, on the bucket
     for _ in range(_promote.DEFERRALS - 1):
         assert not _from_the_engine(promotions, reducer.bucket, shm)
-    reducer.model.params[1].grad = grad  # used again: every view is known, one is extra
+    reducer.model.params[1].grad = grad  # every view is known now: one is extra
     assert not _from_the_engine(promotions, reducer.bucket, shm)
+    assert held.ctypes.data == reducer.bucket[4096:].data_ptr()
     del held
     assert not _from_the_engine(promotions, _fresh_sight(promotions, reducer.bucket), shm)
     assert _from_the_engine(promotions, reducer.bucket, shm)
