@@ -192,7 +192,15 @@ class AccelProcessGroup(dist.ProcessGroup):
 
         Returns:
             ``True`` when every rank of the group is on this node.
+
+        Raises:
+            RuntimeError: The group was destroyed (``destroy_process_group``).
         """
+        if self._closed:  # its segment is gone: say so, not a KeyError from the lookup
+            raise RuntimeError(
+                f"accel process group {getattr(self, '_name', 'unnamed')!r} was destroyed "
+                "(destroy_process_group); create a new process group"
+            )
         if self._shared is None:
             self.wait_queued()  # a queued first reduction sets the group up: wait for it
         if self._shared is None:  # none queued: set up here, in order with the queue

@@ -99,6 +99,16 @@ def test_a_rank_waits_for_a_peer_still_reading_its_pooled_tensor(
         assert report["slow_reader"] == {"error": None, "values": [1.0, 2.0]}
 
 
+def test_a_destroyed_group_used_again_says_so(reports: list[dict[str, Any]]) -> None:
+    # It raised a bare KeyError (the group's id) from the segment lookup.
+    for report in reports:
+        case = report["destroyed"]
+        for call in ("shared_empty", "all_reduce_"):
+            assert case[call].startswith("RuntimeError: accel process group"), case
+            assert "was destroyed (destroy_process_group)" in case[call]
+        assert case["pooled"] == 4.0
+
+
 def test_errors_every_rank_makes_alike_are_gloos_and_leave_the_group_usable(
     reports: list[dict[str, Any]],
 ) -> None:

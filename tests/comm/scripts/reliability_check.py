@@ -151,6 +151,21 @@ def a_slow_reader_of_a_pooled_tensor(rank: int) -> dict[str, Any]:
     return {"error": error, "values": sorted(set(out.tolist()))}
 
 
+def a_destroyed_group_used_again(rank: int) -> dict[str, Any]:
+    """What still holds a destroyed "accel" group (FSDP2's or ZeRO's pooled buffers) and
+    calls accel.comm with it gets an error that says so; its pooled tensor stays valid."""
+    group = dist.new_group([0, 1], backend="accel", timeout=SHORT)
+    pooled = comm.shared_empty(64, group=group).fill_(float(rank + 1))
+    comm.all_reduce_(pooled, group=group)
+    dist.destroy_process_group(group)
+    pooled += 1
+    return {
+        "shared_empty": _error(lambda: comm.shared_empty(8, group=group)),
+        "all_reduce_": _error(lambda: comm.all_reduce_(torch.ones(4), group=group)),
+        "pooled": pooled[0].item(),
+    }
+
+
 def local_errors_leave_the_group_usable(rank: int) -> dict[str, Any]:
     """What every rank gets wrong alike, before any byte moved, is gloo's answer, and the
     group goes on working."""
@@ -336,6 +351,7 @@ def main() -> None:
         "async_order_gloo": lambda: async_reductions_on_two_gloo_groups_in_either_order(rank),
         "late_pooled": lambda: late_peer_and_a_pooled_tensor(rank),
         "slow_reader": lambda: a_slow_reader_of_a_pooled_tensor(rank),
+        "destroyed": lambda: a_destroyed_group_used_again(rank),
         "local_errors": lambda: local_errors_leave_the_group_usable(rank),
         "outside": lambda: a_rank_outside_the_group(rank),
         "bad_pool": lambda: a_bad_pool_size_on_one_rank(rank),
