@@ -56,6 +56,7 @@ class SerialWorker:
                     return
                 call, future = self._calls.popleft()
             _run(call, future)
+            del call, future  # as in _loop
 
     def shutdown(self) -> None:
         """Run what is queued, then stop the thread (idempotent; not from the worker)."""
@@ -75,6 +76,9 @@ class SerialWorker:
                     return
                 call, future = self._calls.popleft()
             _run(call, future)
+            # Not kept until the next call: a call's closure holds its tensors (a pooled
+            # bucket's block goes back to the pool only when they go).
+            del call, future
 
 
 def _run(call: Callable[[], None], future: Future[None]) -> None:

@@ -4,6 +4,7 @@ the worker runs what was queued before it there, at once."""
 from __future__ import annotations
 
 import threading
+import weakref
 from concurrent.futures import Future
 
 import pytest
@@ -71,3 +72,20 @@ def test_shutdown_runs_what_is_queued_first() -> None:
     worker.shutdown()
     assert ran == [1]
     worker.shutdown()  # idempotent
+
+
+def test_a_finished_call_is_not_kept_alive_by_the_worker() -> None:
+    # A reduction's closure holds its tensors; a pooled block goes back to the pool only
+    # when they go, which must not wait for the group's next call.
+    worker = SerialWorker("test-serial")
+
+    class Payload:
+        pass
+
+    payload = Payload()
+    gone = threading.Event()
+    weakref.finalize(payload, gone.set)
+    worker.submit(lambda held=payload: None).result(5)
+    del payload
+    assert gone.wait(5)
+    worker.shutdown()
