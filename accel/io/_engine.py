@@ -187,6 +187,9 @@ def _buffered_twin(fd: int, flags: int) -> int:
         ) from None
 
 
+_LAST_FILE_BYTE = 2**63 - 1  # off_t's largest value: where any file must end
+
+
 def _check_offset(offset: object) -> int:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
@@ -419,6 +422,11 @@ class AsyncIO:
         tensor = _check_tensor(tensor)
         offset = _check_offset(offset)
         nbytes = tensor.numel() * tensor.element_size()
+        if offset + nbytes > _LAST_FILE_BYTE:
+            raise ValueError(
+                f"{kind} of {nbytes} bytes at offset {offset} of {path!r} ends past the "
+                f"largest file offset the system takes ({_LAST_FILE_BYTE})"
+            )
         storage = tensor.untyped_storage()
         storage.data_ptr()  # gives a copy-on-write storage its own memory before we use it
         address = tensor.data_ptr()

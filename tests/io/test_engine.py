@@ -243,6 +243,16 @@ def test_bad_engine_settings_are_rejected(kwargs: dict[str, object], message: st
         AsyncIO(**kwargs)  # type: ignore[arg-type]
 
 
+def test_an_offset_past_the_largest_file_offset_names_the_file(tmp_path: pathlib.Path) -> None:
+    with (
+        AsyncIO() as aio,
+        pytest.raises(
+            ValueError, match=r"write of 16 bytes at offset 9223372036854775800 of .*x\.bin"
+        ),
+    ):
+        aio.write(torch.ones(4), tmp_path / "x.bin", offset=2**63 - 8)
+
+
 def test_negative_offset_is_rejected(tmp_path: pathlib.Path) -> None:
     with (
         AsyncIO() as aio,
