@@ -61,13 +61,18 @@ class _QueuedWork(_c10d.Work):  # type: ignore[misc]
     """The ``Work`` of a queued reduction: ``wait()`` raises what the reduction raised
     (torch's future-wrapping Work returns True even for a failed future)."""
 
-    def __init__(self, future: torch.futures.Future[list[torch.Tensor]]) -> None:
+    def __init__(
+        self, future: torch.futures.Future[list[torch.Tensor]], worker: SerialWorker | None = None
+    ) -> None:
         super().__init__()  # pyright: ignore[reportUnknownMemberType]
         self._future = future
+        self._worker = worker  # the group's, for a wait from one of its callbacks
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block until the reduction ends, at most ``timeout`` (``RuntimeError`` then, as
         gloo's work raises); raise the reduction's error, if any."""
+        if self._worker is not None and not self._future.done() and self._worker.running_here():
+            self._worker.run_queued()  # from a callback on the worker: it is queued there
         if timeout is not None and timeout.total_seconds() > 0 and not self._future.done():
             ended = threading.Event()
             self._future.add_done_callback(lambda _: ended.set())
@@ -459,7 +464,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             # would wait for the worker, which waits for the callback. Run it now, after
             # the reductions queued before it (issue order, as every rank has it).
             self._worker.run_queued()
-        return _QueuedWork(future)
+        return _QueuedWork(future, self._worker)
 
     def _promote(self, tensor: torch.Tensor, caller: Any) -> None:
         """Move ``tensor``'s storage into this rank's pool if it is DDP's bucket, seen

@@ -273,16 +273,21 @@ def collectives_inside_then_callbacks(rank: int) -> dict[str, Any]:
             torch.full((64,), k * (rank + 1.0)) for k in (1, 10, 100, 1000)
         )
 
-        def inside(future: Any, group: Any = group, nested: Any = nested, sent: Any = sent) -> Any:
-            dist.all_reduce(nested, group=group, async_op=True).get_future().wait()
-            dist.broadcast(sent, src=1, group=group)
-            return future.value()
-
-        def run(group: Any = group, first: Any = first, behind: Any = behind) -> None:
+        def run(
+            group: Any = group, first: Any = first, behind: Any = behind, nested: Any = nested,
+            sent: Any = sent,
+        ) -> None:  # fmt: skip
             issued = dist.all_reduce(first, group=group, async_op=True)
             queued = dist.all_reduce(behind, group=group, async_op=True)
             if rank == 0:
                 issued.wait()  # ended before the callback is chained: it runs right here
+
+            def inside(future: Any) -> Any:
+                queued.wait()  # queued before the callback: on the worker, run there
+                dist.all_reduce(nested, group=group, async_op=True).get_future().wait()
+                dist.broadcast(sent, src=1, group=group)
+                return future.value()
+
             issued.get_future().then(inside).wait()
             queued.wait()
 
