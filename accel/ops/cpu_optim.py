@@ -75,6 +75,11 @@ class _Batch(NamedTuple):
     grad_dtypes: list[int]
     copy_dtypes: list[int]
     state_dtypes: list[int]
+    # The tensors themselves, for as long as the call runs (the kernels hold addresses
+    # only, without the GIL: another thread emptying the caller's lists must not free
+    # them), and those the step writes, whose version counters it bumps.
+    held: list[torch.Tensor]
+    written: list[torch.Tensor]
 
 
 def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
@@ -86,7 +91,32 @@ def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
         raise ValueError(f"{what} must be on the CPU, got {tensor.device}")
     if not tensor.is_contiguous():
         raise ValueError(f"{what} must be contiguous (call .contiguous())")
+    if tensor.is_neg() or tensor.is_conj():
+        raise ValueError(
+            f"{what} is a lazy negative or conjugate view whose memory does not hold its "
+            "values; call .resolve_neg().resolve_conj() first"
+        )
+    extent = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    if tensor.numel() and extent > tensor.untyped_storage().nbytes():
+        raise ValueError(
+            f"{what} reaches byte {extent} of its storage, which holds "
+            f"{tensor.untyped_storage().nbytes()} (the storage was shrunk, as FSDP and ZeRO-3 "
+            "free parameters); give it its memory back first"
+        )
+    if tensor.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(
+            f"{what} is an inference tensor: torch refuses to update it in place outside "
+            "torch.inference_mode()"
+        )
     return tensor
+
+
+def _bump_versions(batch: _Batch) -> None:
+    """Mark what the step wrote as changed in place, as torch's own optimizers do: a
+    backward that saved one of them before the step then raises instead of using it."""
+    tracked = [t for t in batch.written if not t.is_inference()]
+    if tracked:
+        torch.autograd.graph.increment_version(tracked)
 
 
 _Span = tuple[int, int, int, str]  # start, end, order of appearance, name
@@ -117,6 +147,9 @@ def _batch(
     states: dict[str, Sequence[torch.Tensor]],
     param_copies: Sequence[torch.Tensor | None] | None,
 ) -> _Batch:
+    # Taken once: the lists may change under us (another thread), the tuples do not.
+    params, grads = tuple(params), tuple(grads)
+    states = {name: tuple(tensors) for name, tensors in states.items()}
     count = len(params)
     if len(grads) != count:
         raise ValueError(f"grads has {len(grads)} entries, expected one per parameter ({count})")
@@ -127,7 +160,7 @@ def _batch(
     if len(copies) != count:
         raise ValueError(f"param_copies has {len(copies)} entries, expected {count}")
     codes = _codes()
-    batch = _Batch([], [], [[] for _ in states], [], [], [], [], [], [])
+    batch = _Batch([], [], [[] for _ in states], [], [], [], [], [], [], [], [])
     spans: list[_Span] = []  # every buffer of the call, to reject aliasing
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
         param = _dense_cpu(param, f"params[{i}]")
@@ -163,6 +196,7 @@ def _batch(
                 )
             _add_span(spans, state, f"{name}[{i}]")
             batch.states[slot].append(state.data_ptr())
+            batch.written.append(state)
         if copy is not None:
             copy = _dense_cpu(copy, f"param_copies[{i}]")
             if copy.dtype not in _COPY_DTYPES:
@@ -174,6 +208,10 @@ def _batch(
                     f"param_copies[{i}] has {copy.numel()} elements, params[{i}] {param.numel()}"
                 )
             _add_span(spans, copy, f"param_copies[{i}]")
+        batch.held.extend((param, grad))
+        batch.written.append(param)
+        if copy is not None:
+            batch.written.append(copy)
         batch.params.append(param.data_ptr())
         batch.grads.append(grad.data_ptr())
         batch.copies.append(copy.data_ptr() if copy is not None else 0)
@@ -237,6 +275,7 @@ def adam_step(
         weight_decay=check_non_negative(weight_decay, "weight_decay"), decoupled=bool(adamw),
         bias_correction=bool(bias_correction), state_dtypes=batch.state_dtypes,
     )  # fmt: skip
+    _bump_versions(batch)
 
 
 def adagrad_step(
@@ -269,6 +308,7 @@ def adagrad_step(
         eps=check_eps(eps), weight_decay=check_non_negative(weight_decay, "weight_decay"),
         state_dtypes=batch.state_dtypes,
     )  # fmt: skip
+    _bump_versions(batch)
 
 
 def lion_step(
@@ -298,3 +338,4 @@ def lion_step(
         beta2=beta2, weight_decay=check_non_negative(weight_decay, "weight_decay"),
         state_dtypes=batch.state_dtypes,
     )  # fmt: skip
+    _bump_versions(batch)

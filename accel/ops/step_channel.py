@@ -10,8 +10,11 @@ runs the previous one. A failure in the worker is raised by the driver's next
 
 DeepSpeed's ZenFlow drives its Adam process through one
 (:mod:`accel.integrations.deepspeed.zenflow`). Every argument is checked here, and the
-address again in C++ (readable, aligned, prepared by :func:`init`), so a wrong one is a
-``ValueError``, not a crash.
+address again in C++ (readable, aligned, prepared by :func:`init`), so an address that is
+not a channel is a ``ValueError``, not a crash. What an address cannot tell is the size
+of the buffer behind it: :func:`init` writes :func:`channel_bytes` bytes there, and a
+smaller buffer (DeepSpeed's ZenFlow sizes its own with :func:`channel_bytes`) has what
+follows it overwritten.
 """
 
 from __future__ import annotations

@@ -71,6 +71,53 @@ def test_bad_input_is_rejected_with_a_clear_message(
         _adam(**overrides)
 
 
+def _shrunk(numel: int, start: int = 0, keep: int = 0) -> torch.Tensor:
+    tensor = torch.zeros(numel + start)[start:]
+    tensor.untyped_storage().resize_(keep)  # as FSDP and ZeRO-3 free a parameter's memory
+    return tensor
+
+
+def _inference() -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.zeros(4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # The kernels wrote through data_ptr(): at address 8, or past a 16-byte allocation.
+        ({"params": [_shrunk(4, start=2)]}, r"params\[0\] reaches byte 24 of its storage, which holds 0"),
+        ({"grads": [_shrunk(4, keep=4)]}, r"grads\[0\] reaches byte 16 of its storage, which holds 4"),
+        # A negative view's memory holds the values before negation: the step went the wrong way.
+        ({"grads": [torch.ones(4)._neg_view()]}, r"grads\[0\] is a lazy negative or conjugate view"),
+        ({"params": [_inference()]}, r"params\[0\] is an inference tensor"),
+    ],
+)  # fmt: skip
+def test_tensors_the_step_must_not_touch_are_rejected(
+    overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        _adam(**overrides)
+
+
+def test_a_step_marks_what_it_wrote_as_changed_in_place() -> None:
+    # As torch's optimizers do: a backward that saved a parameter before the step raises
+    # instead of computing with the updated values.
+    param = torch.nn.Parameter(torch.ones(4))
+    loss = (param * param).sum()  # saves param
+    param.grad = torch.ones(4)
+    before = param._version
+    states = [torch.zeros(4), torch.zeros(4)]
+    versions = [t._version for t in states]
+    _adam(
+        params=[param.detach()], grads=[param.grad], exp_avgs=[states[0]], exp_avg_sqs=[states[1]]
+    )
+    assert param._version > before
+    assert [t._version for t in states] > versions
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_aliased_tensors_are_rejected() -> None:
     shared = torch.zeros(8)
     with pytest.raises(ValueError, match=r"params\[0\] and exp_avgs\[0\] overlap in memory"):
