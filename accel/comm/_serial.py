@@ -50,13 +50,8 @@ class SerialWorker:
     def run_queued(self) -> None:
         """On the worker: run every call queued so far, in order, before returning."""
         assert self.running_here(), "run_queued is for the worker thread"
-        while True:
-            with self._changed:
-                if not self._calls:
-                    return
-                call, future = self._calls.popleft()
-            _run(call, future)
-            del call, future  # as in _loop
+        while self._run_next(wait=False):
+            pass
 
     def shutdown(self) -> None:
         """Run what is queued, then stop the thread (idempotent; not from the worker)."""
@@ -68,25 +63,31 @@ class SerialWorker:
             thread.join()
 
     def _loop(self) -> None:
-        while True:
-            with self._changed:
-                while not self._calls and not self._closed:
-                    self._changed.wait()
-                if not self._calls:
-                    return
-                call, future = self._calls.popleft()
-            _run(call, future)
-            # Not kept until the next call: a call's closure holds its tensors (a pooled
-            # bucket's block goes back to the pool only when they go).
-            del call, future
+        while self._run_next(wait=True):
+            pass
 
-
-def _run(call: Callable[[], None], future: Future[None]) -> None:
-    if not future.set_running_or_notify_cancel():
-        return
-    try:
-        call()
-    except BaseException as error:  # the call's outcome: its future says it
-        future.set_exception(error)
-    else:
-        future.set_result(None)
+    def _run_next(self, wait: bool) -> bool:
+        """Run the next queued call (waiting for one if ``wait``); False when none is left
+        (the worker was shut down, or nothing is queued and ``wait`` is False)."""
+        with self._changed:
+            while wait and not self._calls and not self._closed:
+                self._changed.wait()
+            if not self._calls:
+                return False
+            call, future = self._calls.popleft()
+        if not future.set_running_or_notify_cancel():
+            return True
+        failure: BaseException | None = None
+        try:
+            call()
+        except BaseException as error:  # the call's outcome: its future says it
+            failure = error
+        # Dropped before its future ends: a call's closure holds its tensors (a pooled
+        # bucket's block goes back to the pool only when they go), so whoever waits for
+        # the future finds them let go.
+        del call
+        if failure is not None:
+            future.set_exception(failure)
+        else:
+            future.set_result(None)
+        return True

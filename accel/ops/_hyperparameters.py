@@ -11,8 +11,10 @@ from typing import cast
 
 from typing_extensions import TypeIs
 
-# The kernels compute in float32: a hyper-parameter beyond its range would become inf.
+# The kernels compute in float32: a hyper-parameter beyond its range would become inf,
+# and an epsilon below its smallest (subnormal) value 0, dividing by zero.
 FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.401298464324817e-45
 
 
 def _is_number(value: object) -> TypeIs[int | float]:
@@ -36,10 +38,11 @@ def check_betas(betas: object) -> tuple[float, float]:
 
 
 def check_eps(eps: object) -> float:
-    """An epsilon above 0 and at most float32's largest value."""
-    if not _is_number(eps) or not 0 < eps <= FLOAT32_MAX:
+    """An epsilon from float32's smallest positive value to its largest."""
+    if not _is_number(eps) or not FLOAT32_TINY <= eps <= FLOAT32_MAX:
         raise ValueError(
-            f"eps must be a finite number > 0 (at most {FLOAT32_MAX:.4g}), got {eps!r}"
+            f"eps must be a finite number > 0 that float32 holds ({FLOAT32_TINY:.4g} to "
+            f"{FLOAT32_MAX:.4g}), got {eps!r}"
         )
     return float(eps)
 

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Sequence
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 
@@ -227,9 +228,23 @@ def _batch(
 def _steps(steps: Sequence[int], count: int) -> list[int]:
     if len(steps) != count:
         raise ValueError(f"steps has {len(steps)} entries, expected {count}")
-    checked = [int(s) for s in steps]
-    if any(s < 1 for s in checked):
-        raise ValueError(f"steps must all be >= 1 (the step being taken), got {checked}")
+    checked: list[int] = []
+    for index, step in enumerate(cast("Sequence[object]", steps)):  # callers pass anything
+        # An integer, a whole float or a 0-d tensor holding one (torch.optim's step
+        # states); truncating 2.5 would take another step's bias correction.
+        value = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value != int(value)
+        ):
+            raise ValueError(f"steps[{index}] must be a whole number >= 1, got {step!r}")
+        if not 1 <= value < 2**63:
+            raise ValueError(
+                f"steps[{index}] must be >= 1 (the step being taken) and below 2**63, got {step!r}"
+            )
+        checked.append(int(value))
     return checked
 
 

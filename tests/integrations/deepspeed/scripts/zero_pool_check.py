@@ -193,7 +193,9 @@ def main() -> None:
     facts["mixed_switch_same_bits"] = bits(mixed) == bits(plain)
     del plain, mixed, reduced, converted
 
-    # The blocks go back to the pool once the callers drop the results.
+    # The blocks go back to the pool once the callers drop the results (and the group's
+    # worker its last reduction: a collective after it waits for that).
+    dist.barrier(group=accel_group)
     gc.collect()
     taken = shm.communicator.pool_bytes - shm.communicator.pool_free_bytes
     facts["pool_back"] = taken
