@@ -1,11 +1,13 @@
 """Range checks of optimizer hyper-parameters, shared by every optimizer front end.
 
 Each returns the value as a ``float`` or raises ``ValueError`` naming the argument, its
-value and the range expected. ``int`` and ``float`` are accepted, ``bool`` is not.
+value and the range expected. Real numbers are accepted (``int``, ``float``, NumPy's
+scalars), ``bool`` is not.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import cast
 
@@ -18,7 +20,8 @@ FLOAT32_TINY = 1.401298464324817e-45
 
 
 def _is_number(value: object) -> TypeIs[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # numbers.Real takes NumPy's scalars too (np.float32(0.9) is a fine beta).
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
 
 
 def check_beta(value: object, name: str) -> float:

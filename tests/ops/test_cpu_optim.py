@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -121,6 +122,10 @@ def test_a_step_marks_what_it_wrote_as_changed_in_place() -> None:
     assert [t._version for t in states] > versions
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_numpy_scalars_are_numbers() -> None:
+    _adam(betas=(np.float32(0.9), np.float64(0.99)), lr=np.float32(0.1), eps=np.float32(1e-8))
 
 
 def test_aliased_tensors_are_rejected() -> None:
