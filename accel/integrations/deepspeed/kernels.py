@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, SupportsIndex
 
 import torch
 from typing_extensions import override
@@ -69,12 +70,12 @@ class _Registry:
 
     def create(self, optimizer_id: int, created: _Created) -> int:
         with self._lock:
-            self._created[int(optimizer_id)] = created
+            self._created[_checked_id(optimizer_id)] = created
         return _SUCCESS
 
     def get(self, optimizer_id: int) -> _Created:
         try:
-            return self._created[int(optimizer_id)]
+            return self._created[_checked_id(optimizer_id)]
         except KeyError:
             raise KeyError(
                 f"no {self._kind} optimizer with id {optimizer_id!r}: call create_{self._kind}"
@@ -83,8 +84,18 @@ class _Registry:
 
     def destroy(self, optimizer_id: int) -> int:
         with self._lock:
-            self._created.pop(int(optimizer_id), None)
+            self._created.pop(_checked_id(optimizer_id), None)
         return _SUCCESS
+
+
+def _checked_id(optimizer_id: object) -> int:
+    """An optimizer id as DeepSpeed's C++ binding takes it: an integer (NumPy's too), not
+    a string, float or bool (``int()`` made ``"1"`` and ``1.7`` id 1)."""
+    if not isinstance(optimizer_id, bool) and isinstance(optimizer_id, SupportsIndex):
+        return operator.index(optimizer_id)
+    raise TypeError(
+        f"optimizer_id must be an int, got {type(optimizer_id).__name__} {optimizer_id!r}"
+    )
 
 
 Update = Callable[[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]], None]

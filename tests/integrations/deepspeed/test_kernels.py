@@ -7,6 +7,7 @@ import math
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -267,6 +268,11 @@ def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
         ops.adam_update(1, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)
     with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
         kernels.CPULionKernels().create_lion(1, -1.0, 0.9, 0.99, 0.0, False)
+    ops.create_adam(2, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, False)
+    for wrong in ("2", 2.0, 2.7, True):  # int() made each of them an id
+        with pytest.raises(TypeError, match="optimizer_id must be an int, got"):
+            ops.adam_update(wrong, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)  # type: ignore[arg-type]
+    ops.adam_update(np.int64(2), 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)  # type: ignore[arg-type]
 
 
 def test_shm_comm_module_checks_its_arguments() -> None:
