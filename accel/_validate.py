@@ -103,6 +103,32 @@ def check_tensor(value: object, argument: str = "tensor") -> torch.Tensor:
     return value
 
 
+def check_int(value: object, argument: str) -> int:
+    """An integer (``__index__``: NumPy's too), not a bool, float or string."""
+    return _as_int(value, argument, "an int")
+
+
+def check_memory_holds_values(tensor: torch.Tensor, argument: str) -> None:
+    """For native code that reads or writes ``tensor`` by address: its memory must hold
+    its values and be its own. A lazy negative or conjugate view's memory holds the values
+    before the negation; a tensor past its storage's end (the storage shrunk, as FSDP and
+    ZeRO-3 free parameters, or left smaller by a refused resize) reaches someone else's
+    bytes. ``ValueError`` naming ``argument`` otherwise."""
+    if tensor.is_neg() or tensor.is_conj():
+        raise ValueError(
+            f"{argument} is a lazy negative or conjugate view whose memory does not hold its "
+            "values; call .resolve_neg().resolve_conj() first"
+        )
+    extent = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    held = tensor.untyped_storage().nbytes()
+    if tensor.numel() and extent > held:
+        raise ValueError(
+            f"{argument} reaches byte {extent} of its storage, which holds {held} bytes (the "
+            "storage was shrunk, as FSDP and ZeRO-3 free parameters, or a refused resize "
+            "left the shape larger); give it its memory back first"
+        )
+
+
 def check_index_list(values: object, argument: str) -> list[int]:
     """A sequence of distinct non-negative ``int`` device ids."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):

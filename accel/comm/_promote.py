@@ -17,7 +17,7 @@ moves only when it is provably the reducer's own:
   entry point (a comm hook, or any direct call, is a different frame and is never moved);
 - a ``DistributedDataParallel`` on this group is known: the group records each one while
   it is constructed (``_ddp_init_helper`` asks the group's backend name, with or without
-  ``init_sync``; the parameter-shape check calls its ``allgather``);
+  ``init_sync``);
 - the storage is whole, contiguous and ordinary: torch's allocator made it (``resizable``:
   not ``from_numpy``/``frombuffer``/``from_blob``/``from_file``, not a storage accel.io is
   reading into, not already in a pool), not shared (``share_memory_``), not pinned;
@@ -33,8 +33,8 @@ moves only when it is provably the reducer's own:
   but holds the ``.grad`` itself, so each ``.grad``'s own use count must be the
   reducer's too. One more anywhere, and the bucket stays where it is. The parameters are
   counted from their ``.grad`` views, so those must cover the whole bucket; while some
-  are unset (parameters unused this step), or when the group has both kinds of model and
-  none is set, nothing is known yet and the bucket is looked at again at its next sight
+  are unset (parameters unused this step), or none is set and a bucket-view model on the
+  group may own it, nothing is known yet and the bucket is looked at again at its next sight
   (up to ``DEFERRALS`` times).
 """
 

@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 from typing_extensions import override
 
+from accel._validate import check_memory_holds_values
 from accel.io import _lifetime
 
 ALIGNMENT = 4096
@@ -138,23 +139,7 @@ def _check_tensor(tensor: object) -> torch.Tensor:
         )
     if tensor.layout != torch.strided or not tensor.is_contiguous():
         raise ValueError("tensor must be dense and contiguous (call .contiguous() first)")
-    if tensor.is_conj() or tensor.is_neg():
-        # Lazy views: the memory holds the values before the conjugation or negation.
-        raise ValueError(
-            "tensor is a lazy conjugate or negative view whose memory does not hold its "
-            "values; call .resolve_conj().resolve_neg() first"
-        )
-    extent = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
-    held = tensor.untyped_storage().nbytes()
-    if tensor.numel() and extent > held:
-        # Its storage was shrunk under it (resize_ on the storage, as FSDP and ZeRO-3 free
-        # parameters) or a resize was refused after the shape changed: the bytes past the
-        # storage's end belong to someone else.
-        raise ValueError(
-            f"tensor reaches byte {extent} of its storage, which holds {held} bytes (the "
-            "storage was shrunk, or a refused resize left the shape larger); make it whole "
-            "again first"
-        )
+    check_memory_holds_values(tensor, "tensor")
     return tensor
 
 

@@ -39,6 +39,7 @@ from typing import NamedTuple, cast
 
 import torch
 
+from accel._validate import check_memory_holds_values
 from accel.ops._dtypes import dtype_codes, dtype_list
 from accel.ops._hyperparameters import check_betas, check_eps, check_non_negative
 
@@ -78,8 +79,8 @@ class _Batch(NamedTuple):
     state_dtypes: list[int]
     # The tensors themselves, for as long as the call runs (the kernels hold addresses
     # only, without the GIL: another thread emptying the caller's lists must not free
-    # them), and those the step writes, whose version counters it bumps.
-    held: list[torch.Tensor]
+    # them): those the step only reads, and those it writes, whose versions it bumps.
+    read: list[torch.Tensor]
     written: list[torch.Tensor]
 
 
@@ -92,18 +93,7 @@ def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
         raise ValueError(f"{what} must be on the CPU, got {tensor.device}")
     if not tensor.is_contiguous():
         raise ValueError(f"{what} must be contiguous (call .contiguous())")
-    if tensor.is_neg() or tensor.is_conj():
-        raise ValueError(
-            f"{what} is a lazy negative or conjugate view whose memory does not hold its "
-            "values; call .resolve_neg().resolve_conj() first"
-        )
-    extent = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
-    if tensor.numel() and extent > tensor.untyped_storage().nbytes():
-        raise ValueError(
-            f"{what} reaches byte {extent} of its storage, which holds "
-            f"{tensor.untyped_storage().nbytes()} (the storage was shrunk, as FSDP and ZeRO-3 "
-            "free parameters); give it its memory back first"
-        )
+    check_memory_holds_values(tensor, what)
     if tensor.is_inference() and not torch.is_inference_mode_enabled():
         raise ValueError(
             f"{what} is an inference tensor: torch refuses to update it in place outside "
@@ -115,9 +105,11 @@ def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
 def _bump_versions(batch: _Batch) -> None:
     """Mark what the step wrote as changed in place, as torch's own optimizers do: a
     backward that saved one of them before the step then raises instead of using it."""
-    tracked = [t for t in batch.written if not t.is_inference()]
-    if tracked:
-        torch.autograd.graph.increment_version(tracked)
+    written = batch.written
+    if torch.is_inference_mode_enabled():  # its tensors keep no version counter
+        written = [t for t in written if not t.is_inference()]
+    if written:
+        torch.autograd.graph.increment_version(written)
 
 
 _Span = tuple[int, int, int, str]  # start, end, order of appearance, name
@@ -209,7 +201,7 @@ def _batch(
                     f"param_copies[{i}] has {copy.numel()} elements, params[{i}] {param.numel()}"
                 )
             _add_span(spans, copy, f"param_copies[{i}]")
-        batch.held.extend((param, grad))
+        batch.read.append(grad)
         batch.written.append(param)
         if copy is not None:
             batch.written.append(copy)

@@ -34,15 +34,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, SupportsIndex
+from typing import Any, ClassVar
 
 import torch
 from typing_extensions import override
 
+from accel._validate import check_int
 from accel.integrations.deepspeed.zenflow import ZenFlowAdamFunctions
 from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
@@ -89,13 +89,9 @@ class _Registry:
 
 
 def _checked_id(optimizer_id: object) -> int:
-    """An optimizer id as DeepSpeed's C++ binding takes it: an integer (NumPy's too), not
-    a string, float or bool (``int()`` made ``"1"`` and ``1.7`` id 1)."""
-    if not isinstance(optimizer_id, bool) and isinstance(optimizer_id, SupportsIndex):
-        return operator.index(optimizer_id)
-    raise TypeError(
-        f"optimizer_id must be an int, got {type(optimizer_id).__name__} {optimizer_id!r}"
-    )
+    """An optimizer id as DeepSpeed's C++ binding takes it: an integer (``int()`` made
+    ``"1"`` and ``1.7`` id 1)."""
+    return check_int(optimizer_id, "optimizer_id")
 
 
 Update = Callable[[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]], None]
