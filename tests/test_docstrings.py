@@ -52,7 +52,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 # acts on; accel.comm: the group and the timeout; accel.ops.cpu_optim: the tensors and
 # steps of a step; accel.testing.checks: the backend): they
 # need no Args entry, and an entry that only restates one is a copy.
-# (parameter, annotation) -> (the module or folder it holds in, or None for all; its
+# (parameter, annotation) -> (the modules or folders it holds in, or None for all; its
 # restatement)
 _CONVENTIONS = {
     ("device_index", "int | None"): (
@@ -78,18 +78,25 @@ _CONVENTIONS = {
     ("grads", "Sequence[torch.Tensor | None]"): ("accel/ops/cpu_optim.py", ""),
     ("steps", "Sequence[int]"): ("accel/ops/cpu_optim.py", ""),
     ("param_copies", "Sequence[torch.Tensor | None] | None"): ("accel/ops/cpu_optim.py", ""),
-    # accel.testing.checks: the backend instance every check takes.
+    # accel.testing.checks: the backend instance every check takes; accel.protocols'
+    # supports_* helpers: the accelerator they test.
     ("acc", "Accelerator"): (
-        "accel/testing/checks/",
+        ("accel/testing/checks/", "accel/protocols/accelerator.py"),
         "acc: The backend instance to check.",
     ),
+    ("acc", "CoreAccelerator"): ("accel/protocols/accelerator.py", ""),
 }
 
 
-def _in_scope(scope: str | None, module: str) -> bool:
-    """Whether a convention held in ``scope`` (a module, a folder ending in ``/``, or
-    ``None`` for all) holds in ``module``."""
-    return scope is None or module == scope or (scope.endswith("/") and module.startswith(scope))
+def _in_scope(scope: str | tuple[str, ...] | None, module: str) -> bool:
+    """Whether a convention held in ``scope`` (a module, a folder ending in ``/``, several
+    of them, or ``None`` for all) holds in ``module``."""
+    if scope is None:
+        return True
+    return any(
+        module == place or (place.endswith("/") and module.startswith(place))
+        for place in ((scope,) if isinstance(scope, str) else scope)
+    )
 
 
 def _public_modules() -> list[pathlib.Path]:

@@ -18,7 +18,7 @@ from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_index, check_optional_index
 from accel.backends.base import Availability
-from accel.backends.torch_device import TorchDeviceCommon
+from accel.backends.torch_device import TorchDeviceCommon, probe_device_module
 from accel.mixins import (
     DeviceNamingMixin,
     GeneratorRNGMixin,
@@ -112,13 +112,4 @@ class MPSAccelerator(
     @classmethod
     def probe(cls) -> Availability:
         """Available when ``torch.mps`` has what the backend calls and sees the GPU."""
-        try:
-            module = device_module(cls.device_type)
-        except (RuntimeError, AttributeError) as error:
-            return Availability(False, f"torch has no {cls.device_type} device module: {error}")
-        missing = [f for f in MPS_MODULE_FUNCTIONS if not callable(getattr(module, f, None))]
-        if missing:
-            return Availability(False, f"torch.{cls.device_type} lacks {', '.join(missing)}")
-        if not module.is_available():
-            return Availability(False, f"torch.{cls.device_type}.is_available() is False")
-        return Availability(True, f"{module.device_count()} device(s)")
+        return probe_device_module(cls.device_type, MPS_MODULE_FUNCTIONS)

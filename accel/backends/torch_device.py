@@ -66,6 +66,29 @@ def has_streams(device_type: str) -> bool:
     return all(callable(getattr(module, member, None)) for member in STREAM_MODULE_MEMBERS)
 
 
+def probe_device_module(device_type: str, functions: tuple[str, ...]) -> Availability:
+    """Whether ``torch.<device_type>`` exists, has each of ``functions`` and sees a device.
+
+    Args:
+        device_type: The torch device type, e.g. ``"xpu"``.
+        functions: What the backend calls on the device module.
+
+    Returns:
+        Available with the device count, or not, with what is missing: the module, the
+        functions, or an available device.
+    """
+    try:
+        module = device_module(device_type)
+    except (RuntimeError, AttributeError) as error:
+        return Availability(False, f"torch has no {device_type} device module: {error}")
+    missing = [f for f in functions if not callable(getattr(module, f, None))]
+    if missing:
+        return Availability(False, f"torch.{device_type} lacks {', '.join(missing)}")
+    if not module.is_available():
+        return Availability(False, f"torch.{device_type}.is_available() is False")
+    return Availability(True, f"{module.device_count()} device(s)")
+
+
 class TorchDeviceCommon(
     TorchDTypeMixin,
     DTypeListMixin,
@@ -114,17 +137,7 @@ class TorchDeviceBackend(
                 importlib.import_module(module_name)
             except ImportError as error:
                 return Availability(False, f"{module_name} does not import: {error}")
-        device_type = cls.resolve_device_type()
-        try:
-            module = device_module(device_type)
-        except (RuntimeError, AttributeError) as error:
-            return Availability(False, f"torch has no {device_type} device module: {error}")
-        missing = [f for f in CORE_MODULE_FUNCTIONS if not callable(getattr(module, f, None))]
-        if missing:
-            return Availability(False, f"torch.{device_type} lacks {', '.join(missing)}")
-        if not module.is_available():
-            return Availability(False, f"torch.{device_type}.is_available() is False")
-        return Availability(True, f"{module.device_count()} device(s)")
+        return probe_device_module(cls.resolve_device_type(), CORE_MODULE_FUNCTIONS)
 
 
 class DiscoveredTorchDevice(TorchDeviceBackend):

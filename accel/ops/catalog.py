@@ -9,7 +9,9 @@ deepspeed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from accel.ops.requirements import POSIX, Imports, Installed, OSFunctions, Requirement
 
@@ -185,3 +187,27 @@ def deepspeed_builders(device_type: str) -> tuple[str, ...]:
         stand in for a DeepSpeed builder (``deepspeed``).
     """
     return tuple(op.builder for op in served_on(device_type) if op.deepspeed is not None)
+
+
+_Builder = TypeVar("_Builder")
+
+
+def builder_attribute(module: str, builders: Mapping[str, _Builder], name: str) -> _Builder:
+    """The ``__getattr__`` (PEP 562) of a module whose builder classes are made from the
+    catalog, and so are not its globals.
+
+    Args:
+        module: The module's ``__name__``, for the error.
+        builders: Its builder classes by name.
+        name: The attribute asked for.
+
+    Returns:
+        ``builders[name]``.
+
+    Raises:
+        AttributeError: No builder of that name, as for any missing attribute.
+    """
+    builder = builders.get(name)
+    if builder is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    return builder

@@ -20,7 +20,7 @@ import logging
 from types import ModuleType
 from typing import ClassVar
 
-from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, prebuilt_op, served_on
+from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, builder_attribute, prebuilt_op, served_on
 from accel.protocols._contract import implements
 from accel.protocols.op_builder import OpBuilder
 
@@ -144,11 +144,7 @@ HOST_OP_BUILDERS = op_builders_for("host")
 
 
 def __getattr__(name: str) -> type[PrebuiltOpBuilder]:
-    # The builders are made from the catalog, so they are found here, not as module globals.
-    builder = _BUILDERS.get(name)
-    if builder is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return builder
+    return builder_attribute(__name__, _BUILDERS, name)
 
 
 def __dir__() -> list[str]:

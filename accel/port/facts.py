@@ -197,22 +197,13 @@ class _Collector(ast.NodeVisitor):
         self._bind(node.name)
         self._enter(node.name, "class", node, None)
 
-    @override
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+    def _visit_capture(self, node: ast.ExceptHandler | ast.MatchAs | ast.MatchStar) -> None:
+        """``except E as name``, ``case P as name``, ``case [*name]``: ``name`` is bound."""
         if node.name is not None:
             self._bind(node.name)
         self.generic_visit(node)
 
-    @override
-    def visit_MatchAs(self, node: ast.MatchAs) -> None:
-        if node.name is not None:
-            self._bind(node.name)
-        self.generic_visit(node)
-
-    @override
-    def visit_MatchStar(self, node: ast.MatchStar) -> None:
-        if node.name is not None:
-            self._bind(node.name)
+    visit_ExceptHandler = visit_MatchAs = visit_MatchStar = _visit_capture
 
     @override
     def visit_MatchMapping(self, node: ast.MatchMapping) -> None:

@@ -5,7 +5,9 @@ keeps no peak memory statistics (Apple's MPS) satisfies :class:`Accelerator`, wh
 :class:`MemoryStatsAPI`. Streams, graphs, profiler ranges, native op builders, and every
 member added after the first release are optional: test for them with
 ``isinstance(acc, GraphAPI)`` or with the ``supports_*`` helpers below, both of which
-narrow the static type.
+narrow the static type. Each helper takes any accelerator ``acc`` and returns
+``isinstance(acc, <protocol>)``, narrowing ``acc`` to the intersection its ``TypeIs``
+names.
 
 The members of :class:`Accelerator` are a contract with backend authors: they never
 change in a way that turns a working backend into a non-backend (see "Protocol
@@ -156,60 +158,25 @@ def missing_members(obj: object, protocol: type = Accelerator) -> list[str]:
 
 
 def supports_memory_stats(acc: CoreAccelerator) -> TypeIs[Accelerator]:
-    """Whether ``acc`` keeps peak memory statistics; narrows ``acc`` to :class:`Accelerator`.
-
-    Args:
-        acc: Any accelerator.
-
-    Returns:
-        ``isinstance(acc, MemoryStatsAPI)``.
-    """
+    """Whether ``acc`` keeps peak memory statistics: ``isinstance(acc, MemoryStatsAPI)``."""
     return isinstance(acc, MemoryStatsAPI)
 
 
 def supports_streams(acc: Accelerator) -> TypeIs[StreamAccelerator]:
-    """Whether ``acc`` has streams and events; narrows ``acc`` to :class:`StreamAccelerator`.
-
-    Args:
-        acc: Any accelerator.
-
-    Returns:
-        ``isinstance(acc, StreamAPI)``.
-    """
+    """Whether ``acc`` has streams and events: ``isinstance(acc, StreamAPI)``."""
     return isinstance(acc, StreamAPI)
 
 
 def supports_graphs(acc: Accelerator) -> TypeIs[GraphAccelerator]:
-    """Whether ``acc`` captures graphs; narrows ``acc`` to :class:`GraphAccelerator`.
-
-    Args:
-        acc: Any accelerator.
-
-    Returns:
-        ``isinstance(acc, GraphAPI)``.
-    """
+    """Whether ``acc`` captures graphs: ``isinstance(acc, GraphAPI)``."""
     return isinstance(acc, GraphAPI)
 
 
 def supports_profiler(acc: Accelerator) -> TypeIs[ProfilerAccelerator]:
-    """Whether ``acc`` has profiler ranges; narrows ``acc`` to :class:`ProfilerAccelerator`.
-
-    Args:
-        acc: Any accelerator.
-
-    Returns:
-        ``isinstance(acc, ProfilerAPI)``.
-    """
+    """Whether ``acc`` has profiler ranges: ``isinstance(acc, ProfilerAPI)``."""
     return isinstance(acc, ProfilerAPI)
 
 
 def supports_op_builders(acc: Accelerator) -> TypeIs[OpBuilderAccelerator]:
-    """Whether ``acc`` ships op builders; narrows ``acc`` to :class:`OpBuilderAccelerator`.
-
-    Args:
-        acc: Any accelerator.
-
-    Returns:
-        ``isinstance(acc, OpBuilderAPI)``.
-    """
+    """Whether ``acc`` ships op builders: ``isinstance(acc, OpBuilderAPI)``."""
     return isinstance(acc, OpBuilderAPI)

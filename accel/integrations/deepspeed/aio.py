@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from typing import Literal
 
 import torch
 
@@ -103,18 +104,26 @@ class aio_handle:
         self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
     ) -> int:
         """Synchronous read of ``buffer.nbytes`` bytes at ``file_offset``; returns 0."""
-        self._engine.read(buffer, filename, file_offset).result()
-        if validate:
-            _validate(buffer, filename, file_offset, "read")
-        return 0
+        return self._synchronous("read", buffer, filename, validate, file_offset)
 
     def write(
         self, buffer: torch.Tensor, filename: str, validate: bool, file_offset: int = 0
     ) -> int:
         """Synchronous write of the whole buffer at ``file_offset``; returns 0."""
-        self._engine.write(buffer, filename, file_offset).result()
+        return self._synchronous("write", buffer, filename, validate, file_offset)
+
+    def _synchronous(
+        self,
+        direction: Literal["read", "write"],
+        buffer: torch.Tensor,
+        filename: str,
+        validate: bool,
+        file_offset: int,
+    ) -> int:
+        submit = self._engine.read if direction == "read" else self._engine.write
+        submit(buffer, filename, file_offset).result()
         if validate:
-            _validate(buffer, filename, file_offset, "write")
+            _validate(buffer, filename, file_offset, direction)
         return 0
 
     def pread(

@@ -19,7 +19,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accel.ops.catalog import PREBUILT_OPS, DeepSpeedOp, PrebuiltOp, deepspeed_builders
+from accel.ops.catalog import (
+    PREBUILT_OPS,
+    DeepSpeedOp,
+    PrebuiltOp,
+    builder_attribute,
+    deepspeed_builders,
+)
 from accel.ops.prebuilt import prebuilt_builder
 
 if TYPE_CHECKING:
@@ -242,11 +248,7 @@ def accel_builder(device_type: str, class_name: str) -> type[AccelOpBuilder] | N
 
 
 def __getattr__(name: str) -> type[AccelOpBuilder]:
-    # The builders are made from the catalog, so they are found here, not as module globals.
-    builder = _ALL.get(name)
-    if builder is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return builder
+    return builder_attribute(__name__, _ALL, name)
 
 
 def __dir__() -> list[str]:
