@@ -7,6 +7,7 @@ and what it expected, so that a bad input is never silently coerced or ignored.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import os
 from collections.abc import Iterable, Sequence
@@ -119,7 +120,7 @@ def check_memory_holds_values(tensor: torch.Tensor, argument: str) -> None:
             f"{argument} is a lazy negative or conjugate view whose memory does not hold its "
             "values; call .resolve_neg().resolve_conj() first"
         )
-    extent = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    extent = tensor.storage_offset() * tensor.element_size() + memory_extent(tensor)
     held = tensor.untyped_storage().nbytes()
     if tensor.numel() and extent > held:
         raise ValueError(
@@ -127,6 +128,57 @@ def check_memory_holds_values(tensor: torch.Tensor, argument: str) -> None:
             "storage was shrunk, as FSDP and ZeRO-3 free parameters, or a refused resize "
             "left the shape larger); give it its memory back first"
         )
+
+
+def memory_extent(tensor: torch.Tensor) -> int:
+    """Bytes from ``tensor``'s first element to the end of its last, in memory (torch's
+    strides are never negative); 0 for an empty tensor."""
+    if tensor.numel() == 0:
+        return 0
+    if tensor.is_contiguous():
+        return tensor.numel() * tensor.element_size()
+    last = sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
+    return (last + 1) * tensor.element_size()
+
+
+def check_no_self_overlap(tensor: torch.Tensor, argument: str) -> None:
+    """For a tensor written element by element (by native code, or by a copy into it): no
+    two of its elements share memory, as an ``expand``ed view's do. ``ValueError`` naming
+    ``argument`` otherwise. (With its dimensions ordered by stride, each stride must pass
+    everything the smaller ones reach: a layout that interleaves them in another way is
+    refused too.)"""
+    reach = 0  # the farthest offset, in elements, the smaller strides reach
+    for stride, size in sorted(
+        (st, sz) for sz, st in zip(tensor.shape, tensor.stride(), strict=True) if sz > 1
+    ):
+        if stride <= reach:
+            raise ValueError(
+                f"{argument} has elements that share memory (shape {tuple(tensor.shape)}, "
+                f"strides {tuple(tensor.stride())}, an expanded view say); give it memory of "
+                "its own, e.g. with .clone()"
+            )
+        reach += (size - 1) * stride
+
+
+def check_disjoint(tensors: Iterable[tuple[torch.Tensor, str]]) -> None:
+    """For native code that updates tensors in place in parallel: no two of ``tensors``
+    (each with its argument's name) share a byte of memory, as far as their extents
+    (:func:`memory_extent`) tell: two views that interleave are refused as well.
+    ``ValueError`` naming the first two that do (in the order given)."""
+    spans: list[tuple[int, int, int, str]] = []  # start, end, order given, name
+    for tensor, argument in tensors:
+        if tensor.numel():
+            start = tensor.data_ptr()
+            spans.append((start, start + memory_extent(tensor), len(spans), argument))
+    spans.sort()  # O(n log n) over all
+    for (_, end, *first), (start, _, *second) in itertools.pairwise(spans):
+        if start < end:
+            names = [name for _, name in sorted((first, second))]
+            raise ValueError(
+                f"{names[0]} and {names[1]} overlap in memory; each tensor needs its own storage"
+            )
 
 
 def check_index_list(values: object, argument: str) -> list[int]:

@@ -1,15 +1,15 @@
 """Range checks of optimizer hyper-parameters, shared by every optimizer front end.
 
-Each returns the value as a ``float`` or raises ``ValueError`` naming the argument, its
-value and the range expected. Real numbers are accepted (``int``, ``float``, NumPy's
-scalars), ``bool`` is not.
+Each returns the value as a ``float`` (a switch as a ``bool``) or raises ``ValueError``
+naming the argument, its value and the range expected. Real numbers are accepted (``int``,
+``float``, NumPy's scalars), ``bool`` is not.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from typing_extensions import TypeIs
 
@@ -59,3 +59,32 @@ def check_non_negative(value: object, name: str) -> float:
             f"got {value!r}"
         )
     return float(value)
+
+
+def check_flag(value: object, name: str) -> bool:
+    """A switch: ``True``/``False``, or the integer 1 or 0 (DeepSpeed passes its
+    ``bias_correction`` as one); ``name`` is the argument's, for the error. Any other
+    value (``"no"``, ``2``, ``None``) raises rather than counting as true or false."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False (or 1 or 0), got {value!r}")
+
+
+# The range of each hyper-parameter, by the name optimizers give it.
+_RULES: dict[str, Callable[[object], Any]] = {
+    "lr": lambda value: check_non_negative(value, "lr"),
+    "lr_decay": lambda value: check_non_negative(value, "lr_decay"),
+    "weight_decay": lambda value: check_non_negative(value, "weight_decay"),
+    "initial_accumulator_value": lambda value: check_non_negative(
+        value, "initial_accumulator_value"
+    ),
+    "betas": check_betas,
+    "eps": check_eps,
+}
+
+
+def checked(**values: object) -> dict[str, Any]:
+    """The hyper-parameters given, each checked by the rule for its name, in order."""
+    return {name: _RULES[name](value) for name, value in values.items()}

@@ -31,17 +31,16 @@ step's, rounded (16-bit states are what DeepSpeed's ``fp32_optimizer_states=Fals
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import NamedTuple, cast
 
 import torch
 
-from accel._validate import check_memory_holds_values
+from accel._validate import check_disjoint, check_memory_holds_values
 from accel.ops._dtypes import dtype_codes, dtype_list
-from accel.ops._hyperparameters import check_betas, check_eps, check_non_negative
+from accel.ops._hyperparameters import check_betas, check_eps, check_flag, check_non_negative
 
 NO_COPY = -1
 _COPY_DTYPES = (torch.bfloat16, torch.float16)
@@ -70,7 +69,7 @@ class _Batch(NamedTuple):
 
     params: list[int]
     grads: list[int]
-    states: list[list[int]]
+    states: dict[str, list[int]]  # by the kernel's keyword for them
     copies: list[int]
     numels: list[int]
     param_dtypes: list[int]
@@ -82,6 +81,15 @@ class _Batch(NamedTuple):
     # them): those the step only reads, and those it writes, whose versions it bumps.
     read: list[torch.Tensor]
     written: list[torch.Tensor]
+
+    def kernel_arguments(self) -> dict[str, list[int]]:
+        """The buffers as keyword arguments of every kernel in ``_cpu_optim``."""
+        return {
+            "params": self.params, "grads": self.grads, **self.states, "copies": self.copies,
+            "numels": self.numels, "param_dtypes": self.param_dtypes,
+            "grad_dtypes": self.grad_dtypes, "copy_dtypes": self.copy_dtypes,
+            "state_dtypes": self.state_dtypes,
+        }  # fmt: skip
 
 
 def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
@@ -112,28 +120,6 @@ def _bump_versions(batch: _Batch) -> None:
         torch.autograd.graph.increment_version(written)
 
 
-_Span = tuple[int, int, int, str]  # start, end, order of appearance, name
-
-
-def _add_span(spans: list[_Span], tensor: torch.Tensor, what: str) -> None:
-    if tensor.numel() > 0:
-        start = tensor.data_ptr()
-        spans.append((start, start + tensor.numel() * tensor.element_size(), len(spans), what))
-
-
-def _require_disjoint(spans: list[_Span]) -> None:
-    # The kernels update every buffer in place in parallel and promise the compiler that
-    # no two alias (__restrict): a shared byte anywhere in the call, within a parameter or
-    # across parameters, would give nondeterministic results. Sorted: O(n log n).
-    spans.sort()
-    for (_, end, *first), (start, _, *second) in itertools.pairwise(spans):
-        if start < end:
-            names = [name for _, name in sorted((first, second))]  # in argument order
-            raise ValueError(
-                f"{names[0]} and {names[1]} overlap in memory; each tensor needs its own storage"
-            )
-
-
 def _batch(
     params: Sequence[torch.Tensor],
     grads: Sequence[torch.Tensor | None],
@@ -153,8 +139,11 @@ def _batch(
     if len(copies) != count:
         raise ValueError(f"param_copies has {len(copies)} entries, expected {count}")
     codes = _codes()
-    batch = _Batch([], [], [[] for _ in states], [], [], [], [], [], [], [], [])
-    spans: list[_Span] = []  # every buffer of the call, to reject aliasing
+    batch = _Batch([], [], {name: [] for name in states}, [], [], [], [], [], [], [], [])
+    # Every buffer of the call: the kernels update them in place in parallel and promise
+    # the compiler that none alias (__restrict), so a shared byte anywhere in the call
+    # would give nondeterministic results.
+    buffers: list[tuple[torch.Tensor, str]] = []
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
         param = _dense_cpu(param, f"params[{i}]")
         if grad is None:
@@ -168,11 +157,11 @@ def _batch(
             raise ValueError(
                 f"grads[{i}] has shape {tuple(grad.shape)}, params[{i}] {tuple(param.shape)}"
             )
-        _add_span(spans, param, f"params[{i}]")
-        _add_span(spans, grad, f"grads[{i}]")
+        buffers.append((param, f"params[{i}]"))
+        buffers.append((grad, f"grads[{i}]"))
         state_dtype: torch.dtype | None = None  # the first state's; the others must match
         first_state = ""
-        for slot, (name, tensors) in enumerate(states.items()):
+        for name, tensors in states.items():
             state = _dense_cpu(tensors[i], f"{name}[{i}]")
             if state.dtype not in codes:
                 raise TypeError(f"{name}[{i}] must be {dtype_list(codes)}, got {state.dtype}")
@@ -187,8 +176,8 @@ def _batch(
                 raise ValueError(
                     f"{name}[{i}] has {state.numel()} elements, params[{i}] {param.numel()}"
                 )
-            _add_span(spans, state, f"{name}[{i}]")
-            batch.states[slot].append(state.data_ptr())
+            buffers.append((state, f"{name}[{i}]"))
+            batch.states[name].append(state.data_ptr())
             batch.written.append(state)
         if copy is not None:
             copy = _dense_cpu(copy, f"param_copies[{i}]")
@@ -200,7 +189,7 @@ def _batch(
                 raise ValueError(
                     f"param_copies[{i}] has {copy.numel()} elements, params[{i}] {param.numel()}"
                 )
-            _add_span(spans, copy, f"param_copies[{i}]")
+            buffers.append((copy, f"param_copies[{i}]"))
         batch.read.append(grad)
         batch.written.append(param)
         if copy is not None:
@@ -213,8 +202,14 @@ def _batch(
         batch.grad_dtypes.append(codes[grad.dtype])
         batch.copy_dtypes.append(codes[copy.dtype] if copy is not None else NO_COPY)
         batch.state_dtypes.append(codes[state_dtype or torch.float32])
-    _require_disjoint(spans)
+    check_disjoint(buffers)
     return batch
+
+
+def _run(kernel: Callable[..., None], batch: _Batch, **scalars: object) -> None:
+    """``kernel`` on ``batch``'s buffers with ``scalars`` (checked), then the versions bumped."""
+    kernel(**batch.kernel_arguments(), **scalars)
+    _bump_versions(batch)
 
 
 def _steps(steps: Sequence[int], count: int) -> list[int]:
@@ -273,16 +268,13 @@ def adam_step(
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, param_copies)
     beta1, beta2 = check_betas(betas)
-    _native().adam_step(
-        params=batch.params, grads=batch.grads, exp_avgs=batch.states[0],
-        exp_avg_sqs=batch.states[1], copies=batch.copies, numels=batch.numels,
-        param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
-        copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
+    _run(
+        _native().adam_step, batch, steps=_steps(steps, len(params)),
         lr=check_non_negative(lr, "lr"), beta1=beta1, beta2=beta2, eps=check_eps(eps),
-        weight_decay=check_non_negative(weight_decay, "weight_decay"), decoupled=bool(adamw),
-        bias_correction=bool(bias_correction), state_dtypes=batch.state_dtypes,
+        weight_decay=check_non_negative(weight_decay, "weight_decay"),
+        decoupled=check_flag(adamw, "adamw"),
+        bias_correction=check_flag(bias_correction, "bias_correction"),
     )  # fmt: skip
-    _bump_versions(batch)
 
 
 def adagrad_step(
@@ -307,15 +299,11 @@ def adagrad_step(
         weight_decay: ``>= 0``, added to the gradient (L2).
     """
     batch = _batch(params, grads, {"sums": sums}, param_copies)
-    _native().adagrad_step(
-        params=batch.params, grads=batch.grads, sums=batch.states[0], copies=batch.copies,
-        numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
-        copy_dtypes=batch.copy_dtypes, steps=_steps(steps, len(params)),
+    _run(
+        _native().adagrad_step, batch, steps=_steps(steps, len(params)),
         lr=check_non_negative(lr, "lr"), lr_decay=check_non_negative(lr_decay, "lr_decay"),
         eps=check_eps(eps), weight_decay=check_non_negative(weight_decay, "weight_decay"),
-        state_dtypes=batch.state_dtypes,
     )  # fmt: skip
-    _bump_versions(batch)
 
 
 def lion_step(
@@ -338,11 +326,7 @@ def lion_step(
     """
     batch = _batch(params, grads, {"exp_avgs": exp_avgs}, param_copies)
     beta1, beta2 = check_betas(betas)
-    _native().lion_step(
-        params=batch.params, grads=batch.grads, exp_avgs=batch.states[0], copies=batch.copies,
-        numels=batch.numels, param_dtypes=batch.param_dtypes, grad_dtypes=batch.grad_dtypes,
-        copy_dtypes=batch.copy_dtypes, lr=check_non_negative(lr, "lr"), beta1=beta1,
-        beta2=beta2, weight_decay=check_non_negative(weight_decay, "weight_decay"),
-        state_dtypes=batch.state_dtypes,
+    _run(
+        _native().lion_step, batch, lr=check_non_negative(lr, "lr"), beta1=beta1, beta2=beta2,
+        weight_decay=check_non_negative(weight_decay, "weight_decay"),
     )  # fmt: skip
-    _bump_versions(batch)

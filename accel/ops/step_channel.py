@@ -143,7 +143,10 @@ def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHype
     state_index = _int_in(state_index, "state_index", 0, 1)
     step = _int_in(step, "step", 1, 2**63 - 1)
     hyper = [_checked_group(i, group) for i, group in enumerate(groups)]
-    flags = [bool(group.bias_correction) for group in groups]
+    flags = [
+        hyperparameters.check_flag(group.bias_correction, f"group {i}: bias_correction")
+        for i, group in enumerate(groups)
+    ]
     _native().channel_submit(_address(address), state_index, step, hyper, flags)
 
 

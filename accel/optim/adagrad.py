@@ -41,13 +41,13 @@ class CPUAdagrad(CPUOptimizer):
         eps: float = 1e-10,
     ) -> None:
         defaults: dict[str, Any] = {
-            "lr": hyperparameters.check_non_negative(lr, "lr"),
-            "lr_decay": hyperparameters.check_non_negative(lr_decay, "lr_decay"),
-            "weight_decay": hyperparameters.check_non_negative(weight_decay, "weight_decay"),
-            "initial_accumulator_value": hyperparameters.check_non_negative(
-                initial_accumulator_value, "initial_accumulator_value"
+            **hyperparameters.checked(
+                lr=lr,
+                lr_decay=lr_decay,
+                weight_decay=weight_decay,
+                initial_accumulator_value=initial_accumulator_value,
+                eps=eps,
             ),
-            "eps": hyperparameters.check_eps(eps),
             "foreach": None,
             "maximize": False,
             "differentiable": False,

@@ -47,12 +47,9 @@ class CPUAdam(CPUOptimizer):
         bias_correction: bool = True,
     ) -> None:
         defaults: dict[str, Any] = {
-            "lr": hyperparameters.check_non_negative(lr, "lr"),
-            "betas": hyperparameters.check_betas(betas),
-            "eps": hyperparameters.check_eps(eps),
-            "weight_decay": hyperparameters.check_non_negative(weight_decay, "weight_decay"),
-            "decoupled_weight_decay": bool(adamw_mode),
-            "bias_correction": bool(bias_correction),
+            **hyperparameters.checked(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay),
+            "decoupled_weight_decay": hyperparameters.check_flag(adamw_mode, "adamw_mode"),
+            "bias_correction": hyperparameters.check_flag(bias_correction, "bias_correction"),
             # torch's own keys, so that torch.optim.Adam(W) can load this state_dict.
             "amsgrad": False,
             "maximize": False,

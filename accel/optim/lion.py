@@ -38,9 +38,7 @@ class CPULion(CPUOptimizer):
         weight_decay: float = 0.0,
     ) -> None:
         defaults: dict[str, Any] = {
-            "lr": hyperparameters.check_non_negative(lr, "lr"),
-            "betas": hyperparameters.check_betas(betas),
-            "weight_decay": hyperparameters.check_non_negative(weight_decay, "weight_decay"),
+            **hyperparameters.checked(lr=lr, betas=betas, weight_decay=weight_decay),
             "maximize": False,
         }
         super().__init__(params, defaults)

@@ -68,6 +68,8 @@ def _adam(**overrides: Any) -> None:
         ({"eps": 0.0}, ValueError, r"eps must be a finite number > 0 .*got 0.0"),
         ({"weight_decay": -1.0}, ValueError, "weight_decay must be a finite number >= 0"),
         ({"param_copies": [torch.zeros(4)]}, TypeError, r"param_copies\[0\] must be bfloat16 or float16"),
+        ({"adamw": "no"}, ValueError, r"adamw must be True or False \(or 1 or 0\), got 'no'"),
+        ({"bias_correction": None}, ValueError, r"bias_correction must be True or False \(or 1 or 0\), got None"),
     ],
 )  # fmt: skip
 def test_bad_input_is_rejected_with_a_clear_message(

@@ -130,6 +130,10 @@ def test_exit_comes_after_the_steps_before_it_and_closes_the_channel(channel: in
             lambda a: step_channel.submit(a, 0, 1, [GroupHyper(1e-3, 0.9, 0.9, 0.0, 0, True)] * 2),
             "group 0: eps must be",
         ),
+        (
+            lambda a: step_channel.submit(a, 0, 1, [_group(), _group(bias_correction="no")]),  # type: ignore[arg-type]
+            "group 1: bias_correction must be True or False",
+        ),
         (lambda a: step_channel.wait(a, -1.0), "timeout must be"),
         (lambda a: step_channel.wait(a, float("nan")), "timeout must be"),
         (lambda a: step_channel.next_command(a, float("inf")), "timeout must be"),

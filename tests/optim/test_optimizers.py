@@ -451,6 +451,12 @@ def test_an_optimizer_over_overlapping_parameters_refuses_to_step() -> None:
         (CPUAdagrad, {"initial_accumulator_value": -1.0}, "initial_accumulator_value must be"),
         (CPULion, {"betas": (1.5, 0.99)}, r"betas\[0\]"),
         (CPULion, {"weight_decay": -0.5}, "weight_decay must be"),
+        (
+            CPUAdam,
+            {"adamw_mode": "no"},
+            r"adamw_mode must be True or False \(or 1 or 0\), got 'no'",
+        ),
+        (CPUAdam, {"bias_correction": 2}, r"bias_correction must be True or False"),
     ],
 )
 def test_invalid_hyper_parameters_are_rejected_at_construction(

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import torch
 from typing_extensions import override
 
-from accel._validate import check_int
+from accel._validate import check_disjoint, check_int, check_no_self_overlap
 from accel.integrations.deepspeed.zenflow import ZenFlowAdamFunctions
 from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
@@ -110,26 +110,49 @@ def _state_dtype(states: Sequence[torch.Tensor]) -> torch.dtype:
     return torch.float32
 
 
+def _check_memory(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    states: dict[str, Sequence[torch.Tensor]],
+) -> None:
+    """What the kernels' own checks cannot see once copies are made: a tensor written back
+    whose elements share memory (an expanded view: the copy back would fail half-way), and
+    tensors that share memory with each other (two views of one storage stepped as two).
+    States must be floating point: an integer one would be truncated on the way back."""
+    named = [(p, f"params[{i}]") for i, p in enumerate(params)]
+    for name, column in states.items():
+        for i, state in enumerate(column):
+            if not state.is_floating_point():
+                raise TypeError(f"{name}[{i}] must be a floating-point tensor, got {state.dtype}")
+            named.append((state, f"{name}[{i}]"))
+    for tensor, name in named:
+        check_no_self_overlap(tensor, name)
+    check_disjoint([*named, *((g, f"grads[{i}]") for i, g in enumerate(grads))])
+
+
 def _in_place(
     update: Update,
     params: Sequence[torch.Tensor],
     grads: Sequence[torch.Tensor],
-    states: Sequence[Sequence[torch.Tensor]],
+    states: dict[str, Sequence[torch.Tensor]],
 ) -> None:
     """Run ``update(params, grads, states)`` on tensors the kernels accept (contiguous, a
     parameter's states of one float32/bfloat16/float16 dtype) and write the results back
-    into the caller's tensors where copies had to be made. One kernel call takes every
-    tensor, so it checks them all (overlaps included) before changing any."""
+    into the caller's tensors where copies had to be made. Every tensor is checked
+    (:func:`_check_memory`, then the kernel's own checks in its one call) before any
+    changes."""
+    _check_memory(params, grads, states)
+    columns = list(states.values())
     work_params = [p if p.is_contiguous() else p.contiguous() for p in params]
     work_grads = [g.contiguous() for g in grads]
-    work_states: list[list[torch.Tensor]] = [[] for _ in states]
+    work_states: list[list[torch.Tensor]] = [[] for _ in columns]
     for index in range(len(params)):
-        own = [column[index] for column in states]
+        own = [column[index] for column in columns]
         dtype = _state_dtype(own)
         for work_column, state in zip(work_states, own, strict=True):
             work_column.append(state.to(dtype).contiguous())  # the state itself where it can
     update(work_params, work_grads, work_states)
-    for column, work_column in zip(states, work_states, strict=True):
+    for column, work_column in zip(columns, work_states, strict=True):
         for original, work in zip(column, work_column, strict=True):
             if work is not original:
                 original.copy_(work)
@@ -222,7 +245,9 @@ class _OptimizerModule(DeepSpeedModule):
             hyperparameters.check_betas(betas)
         if eps is not None:
             hyperparameters.check_eps(eps)
-        return self._optimizers.create(optimizer_id, _Created(adamw_mode=bool(adamw_mode)))
+        return self._optimizers.create(
+            optimizer_id, _Created(adamw_mode=hyperparameters.check_flag(adamw_mode, "adamw_mode"))
+        )
 
     def _destroy(self, optimizer_id: int) -> int:
         """Forget an optimizer id (each module's ``destroy_<kind>``).
@@ -284,9 +309,9 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         _in_place(
             lambda p, g, s: cpu_optim.adam_step(
                 p, g, s[0], s[1], [step], lr=lr, betas=(beta1, beta2), eps=epsilon,
-                weight_decay=weight_decay, adamw=adamw, bias_correction=bool(bias_correction),
+                weight_decay=weight_decay, adamw=adamw, bias_correction=bias_correction,
             ),
-            [params], [grads], [[exp_avg], [exp_avg_sq]],
+            [params], [grads], {"exp_avg": [exp_avg], "exp_avg_sq": [exp_avg_sq]},
         )  # fmt: skip
         return _SUCCESS
 
@@ -313,9 +338,11 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
         error and returns -1, and ``DeepSpeedCPUAdam.rollback_subgroup`` then counts the
         step as undone although nothing changed (DeepSpeed's own test
         ``test_rollback_subgroup_basic[bf16]`` checks only that count). Other dtypes
-        raise ``TypeError``, a tensor not of ``params``' shape or a ``step`` below 1
-        ``ValueError``, before any tensor changes; ``bias_correction`` is not used (the
-        formula always undoes a bias-corrected step).
+        raise ``TypeError``; a tensor not of ``params``' shape, tensors that share memory, a
+        ``step`` below 1, a hyper-parameter out of its range, a beta of 0 or ``lr *
+        weight_decay`` of 1 (steps that cannot be undone) ``ValueError``, before any tensor
+        changes. ``bias_correction`` is not used (the formula always undoes a
+        bias-corrected step).
         """
         self._optimizers.get(optimizer_id)
         tensors = {"params": params, "grads": grads, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
@@ -328,8 +355,25 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
                     f"adam_rollback: {name} must have params' shape {tuple(params.shape)}, "
                     f"got {tuple(tensor.shape)}"
                 )
-        if step < 1:
+        if check_int(step, "step") < 1:
             raise ValueError(f"adam_rollback: step must be >= 1 (the step to undo), got {step}")
+        _check_memory([params], [grads], {"exp_avg": [exp_avg], "exp_avg_sq": [exp_avg_sq]})
+        lr = hyperparameters.check_non_negative(lr, "lr")
+        weight_decay = hyperparameters.check_non_negative(weight_decay, "weight_decay")
+        epsilon = hyperparameters.check_eps(epsilon)
+        beta1, beta2 = (
+            hyperparameters.check_beta(b, n) for b, n in ((beta1, "beta1"), (beta2, "beta2"))
+        )
+        if beta1 == 0.0 or beta2 == 0.0:
+            raise ValueError(
+                f"adam_rollback: beta1 and beta2 must be > 0 to undo a step (with 0 the step "
+                f"kept nothing of the moments before it), got {beta1} and {beta2}"
+            )
+        if lr * weight_decay == 1.0:
+            raise ValueError(
+                f"adam_rollback: lr * weight_decay is 1 ({lr} * {weight_decay}): the step set "
+                "the parameters to its update alone, so they cannot be restored"
+            )
         with torch.no_grad():
             p, g, m, v = (t if t.dtype == torch.float32 else t.float() for t in tensors.values())
             bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
@@ -377,7 +421,7 @@ class CPUAdagradKernels(_OptimizerModule):
             lambda p, g, s: cpu_optim.adagrad_step(
                 p, g, s[0], [step], lr=lr, lr_decay=0.0, eps=epsilon, weight_decay=weight_decay
             ),
-            [params], [grads], [[exp_avg_sq]],
+            [params], [grads], {"exp_avg_sq": [exp_avg_sq]},
         )  # fmt: skip
         return _SUCCESS
 
@@ -422,7 +466,7 @@ class CPULionKernels(_OptimizerModule):
             lambda p, g, s: cpu_optim.lion_step(
                 p, g, s[0], lr=lr, betas=(beta1, beta2), weight_decay=weight_decay
             ),
-            [params], [grads], [[exp_avg]],
+            [params], [grads], {"exp_avg": [exp_avg]},
         )  # fmt: skip
         return _SUCCESS
 
@@ -470,15 +514,16 @@ class FusedAdamKernels(DeepSpeedModule):
         ``ValueError``."""
         if mode not in (0, 1):
             raise ValueError(f"mode must be 0 (Adam, L2 decay) or 1 (AdamW), got {mode!r}")
+        correct_bias = hyperparameters.check_flag(bias_correction, "bias_correction")
         grads, params, exp_avgs, exp_avg_sqs = _tensor_lists(
             tensor_lists, ("grads", "params", "exp_avgs", "exp_avg_sqs")
         )
         _in_place(
             lambda p, g, s: cpu_optim.adam_step(
                 p, g, s[0], s[1], [step] * len(p), lr=lr, betas=(beta1, beta2), eps=epsilon,
-                weight_decay=weight_decay, adamw=mode == 1, bias_correction=bool(bias_correction),
+                weight_decay=weight_decay, adamw=mode == 1, bias_correction=correct_bias,
             ),
-            params, grads, [exp_avgs, exp_avg_sqs],
+            params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs},
         )  # fmt: skip
 
 
@@ -504,5 +549,5 @@ class FusedLionKernels(DeepSpeedModule):
             lambda p, g, s: cpu_optim.lion_step(
                 p, g, s[0], lr=lr, betas=(beta1, beta2), weight_decay=weight_decay
             ),
-            params, grads, [exp_avgs],
+            params, grads, {"exp_avgs": exp_avgs},
         )  # fmt: skip

@@ -251,7 +251,7 @@ class ZenFlowAdamFunctions:
             raise ValueError(f"one entry per group in every list, got lengths {lengths}")
         rows = zip(lr, beta1, beta2, eps, weight_decay, bias_correction, strict=True)
         groups = [
-            step_channel.GroupHyper(rate, b1, b2, epsilon, decay, bool(flag))
+            step_channel.GroupHyper(rate, b1, b2, epsilon, decay, flag)
             for rate, b1, b2, epsilon, decay, flag in rows
         ]
         step_channel.submit(control_ptr, now_state, step, groups)

@@ -255,6 +255,94 @@ def test_a_bad_tensor_with_16_bit_states_changes_nothing() -> None:
         assert torch.equal(got, want)
 
 
+def test_tensors_that_share_memory_are_refused_before_any_changes() -> None:
+    # Copies hide sharing from the kernel's own overlap check: an expanded parameter
+    # advanced its moments and then failed the copy back; two views of one storage were
+    # stepped as two parameters, the last copy back winning.
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(7, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    expanded = torch.randn(1, 8).expand(4, 8)
+    g, m, v = torch.randn(4, 8), torch.zeros(4, 8), torch.zeros(4, 8)
+    with pytest.raises(ValueError, match=r"params\[0\] has elements that share memory"):
+        ops.adam_update(7, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, expanded, g, m, v)
+    assert not m.any()
+    assert not v.any()
+    with pytest.raises(ValueError, match=r"exp_avg\[0\] has elements that share memory"):
+        ops.adam_update(7, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, g.clone(), g, m[:1].expand(4, 8), v)  # fmt: skip
+
+    weight = torch.randn(6, 6)
+    before = weight.clone()
+    grads = [torch.randn(6, 6) for _ in range(2)]
+    exp_avgs, exp_avg_sqs = [torch.zeros(6, 6) for _ in range(2)], [torch.zeros(6, 6) for _ in range(2)]  # fmt: skip
+    with pytest.raises(ValueError, match=r"params\[0\] and params\[1\] overlap in memory"):
+        kernels.FusedAdamKernels().multi_tensor_adam(
+            2048, torch.zeros(1), [grads, [weight.t(), weight.t()], exp_avgs, exp_avg_sqs],
+            1e-2, 0.9, 0.999, 1e-8, 1, 1, 1, 0.0,
+        )  # fmt: skip
+    assert not any(t.any() for t in (*exp_avgs, *exp_avg_sqs))
+    with pytest.raises(ValueError, match=r"params\[0\] and exp_avg\[0\] overlap in memory"):
+        ops.adam_update(7, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, weight.t(), grads[0], weight, exp_avg_sqs[0])  # fmt: skip
+    assert torch.equal(weight, before)
+
+
+def test_integer_states_are_refused_not_truncated() -> None:
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(8, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    p, g, _, v = _tensors(8, 0)
+    with pytest.raises(
+        TypeError, match=r"exp_avg\[0\] must be a floating-point tensor, got torch\.int32"
+    ):
+        ops.adam_update(8, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, p, g, torch.zeros(8, dtype=torch.int32), v)  # fmt: skip
+
+
+def test_switches_take_true_false_1_or_0_only() -> None:
+    ops = kernels.CPUAdamKernels()
+    with pytest.raises(
+        ValueError, match=r"adamw_mode must be True or False \(or 1 or 0\), got 'no'"
+    ):
+        ops.create_adam(9, 1e-2, 0.9, 0.999, 1e-8, 0.0, "no", False)  # type: ignore[arg-type]
+    ops.create_adam(9, 1e-2, 0.9, 0.999, 1e-8, 0.0, 1, False)  # type: ignore[arg-type]
+    p, g, m, v = _tensors(8, 0)
+    before = p.clone()
+    with pytest.raises(
+        ValueError, match=r"bias_correction must be True or False \(or 1 or 0\), got 2"
+    ):
+        ops.adam_update(9, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, 2, p, g, m, v)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"bias_correction must be True or False \(or 1 or 0\), got 2"
+    ):
+        # DeepSpeed's CUDA kernel corrects the bias only for 1: 2 must not pass for "yes"
+        kernels.FusedAdamKernels().multi_tensor_adam(
+            2048, torch.zeros(1), [[g], [p], [m], [v]], 1e-3, 0.9, 0.999, 1e-8, 1, 1, 2, 0.0
+        )
+    assert torch.equal(p, before)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"beta1": 0.0}, r"beta1 and beta2 must be > 0 to undo a step"),
+        ({"beta2": 1.0}, r"beta2 must be in \[0, 1\), got 1\.0"),
+        ({"lr": -1e-3}, r"lr must be a finite number >= 0"),
+        ({"lr": 0.5, "weight_decay": 2.0}, r"lr \* weight_decay is 1"),
+        ({"epsilon": 0.0}, r"eps must be a finite number > 0"),
+        ({"step": 2.5}, r"step must be an int, got"),
+    ],
+)
+def test_adam_rollback_refuses_a_step_it_cannot_undo(change: dict[str, Any], message: str) -> None:
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(1, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, False)
+    p, g, m, v = _tensors(100, 0)
+    before = [t.clone() for t in (p, m, v)]
+    args = {"step": 3, "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "weight_decay": 0.01} | change  # fmt: skip
+    with pytest.raises((ValueError, TypeError), match=message):
+        ops.adam_rollback(
+            1, **args, bias_correction=True, params=p, grads=g, exp_avg=m, exp_avg_sq=v
+        )
+    for got, want in zip((p, m, v), before, strict=True):
+        assert torch.equal(got, want)
+
+
 def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
     ops = kernels.CPUAdamKernels()
     p, g, m, v = _tensors(4, 0)
