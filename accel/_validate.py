@@ -10,7 +10,7 @@ import functools
 import itertools
 import operator
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -162,22 +162,29 @@ def check_no_self_overlap(tensor: torch.Tensor, argument: str) -> None:
         reach += (size - 1) * stride
 
 
-def check_disjoint(tensors: Iterable[tuple[torch.Tensor, str]]) -> None:
+def check_disjoint(tensors: Sequence[tuple[torch.Tensor, str]]) -> None:
     """For native code that updates tensors in place in parallel: no two of ``tensors``
     (each with its argument's name) share a byte of memory, as far as their extents
     (:func:`memory_extent`) tell: two views that interleave are refused as well.
     ``ValueError`` naming the first two that do (in the order given)."""
-    spans: list[tuple[int, int, int, str]] = []  # start, end, order given, name
-    for tensor, argument in tensors:
+    spans: list[tuple[int, int, int]] = []
+    for index, (tensor, _) in enumerate(tensors):
         if tensor.numel():
             start = tensor.data_ptr()
-            spans.append((start, start + memory_extent(tensor), len(spans), argument))
-    spans.sort()  # O(n log n) over all
-    for (_, end, *first), (start, _, *second) in itertools.pairwise(spans):
+            spans.append((start, start + memory_extent(tensor), index))
+    require_disjoint_spans(spans, lambda index: tensors[index][1])
+
+
+def require_disjoint_spans(spans: list[tuple[int, int, int]], name: Callable[[int], str]) -> None:
+    """:func:`check_disjoint` over byte ranges ``(start, end, key)``, sorted in place;
+    ``name(key)`` names a range for the error (made only then), and the lower key is
+    named first. O(n log n)."""
+    spans.sort()
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
         if start < end:
-            names = [name for _, name in sorted((first, second))]
+            low, high = sorted((first, second))
             raise ValueError(
-                f"{names[0]} and {names[1]} overlap in memory; each tensor needs its own storage"
+                f"{name(low)} and {name(high)} overlap in memory; each tensor needs its own storage"
             )
 
 

@@ -167,6 +167,8 @@ def main() -> None:
             # In the last-level cache: what the 16-bit conversions cost in arithmetic.
             Case("1M bf16 params+grads", [(1 << 20,)], torch.bfloat16),
             Case("1M fp16 params+grads", [(1 << 20,)], torch.float16),
+            # Small tensors: what the per-tensor work in Python costs against the kernel.
+            Case("150 tensors x 4K fp32", [(4096,)] * 150),
         ]
     if args.sixteen_bit:
         cases = [case for case in cases if case.dtype != torch.float32]
@@ -187,7 +189,7 @@ def main() -> None:
             if name == "accel CPUAdam" and ratio is not None:
                 relation = f"{ratio:.2f}x of fp32"
             bandwidth = case.numel * BYTES_PER_PARAM / seconds / 1e9
-            print(f"| {case.name} | {name} | {seconds * 1e3:.1f} | {relation} | {bandwidth:.1f} | "
+            print(f"| {case.name} | {name} | {seconds * 1e3:.3g} | {relation} | {bandwidth:.1f} | "
                   f"{roofline / seconds:.2f} |")  # fmt: skip
 
 

@@ -38,7 +38,7 @@ from typing import NamedTuple, cast
 
 import torch
 
-from accel._validate import check_disjoint, check_memory_holds_values
+from accel._validate import check_memory_holds_values, require_disjoint_spans
 from accel.ops._dtypes import dtype_codes, dtype_list
 from accel.ops._hyperparameters import check_betas, check_eps, check_flag, check_non_negative
 
@@ -92,7 +92,21 @@ class _Batch(NamedTuple):
         }  # fmt: skip
 
 
-def _dense_cpu(tensor: object, what: str) -> torch.Tensor:
+def _dense_cpu(tensor: object, kind: str, index: int) -> torch.Tensor:
+    """``tensor`` if the kernels may use its memory, else the error naming ``kind[index]``."""
+    # The common case in one expression, without formatting a name: a step checks every
+    # tensor of the group on each call (measured: benchmarks/optim_calls.py).
+    if (
+        isinstance(tensor, torch.Tensor)
+        and tensor.layout == torch.strided
+        and tensor.is_cpu
+        and tensor.is_contiguous()
+        and not (tensor.is_neg() or tensor.is_conj() or tensor.is_inference())
+        and tensor.storage_offset() * tensor.element_size() + tensor.nbytes
+        <= tensor.untyped_storage().nbytes()
+    ):
+        return tensor
+    what = f"{kind}[{index}]"
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.is_sparse or tensor.layout != torch.strided:
@@ -143,12 +157,13 @@ def _batch(
     # Every buffer of the call: the kernels update them in place in parallel and promise
     # the compiler that none alias (__restrict), so a shared byte anywhere in the call
     # would give nondeterministic results.
-    buffers: list[tuple[torch.Tensor, str]] = []
+    spans: list[tuple[int, int, int]] = []  # start, end, index into names
+    names: list[tuple[str, int]] = []
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
-        param = _dense_cpu(param, f"params[{i}]")
+        param = _dense_cpu(param, "params", i)
         if grad is None:
             raise ValueError(f"grads[{i}] is None: parameter {i} has no gradient")
-        grad = _dense_cpu(grad, f"grads[{i}]")
+        grad = _dense_cpu(grad, "grads", i)
         if param.dtype not in codes:
             raise TypeError(f"params[{i}] must be {dtype_list(codes)}, got {param.dtype}")
         if grad.dtype not in codes:
@@ -157,12 +172,12 @@ def _batch(
             raise ValueError(
                 f"grads[{i}] has shape {tuple(grad.shape)}, params[{i}] {tuple(param.shape)}"
             )
-        buffers.append((param, f"params[{i}]"))
-        buffers.append((grad, f"grads[{i}]"))
+        _add_span(spans, names, param, "params", i)
+        _add_span(spans, names, grad, "grads", i)
         state_dtype: torch.dtype | None = None  # the first state's; the others must match
         first_state = ""
         for name, tensors in states.items():
-            state = _dense_cpu(tensors[i], f"{name}[{i}]")
+            state = _dense_cpu(tensors[i], name, i)
             if state.dtype not in codes:
                 raise TypeError(f"{name}[{i}] must be {dtype_list(codes)}, got {state.dtype}")
             if state_dtype is None:
@@ -176,11 +191,11 @@ def _batch(
                 raise ValueError(
                     f"{name}[{i}] has {state.numel()} elements, params[{i}] {param.numel()}"
                 )
-            buffers.append((state, f"{name}[{i}]"))
+            _add_span(spans, names, state, name, i)
             batch.states[name].append(state.data_ptr())
             batch.written.append(state)
         if copy is not None:
-            copy = _dense_cpu(copy, f"param_copies[{i}]")
+            copy = _dense_cpu(copy, "param_copies", i)
             if copy.dtype not in _COPY_DTYPES:
                 raise TypeError(
                     f"param_copies[{i}] must be {dtype_list(_COPY_DTYPES)}, got {copy.dtype}"
@@ -189,7 +204,7 @@ def _batch(
                 raise ValueError(
                     f"param_copies[{i}] has {copy.numel()} elements, params[{i}] {param.numel()}"
                 )
-            buffers.append((copy, f"param_copies[{i}]"))
+            _add_span(spans, names, copy, "param_copies", i)
         batch.read.append(grad)
         batch.written.append(param)
         if copy is not None:
@@ -202,8 +217,21 @@ def _batch(
         batch.grad_dtypes.append(codes[grad.dtype])
         batch.copy_dtypes.append(codes[copy.dtype] if copy is not None else NO_COPY)
         batch.state_dtypes.append(codes[state_dtype or torch.float32])
-    check_disjoint(buffers)
+    require_disjoint_spans(spans, lambda k: "{}[{}]".format(*names[k]))
     return batch
+
+
+def _add_span(
+    spans: list[tuple[int, int, int]],
+    names: list[tuple[str, int]],
+    tensor: torch.Tensor,
+    kind: str,
+    index: int,
+) -> None:
+    if tensor.numel():  # contiguous, checked: its bytes are its extent
+        start = tensor.data_ptr()
+        spans.append((start, start + tensor.nbytes, len(names)))
+        names.append((kind, index))
 
 
 def _run(kernel: Callable[..., None], batch: _Batch, **scalars: object) -> None:

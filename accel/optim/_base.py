@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
+
+from accel._torch_typed import foreach_add_, values_of
 
 Closure = Callable[[], float] | None
 
@@ -22,6 +24,8 @@ class GroupTensors:
     grads: list[torch.Tensor | None] = field(default_factory=list[torch.Tensor | None])
     states: dict[str, list[torch.Tensor]] = field(default_factory=dict[str, list[torch.Tensor]])
     steps: list[int] = field(default_factory=list[int])
+    step_states: list[object] = field(default_factory=list[object])
+    """Each parameter's ``state["step"]``, advanced once the step has succeeded."""
 
 
 class CPUOptimizer(torch.optim.Optimizer):
@@ -50,6 +54,7 @@ class CPUOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__} does not implement"
                 )
         tensors = GroupTensors(states={name: [] for name in self.state_names})
+        indices: list[int] = []  # of the parameters taken, in group["params"]
         for param_index, param in enumerate(group["params"]):
             if param.grad is None:
                 continue  # as torch.optim does: frozen or unused parameters are skipped
@@ -57,15 +62,16 @@ class CPUOptimizer(torch.optim.Optimizer):
             if not state:
                 state["step"] = torch.tensor(0.0)
                 state.update(self.initial_state(group, param))
-            where = f"param_groups[{group_index}] params[{param_index}]"
             for name in self.state_names:
                 value = state.get(name)
                 if not isinstance(value, torch.Tensor):
+                    where = f"param_groups[{group_index}] params[{param_index}]"
                     raise ValueError(
                         f"{where}: the state has no tensor {name!r} (keys: {sorted(state)}); "
                         f"was it loaded from another optimizer than {type(self).__name__}?"
                     )
                 if value.shape != param.shape:
+                    where = f"param_groups[{group_index}] params[{param_index}]"
                     raise ValueError(
                         f"{where}: state {name!r} has shape {tuple(value.shape)}, the "
                         f"parameter {tuple(param.shape)}"
@@ -75,8 +81,15 @@ class CPUOptimizer(torch.optim.Optimizer):
                 tensors.states[name].append(value)
             tensors.params.append(param)
             tensors.grads.append(param.grad)
-            # The step being taken; the counters advance only once the step has succeeded.
-            tensors.steps.append(_step_count(state["step"], where) + 1)
+            tensors.step_states.append(state["step"])
+            indices.append(param_index)
+        # The steps being taken; the counters advance only once the step has succeeded.
+        tensors.steps = [
+            count + 1
+            for count in _step_counts(
+                tensors.step_states, lambda k: f"param_groups[{group_index}] params[{indices[k]}]"
+            )
+        ]
         return tensors
 
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
@@ -111,8 +124,7 @@ class CPUOptimizer(torch.optim.Optimizer):
                 self._apply(group, tensors)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"param_groups[{index}]: {error}") from error
-            for param in tensors.params:
-                self.state[param]["step"] += 1
+            _advance(tensors, self.state)
         return loss
 
     @override
@@ -139,10 +151,31 @@ def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
     return group.get(key, defaults[key])
 
 
-def _step_count(value: object, where: str) -> int:
-    """A state's ``step`` as a count (torch keeps it as a float tensor), or an error
-    naming it: ``int()`` of NaN raises a bare ValueError, of inf an OverflowError."""
-    number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
-    if not math.isfinite(number) or number < 0 or number != int(number):
-        raise ValueError(f"{where}: state 'step' must be a whole number >= 0, got {value!r}")
-    return int(number)
+def _step_counts(values: list[object], where: Callable[[int], str]) -> list[int]:
+    """The states' ``step`` values as counts (torch keeps each as a 0-d float tensor),
+    read in one call when they are such tensors; else the error naming ``where(k)`` for
+    the first that is not a whole number >= 0 (``int()`` of NaN raises a bare ValueError,
+    of inf an OverflowError)."""
+    numbers: list[object] = values
+    if values and all(type(v) is torch.Tensor and v.dim() == 0 and v.is_cpu for v in values):
+        numbers = [*values_of(torch.stack(cast("list[torch.Tensor]", values)))]
+    counts: list[int] = []
+    for k, value in enumerate(numbers):
+        number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
+        if not math.isfinite(number) or number < 0 or number != int(number):
+            raise ValueError(
+                f"{where(k)}: state 'step' must be a whole number >= 0, got {values[k]!r}"
+            )
+        counts.append(int(number))
+    return counts
+
+
+def _advance(tensors: GroupTensors, state: Any) -> None:
+    """Count the step taken: in one call where every ``step`` is a float tensor on one
+    device, as torch's own optimizers keep them."""
+    steps = tensors.step_states
+    if all(type(v) is torch.Tensor and v.is_floating_point() for v in steps):
+        foreach_add_(cast("list[torch.Tensor]", steps), 1)
+        return
+    for param in tensors.params:
+        state[param]["step"] += 1

@@ -561,6 +561,31 @@ def test_a_step_count_that_is_no_count_is_named(step: float) -> None:
         optimizer.step()
 
 
+def test_step_counts_as_tensors_or_numbers_each_advance_by_one() -> None:
+    # torch keeps each count as a 0-d float tensor (counted in one call); a state loaded
+    # from elsewhere may hold a number, or a tensor of another dtype, and must count too.
+    params = [torch.nn.Parameter(torch.zeros(4)) for _ in range(4)]
+    for p in params:
+        p.grad = torch.ones(4)
+    optimizer = CPUAdam(params)
+    starts: list[object] = [torch.tensor(2.0), 2, torch.tensor(2, dtype=torch.int64), 2.0]
+    for p, start in zip(params, starts, strict=True):
+        optimizer.state[p].update(step=start, exp_avg=torch.zeros(4), exp_avg_sq=torch.zeros(4))
+    reference = [torch.nn.Parameter(torch.zeros(4))]
+    reference[0].grad = torch.ones(4)
+    single = CPUAdam(reference)
+    single.state[reference[0]].update(
+        step=torch.tensor(2.0), exp_avg=torch.zeros(4), exp_avg_sq=torch.zeros(4)
+    )
+    optimizer.step()
+    single.step()
+    for p in params:  # the third step's bias correction, whatever held the count
+        assert float(optimizer.state[p]["step"]) == 3
+        assert torch.equal(p, reference[0])
+    optimizer.step()
+    assert [float(optimizer.state[p]["step"]) for p in params] == [4.0] * 4
+
+
 def _column_major(value: torch.Tensor) -> torch.Tensor:
     return value.t().contiguous().t()
 
