@@ -453,7 +453,12 @@ class AsyncIO:
             self._finish(request, None)
             return request
         # The kernel moves the bytes in place (no copy); the hold keeps them allocated.
-        memory = _lifetime.hold(storage)
+        try:
+            memory = _lifetime.hold(storage)
+        except RuntimeError:
+            for fd in owned:
+                os.close(fd)
+            raise
         view = memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
         transfer = _Transfer(
             request, memory, view, direct_fd, buffered_fd, owned, remaining=len(blocks)

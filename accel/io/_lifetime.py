@@ -86,6 +86,15 @@ def hold(storage: torch.UntypedStorage) -> Hold:
     with _changed:
         held = _held.get(_key(storage))
         if held is not None:
+            if held.moved():
+                # Only a call that skips the wrapped methods gets here (a C function such as
+                # torch._C.StorageBase._share_fd_cpu_). The hold keeps the old memory for
+                # the requests that use it; a new one would use the new memory, unheld.
+                raise RuntimeError(
+                    "the storage's memory was replaced while earlier requests on it run, "
+                    "by a call accel.io cannot see (such as torch._C.StorageBase."
+                    "_share_fd_cpu_); wait for those requests before starting another"
+                )
             held.count += 1
             return held
         address = storage.data_ptr()  # materialises a copy-on-write storage first

@@ -225,3 +225,44 @@ def test_a_forked_child_gets_its_storages_back(tmp_path: pathlib.Path, kind: str
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "child 0", result.stderr[-3000:]
+
+
+def test_a_request_on_memory_replaced_under_a_running_one_is_refused(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's C function gives the storage new memory past the wrapped methods; the running
+    # read keeps the old memory and fails. A second request took the new memory with the
+    # first one's hold, which keeps only the old: it ran unheld, and its result() said its
+    # bytes did not arrive although they did. Now it is refused, and opens nothing.
+    import os
+    import threading
+
+    import torch
+
+    from accel.io import AsyncIO
+
+    path, n = tmp_path / "data.bin", 1 << 16
+    real, gate, entered = os.preadv, threading.Event(), threading.Event()
+
+    def held(*args: object) -> int:
+        entered.set()
+        gate.wait(30)
+        return real(*args)  # type: ignore[arg-type]
+
+    with AsyncIO() as engine:
+        engine.write(torch.full((n,), 7, dtype=torch.uint8), path).result()
+        tensor = torch.zeros(n, dtype=torch.uint8)
+        monkeypatch.setattr(os, "preadv", held)
+        first = engine.read(tensor, path)
+        assert entered.wait(30)
+        torch._C.StorageBase._share_fd_cpu_(tensor.untyped_storage())  # type: ignore[attr-defined]
+        descriptors = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(RuntimeError, match="memory was replaced while earlier requests"):
+            engine.read(tensor, path)
+        assert len(os.listdir("/proc/self/fd")) == descriptors
+        gate.set()
+        with pytest.raises(RuntimeError, match="did not reach"):
+            first.result()
+        monkeypatch.undo()
+        engine.read(tensor, path).result()  # once it ended, the storage is usable again
+        assert bool((tensor == 7).all())
