@@ -44,10 +44,3 @@ def foreach_add_(tensors: list[torch.Tensor], scalar: float) -> None:
     """``torch._foreach_add_``: one call for the whole list, as torch's optimizers count
     their steps (private in torch's stubs)."""
     _function(torch, "_foreach_add_")(tensors, scalar)
-
-
-def values_of(tensor: torch.Tensor) -> list[float]:
-    """``tensor.tolist()`` of a 1-D tensor: its values in one call (torch's stub
-    leaves the result's type unknown)."""
-    values: list[float] = _function(tensor, "tolist")()
-    return values

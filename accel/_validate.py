@@ -7,7 +7,6 @@ and what it expected, so that a bad input is never silently coerced or ignored.
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -149,6 +148,8 @@ def check_no_self_overlap(tensor: torch.Tensor, argument: str) -> None:
     ``argument`` otherwise. (With its dimensions ordered by stride, each stride must pass
     everything the smaller ones reach: a layout that interleaves them in another way is
     refused too.)"""
+    if tensor.numel() == 0:
+        return
     reach = 0  # the farthest offset, in elements, the smaller strides reach
     for stride, size in sorted(
         (st, sz) for sz, st in zip(tensor.shape, tensor.stride(), strict=True) if sz > 1
@@ -162,30 +163,45 @@ def check_no_self_overlap(tensor: torch.Tensor, argument: str) -> None:
         reach += (size - 1) * stride
 
 
-def check_disjoint(tensors: Sequence[tuple[torch.Tensor, str]]) -> None:
-    """For native code that updates tensors in place in parallel: no two of ``tensors``
-    (each with its argument's name) share a byte of memory, as far as their extents
-    (:func:`memory_extent`) tell: two views that interleave are refused as well.
-    ``ValueError`` naming the first two that do (in the order given)."""
-    spans: list[tuple[int, int, int]] = []
-    for index, (tensor, _) in enumerate(tensors):
+def check_disjoint(
+    written: Sequence[tuple[torch.Tensor, str]], read: Sequence[tuple[torch.Tensor, str]] = ()
+) -> None:
+    """For native code that updates tensors in place in parallel: no tensor in ``written``
+    shares a byte of memory with another tensor of either sequence (each with its
+    argument's name), as far as their extents (:func:`memory_extent`) tell, so two views
+    that interleave are refused as well; tensors in ``read`` may share memory with each
+    other. ``ValueError`` naming two that do, the one given first first."""
+    named = [*written, *read]
+    spans: list[Span] = []
+    for index, (tensor, _) in enumerate(named):
         if tensor.numel():
             start = tensor.data_ptr()
-            spans.append((start, start + memory_extent(tensor), index))
-    require_disjoint_spans(spans, lambda index: tensors[index][1])
+            spans.append((start, start + memory_extent(tensor), index, index < len(written)))
+    require_disjoint_spans(spans, lambda index: named[index][1])
 
 
-def require_disjoint_spans(spans: list[tuple[int, int, int]], name: Callable[[int], str]) -> None:
-    """:func:`check_disjoint` over byte ranges ``(start, end, key)``, sorted in place;
-    ``name(key)`` names a range for the error (made only then), and the lower key is
-    named first. O(n log n)."""
+Span = tuple[int, int, int, bool]
+"""A tensor's bytes ``[start, end)``, a key that names it, and whether it is written."""
+
+
+def require_disjoint_spans(spans: list[Span], name: Callable[[int], str]) -> None:
+    """:func:`check_disjoint` over spans, sorted in place; ``name(key)`` names a span for
+    the error (made only then), the lower key first. One sweep: a span clashes with an
+    earlier one exactly when it starts before the farthest end so far, of every span if
+    it is written, of the written ones if it is read."""
     spans.sort()
-    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
-        if start < end:
-            low, high = sorted((first, second))
+    farthest = farthest_written = (0, -1)  # (end, key)
+    for start, end, key, written in spans:
+        clash = farthest if written else farthest_written
+        if start < clash[0]:
+            low, high = sorted((clash[1], key))
             raise ValueError(
                 f"{name(low)} and {name(high)} overlap in memory; each tensor needs its own storage"
             )
+        if end > farthest[0]:
+            farthest = (end, key)
+        if written and end > farthest_written[0]:
+            farthest_written = (end, key)
 
 
 def check_index_list(values: object, argument: str) -> list[int]:

@@ -4,13 +4,20 @@ a tensor's extent in memory, elements that share memory, tensors that share memo
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel._validate import check_disjoint, check_no_self_overlap, memory_extent
+from accel._validate import (
+    Span,
+    check_disjoint,
+    check_no_self_overlap,
+    memory_extent,
+    require_disjoint_spans,
+)
 
 
 def _offsets(tensor: torch.Tensor) -> list[int]:
@@ -72,3 +79,38 @@ def test_views_of_one_storage_are_disjoint_only_where_their_extents_are() -> Non
         check_disjoint([(weight[:, :3], "left"), (weight[:, 3:], "right")])
     with pytest.raises(ValueError, match=r"^a and b overlap in memory"):
         check_disjoint([(weight.t(), "a"), (torch.zeros(2), "c"), (weight[3], "b")])
+
+
+spans = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(1, 20), st.booleans()),  # start, length, written
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(drawn=spans)
+def test_spans_clash_exactly_where_a_written_one_shares_a_byte(
+    drawn: list[tuple[int, int, bool]],
+) -> None:
+    # Against every pair: two spans clash when they share a byte and either is written.
+    def clash(a: tuple[int, int, bool], b: tuple[int, int, bool]) -> bool:
+        return (a[2] or b[2]) and a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+    expected = any(clash(a, b) for a, b in itertools.combinations(drawn, 2))
+    given_spans: list[Span] = [(s, s + n, k, w) for k, (s, n, w) in enumerate(drawn)]
+    try:
+        require_disjoint_spans(given_spans, lambda k: f"span{k}")
+    except ValueError as error:
+        low, high = (int(name[4:]) for name in re.findall(r"span\d+", str(error)))
+        assert expected
+        assert low < high
+        assert clash(drawn[low], drawn[high])
+    else:
+        assert not expected
+
+
+def test_tensors_only_read_may_share_memory_with_each_other() -> None:
+    weight = torch.zeros(8)
+    check_disjoint([(torch.zeros(4), "p")], read=[(weight, "g0"), (weight[2:], "g1")])
+    with pytest.raises(ValueError, match=r"^p and g1 overlap in memory"):
+        check_disjoint([(weight[6:], "p")], read=[(weight[:2], "g0"), (weight[1:8], "g1")])

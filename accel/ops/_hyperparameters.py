@@ -7,10 +7,12 @@ naming the argument, its value and the range expected. Real numbers are accepted
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+import torch
 from typing_extensions import TypeIs
 
 # The kernels compute in float32: a hyper-parameter beyond its range would become inf,
@@ -61,15 +63,40 @@ def check_non_negative(value: object, name: str) -> float:
     return float(value)
 
 
+def _is_numpy_bool(value: object) -> bool:
+    kind = type(value)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+
+
 def check_flag(value: object, name: str) -> bool:
-    """A switch: ``True``/``False``, or the integer 1 or 0 (DeepSpeed passes its
-    ``bias_correction`` as one); ``name`` is the argument's, for the error. Any other
+    """A switch: ``True``/``False`` (NumPy's too), or the integer 1 or 0 (DeepSpeed passes
+    its ``bias_correction`` as one); ``name`` is the argument's, for the error. Any other
     value (``"no"``, ``2``, ``None``) raises rather than counting as true or false."""
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        return bool(value)
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)
     raise ValueError(f"{name} must be True or False (or 1 or 0), got {value!r}")
+
+
+def check_step(step: object, name: str) -> int:
+    """The number of the step being taken: a whole number from 1 to below 2**63, given as
+    an integer, a whole float or a one-element tensor holding one (torch.optim keeps its
+    step counts as float tensors). Truncating 2.5 would take another step's bias
+    correction, so it raises; ``name`` is the argument's, for the error."""
+    value = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
+        raise ValueError(f"{name} must be a whole number >= 1, got {step!r}")
+    if not 1 <= value < 2**63:
+        raise ValueError(
+            f"{name} must be >= 1 (the step being taken) and below 2**63, got {step!r}"
+        )
+    return int(value)
 
 
 # The range of each hyper-parameter, by the name optimizers give it.

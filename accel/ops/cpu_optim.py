@@ -31,16 +31,21 @@ step's, rounded (16-bit states are what DeepSpeed's ``fp32_optimizer_states=Fals
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import torch
 
-from accel._validate import check_memory_holds_values, require_disjoint_spans
+from accel._validate import Span, check_memory_holds_values, require_disjoint_spans
 from accel.ops._dtypes import dtype_codes, dtype_list
-from accel.ops._hyperparameters import check_betas, check_eps, check_flag, check_non_negative
+from accel.ops._hyperparameters import (
+    check_betas,
+    check_eps,
+    check_flag,
+    check_non_negative,
+    check_step,
+)
 
 NO_COPY = -1
 _COPY_DTYPES = (torch.bfloat16, torch.float16)
@@ -157,7 +162,7 @@ def _batch(
     # Every buffer of the call: the kernels update them in place in parallel and promise
     # the compiler that none alias (__restrict), so a shared byte anywhere in the call
     # would give nondeterministic results.
-    spans: list[tuple[int, int, int]] = []  # start, end, index into names
+    spans: list[Span] = []  # all marked written: no two may share memory, grads included
     names: list[tuple[str, int]] = []
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
         param = _dense_cpu(param, "params", i)
@@ -222,7 +227,7 @@ def _batch(
 
 
 def _add_span(
-    spans: list[tuple[int, int, int]],
+    spans: list[Span],
     names: list[tuple[str, int]],
     tensor: torch.Tensor,
     kind: str,
@@ -230,7 +235,7 @@ def _add_span(
 ) -> None:
     if tensor.numel():  # contiguous, checked: its bytes are its extent
         start = tensor.data_ptr()
-        spans.append((start, start + tensor.nbytes, len(names)))
+        spans.append((start, start + tensor.nbytes, len(names), True))
         names.append((kind, index))
 
 
@@ -243,24 +248,7 @@ def _run(kernel: Callable[..., None], batch: _Batch, **scalars: object) -> None:
 def _steps(steps: Sequence[int], count: int) -> list[int]:
     if len(steps) != count:
         raise ValueError(f"steps has {len(steps)} entries, expected {count}")
-    checked: list[int] = []
-    for index, step in enumerate(cast("Sequence[object]", steps)):  # callers pass anything
-        # An integer, a whole float or a 0-d tensor holding one (torch.optim's step
-        # states); truncating 2.5 would take another step's bias correction.
-        value = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value != int(value)
-        ):
-            raise ValueError(f"steps[{index}] must be a whole number >= 1, got {step!r}")
-        if not 1 <= value < 2**63:
-            raise ValueError(
-                f"steps[{index}] must be >= 1 (the step being taken) and below 2**63, got {step!r}"
-            )
-        checked.append(int(value))
-    return checked
+    return [check_step(step, f"steps[{index}]") for index, step in enumerate(steps)]
 
 
 def adam_step(

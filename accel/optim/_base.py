@@ -11,7 +11,7 @@ import torch
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
 
-from accel._torch_typed import foreach_add_, values_of
+from accel._torch_typed import foreach_add_
 
 Closure = Callable[[], float] | None
 
@@ -54,7 +54,6 @@ class CPUOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__} does not implement"
                 )
         tensors = GroupTensors(states={name: [] for name in self.state_names})
-        indices: list[int] = []  # of the parameters taken, in group["params"]
         for param_index, param in enumerate(group["params"]):
             if param.grad is None:
                 continue  # as torch.optim does: frozen or unused parameters are skipped
@@ -81,15 +80,9 @@ class CPUOptimizer(torch.optim.Optimizer):
                 tensors.states[name].append(value)
             tensors.params.append(param)
             tensors.grads.append(param.grad)
+            # The step being taken; the counters advance only once the step has succeeded.
+            tensors.steps.append(_step_count(state["step"], group_index, param_index) + 1)
             tensors.step_states.append(state["step"])
-            indices.append(param_index)
-        # The steps being taken; the counters advance only once the step has succeeded.
-        tensors.steps = [
-            count + 1
-            for count in _step_counts(
-                tensors.step_states, lambda k: f"param_groups[{group_index}] params[{indices[k]}]"
-            )
-        ]
         return tensors
 
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
@@ -151,28 +144,21 @@ def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
     return group.get(key, defaults[key])
 
 
-def _step_counts(values: list[object], where: Callable[[int], str]) -> list[int]:
-    """The states' ``step`` values as counts (torch keeps each as a 0-d float tensor),
-    read in one call when they are such tensors; else the error naming ``where(k)`` for
-    the first that is not a whole number >= 0 (``int()`` of NaN raises a bare ValueError,
-    of inf an OverflowError)."""
-    numbers: list[object] = values
-    if values and all(type(v) is torch.Tensor and v.dim() == 0 and v.is_cpu for v in values):
-        numbers = [*values_of(torch.stack(cast("list[torch.Tensor]", values)))]
-    counts: list[int] = []
-    for k, value in enumerate(numbers):
-        number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
-        if not math.isfinite(number) or number < 0 or number != int(number):
-            raise ValueError(
-                f"{where(k)}: state 'step' must be a whole number >= 0, got {values[k]!r}"
-            )
-        counts.append(int(number))
-    return counts
+def _step_count(value: object, group_index: int, param_index: int) -> int:
+    """A state's ``step`` as a count (torch keeps it as a float tensor), or an error
+    naming it: ``int()`` of NaN raises a bare ValueError, of inf an OverflowError."""
+    number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
+    if not math.isfinite(number) or number < 0 or number != int(number):
+        raise ValueError(
+            f"param_groups[{group_index}] params[{param_index}]: state 'step' must be a whole "
+            f"number >= 0, got {value!r}"
+        )
+    return int(number)
 
 
 def _advance(tensors: GroupTensors, state: Any) -> None:
-    """Count the step taken: in one call where every ``step`` is a float tensor on one
-    device, as torch's own optimizers keep them."""
+    """Count the step taken: in one call where every ``step`` is a floating-point tensor,
+    as torch's own optimizers keep them (``_foreach_add_`` groups them by device)."""
     steps = tensors.step_states
     if all(type(v) is torch.Tensor and v.is_floating_point() for v in steps):
         foreach_add_(cast("list[torch.Tensor]", steps), 1)

@@ -42,7 +42,12 @@ from typing import Any, ClassVar
 import torch
 from typing_extensions import override
 
-from accel._validate import check_disjoint, check_int, check_no_self_overlap
+from accel._validate import (
+    check_disjoint,
+    check_int,
+    check_memory_holds_values,
+    check_no_self_overlap,
+)
 from accel.integrations.deepspeed.zenflow import ZenFlowAdamFunctions
 from accel.ops import _hyperparameters as hyperparameters
 from accel.ops import cpu_optim
@@ -115,19 +120,36 @@ def _check_memory(
     grads: Sequence[torch.Tensor],
     states: dict[str, Sequence[torch.Tensor]],
 ) -> None:
-    """What the kernels' own checks cannot see once copies are made: a tensor written back
-    whose elements share memory (an expanded view: the copy back would fail half-way), and
-    tensors that share memory with each other (two views of one storage stepped as two).
-    States must be floating point: an integer one would be truncated on the way back."""
-    named = [(p, f"params[{i}]") for i, p in enumerate(params)]
+    """What the kernels' own checks cannot see once copies are made, checked on the
+    caller's tensors: dense CPU tensors whose memory holds their values (not past their
+    storage's end: a copy would read and write beyond it); tensors written back that
+    torch lets us write (no inference tensor outside inference mode) and whose elements
+    do not share memory (an expanded view: the copy back would fail half-way); no tensor
+    written sharing memory with another (two views of one storage stepped as two);
+    floating-point states (an integer one would be truncated on the way back)."""
+    written = [(p, f"params[{i}]") for i, p in enumerate(params)]
+    written += [
+        (t, f"{name}[{i}]") for name, column in states.items() for i, t in enumerate(column)
+    ]
+    read = [(g, f"grads[{i}]") for i, g in enumerate(grads)]
+    for tensor, name in [*written, *read]:
+        if tensor.layout != torch.strided:
+            raise ValueError(f"{name} must be a dense tensor, got layout {tensor.layout}")
+        if tensor.device.type != "cpu":
+            raise ValueError(f"{name} must be on the CPU, got {tensor.device}")
+        check_memory_holds_values(tensor, name)
     for name, column in states.items():
         for i, state in enumerate(column):
             if not state.is_floating_point():
                 raise TypeError(f"{name}[{i}] must be a floating-point tensor, got {state.dtype}")
-            named.append((state, f"{name}[{i}]"))
-    for tensor, name in named:
+    for tensor, name in written:
+        if tensor.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(
+                f"{name} is an inference tensor: torch refuses to update it in place outside "
+                "torch.inference_mode()"
+            )
         check_no_self_overlap(tensor, name)
-    check_disjoint([*named, *((g, f"grads[{i}]") for i, g in enumerate(grads))])
+    check_disjoint(written, read)
 
 
 def _in_place(
@@ -152,13 +174,14 @@ def _in_place(
         for work_column, state in zip(work_states, own, strict=True):
             work_column.append(state.to(dtype).contiguous())  # the state itself where it can
     update(work_params, work_grads, work_states)
-    for column, work_column in zip(columns, work_states, strict=True):
-        for original, work in zip(column, work_column, strict=True):
+    with torch.no_grad():  # a leaf that requires grad takes its values back too
+        for column, work_column in zip(columns, work_states, strict=True):
+            for original, work in zip(column, work_column, strict=True):
+                if work is not original:
+                    original.copy_(work)
+        for original, work in zip(params, work_params, strict=True):
             if work is not original:
                 original.copy_(work)
-    for original, work in zip(params, work_params, strict=True):
-        if work is not original:
-            original.copy_(work)
 
 
 class DeepSpeedModule:
@@ -355,8 +378,7 @@ class CPUAdamKernels(ZenFlowAdamFunctions, _OptimizerModule):
                     f"adam_rollback: {name} must have params' shape {tuple(params.shape)}, "
                     f"got {tuple(tensor.shape)}"
                 )
-        if check_int(step, "step") < 1:
-            raise ValueError(f"adam_rollback: step must be >= 1 (the step to undo), got {step}")
+        step = hyperparameters.check_step(step, "adam_rollback: step")
         _check_memory([params], [grads], {"exp_avg": [exp_avg], "exp_avg_sq": [exp_avg_sq]})
         lr = hyperparameters.check_non_negative(lr, "lr")
         weight_decay = hyperparameters.check_non_negative(weight_decay, "weight_decay")

@@ -232,7 +232,8 @@ class ZenFlowAdamFunctions:
             beta2: Per group, in ``[0, 1)``.
             eps: Per group, a finite number > 0.
             weight_decay: Per group, a finite number >= 0.
-            bias_correction: Per group, non-zero to apply Adam's bias correction.
+            bias_correction: Per group, 1 (or True) to apply Adam's bias correction, 0 (or
+                False) not to; any other value is a ``ValueError``.
 
         Raises:
             ValueError: The lists differ in length or do not hold one entry per group of the

@@ -285,6 +285,55 @@ def test_tensors_that_share_memory_are_refused_before_any_changes() -> None:
     assert torch.equal(weight, before)
 
 
+def test_what_the_copies_would_hide_is_refused_on_the_callers_tensors() -> None:
+    # Checked before the copies are made: past them, a meta tensor was called overlapping,
+    # a non-contiguous view past its storage's end was read and written beyond it (heap
+    # corruption), and an inference state was stepped and then refused the copy back.
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(10, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    meta = [torch.zeros(4, device="meta") for _ in range(4)]
+    with pytest.raises(ValueError, match=r"params\[0\] must be on the CPU, got meta"):
+        ops.adam_update(10, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, *meta)
+    p, g, m, v = _tensors(4, 0)
+    with pytest.raises(
+        ValueError, match=r"grads\[0\] must be a dense tensor, got layout torch\.sparse_coo"
+    ):
+        ops.adam_update(10, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, p, g.to_sparse(), m, v)
+    shrunk = torch.zeros(8, 8).t()
+    shrunk.untyped_storage().resize_(16)
+    with pytest.raises(
+        ValueError, match=r"exp_avg\[0\] reaches byte 256 of its storage, which holds 16"
+    ):
+        ops.adam_update(10, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, torch.randn(8, 8), torch.randn(8, 8), shrunk, torch.zeros(8, 8))  # fmt: skip
+    with torch.inference_mode():
+        inference = torch.zeros(8, 8).t()
+    params = torch.randn(8, 8)
+    before = params.clone()
+    with pytest.raises(ValueError, match=r"exp_avg_sq\[0\] is an inference tensor"):
+        ops.adam_update(10, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, params, torch.randn(8, 8), torch.zeros(8, 8), inference)  # fmt: skip
+    assert torch.equal(params, before)
+
+
+def test_a_leaf_that_requires_grad_gets_its_step_and_grads_may_share_memory() -> None:
+    # The copy back into a non-contiguous leaf raised after its moments had moved; two
+    # parameters reading one (expanded) gradient are fine: nothing writes it.
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(11, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    param = torch.randn(8, 6).t().requires_grad_()  # a non-contiguous leaf
+    before = param.detach().clone()
+    ops.adam_update(11, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, param, torch.ones(6, 8), torch.zeros(6, 8), torch.zeros(6, 8))  # fmt: skip
+    assert not torch.equal(param.detach(), before)
+    shared = torch.ones(3)
+    grads = [shared.expand(2, 3), shared.expand(2, 3)]  # each read through a copy
+    params = [torch.zeros(2, 3), torch.zeros(2, 3)]
+    kernels.FusedAdamKernels().multi_tensor_adam(
+        2048, torch.zeros(1), [grads, params, [torch.zeros(2, 3) for _ in range(2)], [torch.zeros(2, 3) for _ in range(2)]],
+        1e-2, 0.9, 0.999, 1e-8, 1, 1, 1, 0.0,
+    )  # fmt: skip
+    assert torch.equal(params[0], params[1])
+    assert bool((params[0] < 0).all())
+
+
 def test_integer_states_are_refused_not_truncated() -> None:
     ops = kernels.CPUAdamKernels()
     ops.create_adam(8, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
@@ -302,6 +351,7 @@ def test_switches_take_true_false_1_or_0_only() -> None:
     ):
         ops.create_adam(9, 1e-2, 0.9, 0.999, 1e-8, 0.0, "no", False)  # type: ignore[arg-type]
     ops.create_adam(9, 1e-2, 0.9, 0.999, 1e-8, 0.0, 1, False)  # type: ignore[arg-type]
+    ops.create_adam(12, 1e-2, 0.9, 0.999, 1e-8, 0.0, np.True_, False)  # type: ignore[arg-type]
     p, g, m, v = _tensors(8, 0)
     before = p.clone()
     with pytest.raises(
@@ -326,7 +376,8 @@ def test_switches_take_true_false_1_or_0_only() -> None:
         ({"lr": -1e-3}, r"lr must be a finite number >= 0"),
         ({"lr": 0.5, "weight_decay": 2.0}, r"lr \* weight_decay is 1"),
         ({"epsilon": 0.0}, r"eps must be a finite number > 0"),
-        ({"step": 2.5}, r"step must be an int, got"),
+        ({"step": 2.5}, r"step must be a whole number >= 1, got 2\.5"),
+        ({"step": 0}, r"step must be >= 1 \(the step being taken\)"),
     ],
 )
 def test_adam_rollback_refuses_a_step_it_cannot_undo(change: dict[str, Any], message: str) -> None:
