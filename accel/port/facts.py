@@ -254,7 +254,24 @@ class _Collector(ast.NodeVisitor):
 
     # -- uses
     @override
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        self._note_cuda_index(node)
+        self.generic_visit(node)
+
+    @override
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        self._note_cuda_index(node)
+        self.generic_visit(node)
+
+    def _note_cuda_index(self, node: ast.expr) -> None:
+        # "cuda:" and an index: whether the index is provably an int decides its rewrite.
+        index = cuda_index(node)
+        if index is not None:
+            self.int_candidates.append((self._current(), index, node.lineno))
+
+    @override
     def visit_Call(self, node: ast.Call) -> None:
+        self._note_cuda_index(node)
         self._note_int_positions(node)
         for keyword in node.keywords:
             if isinstance(keyword.value, ast.Name):
@@ -357,3 +374,56 @@ def _is_int_literal_or_call(node: ast.expr) -> bool:
     return _is_int_literal(node) or (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int"
     )
+
+
+PERCENT_FORMATS = frozenset({"cuda:%d", "cuda:%i", "cuda:%s"})
+BRACE_FORMATS = frozenset({"cuda:{}", "cuda:{0}", "cuda:{!s}", "cuda:{0!s}"})
+
+
+def cuda_index(node: ast.expr) -> ast.expr | None:
+    """The index of a string that names a CUDA device by one.
+
+    Args:
+        node: Any expression.
+
+    Returns:
+        ``x`` where ``node`` is ``f"cuda:{x}"``, ``"cuda:%d" % x``, ``"cuda:{}".format(x)``
+        or ``"cuda:" + str(x)``; else None.
+    """
+    if isinstance(node, ast.JoinedStr) and len(node.values) == 2:
+        text, value = node.values
+        if (
+            isinstance(text, ast.Constant)
+            and text.value == "cuda:"
+            and isinstance(value, ast.FormattedValue)
+            and value.conversion == -1
+            and value.format_spec is None
+        ):
+            return value.value
+    if isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant):
+        left = node.left.value
+        if isinstance(node.op, ast.Mod) and left in PERCENT_FORMATS:
+            return node.right if not isinstance(node.right, ast.Tuple) else None
+        right = node.right
+        if (
+            isinstance(node.op, ast.Add)
+            and left == "cuda:"
+            and isinstance(right, ast.Call)
+            and isinstance(right.func, ast.Name)
+            and right.func.id == "str"
+            and len(right.args) == 1
+            and not right.keywords
+        ):
+            return right.args[0]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+        and node.func.value.value in BRACE_FORMATS
+        and len(node.args) == 1
+        and not node.keywords
+        and not isinstance(node.args[0], ast.Starred)
+    ):
+        return node.args[0]
+    return None

@@ -12,22 +12,25 @@ following DeepSpeed's porting guide:
   ``current_device()``; a string of "cuda:" and it (an f-string or part of one, ``%``,
   ``str.format``, ``+ str(...)``) -> ``current_device_name()`` wherever it stands;
 - ``torch.cuda.default_generators[i]`` -> ``get_accelerator().default_generator(i)``;
-- ``'cuda'``, ``'cuda:N'``, ``f'cuda:{i}'`` in those device positions only ->
-  ``device_name()``, ``device_name(N)``, ``device_name(i)``; other strings are left alone;
-- ``t.cuda(...)`` -> ``t.to(get_accelerator().device_name(...))``; ``t.is_cuda`` ->
-  ``get_accelerator().on_accelerator(t)``; ``t.pin_memory()`` ->
-  ``get_accelerator().pin_memory(t)``;
+- ``'cuda'``, ``'cuda:N'``, ``'cuda:'`` and a provable ``int`` ``i`` (``f'cuda:{i}'``, ``%``,
+  ``format``, ``+ str``) in those device positions only -> ``device_name()``,
+  ``device_name(N)``, ``device_name(i)``; other strings are left alone, and ``'cuda:'``
+  with any other index is reported;
+- ``t.cuda(i, non_blocking)`` -> ``t.to(device=get_accelerator().device_name(i),
+  non_blocking=...)``; ``t.pin_memory()`` -> ``get_accelerator().pin_memory(t)``;
+  ``t.is_cuda`` is reported;
 - an ``int`` that provably reaches a device position (``.to(0)``, ``.to(self.gpu_id)``,
   ``map_location=0``, ``device=local_rank`` with ``local_rank = int(...)``) ->
   ``get_accelerator().device_name(i)``;
 - ``DistributedDataParallel(..., device_ids=[i], output_device=i)`` ->
   ``device_ids=ddp_device_ids(i)``, ``output_device=ddp_output_device(i)`` (``None`` on
   the CPU, where DDP refuses them);
-- ``init_process_group('nccl', ...)`` and ``backend='nccl'`` ->
+- ``init_process_group('nccl', ...)``, ``backend='nccl'`` and a choice with ``'nccl'`` in a
+  branch ->
   ``get_accelerator().communication_backend_name()``; its ``device_id=d`` ->
   ``process_group_device_id(d)`` (``None`` on the CPU, which torch refuses there);
-- anything else under ``torch.cuda`` (graphs, ``amp``, ...) is left as it is and reported
-  with its position and what to do by hand.
+- anything else under ``torch.cuda`` (graphs, streams and events, ``amp``, ...) is left as
+  it is and reported with its position and what to do by hand.
 
 accel's names are written as :meth:`ModuleFacts.local_name` gives them: an alias
 (``_accel_get_accelerator``) where the module binds the name itself.
@@ -35,6 +38,7 @@ accel's names are written as :meth:`ModuleFacts.local_name` gives them: an alias
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,14 +49,15 @@ import libcst.matchers as m
 from libcst.metadata import CodeRange, PositionProvider
 from typing_extensions import override
 
-from accel.port.facts import DDP_NAME, ModuleFacts
+from accel.port.facts import BRACE_FORMATS, DDP_NAME, PERCENT_FORMATS, ModuleFacts, cuda_index
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
+_EQUAL = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)
 # Text that ends in a device type "cuda:" (not "xcuda:"), which an index completes.
 _CUDA_PREFIX = re.compile(r"(?<!\w)cuda:$")
 # Strings that make "cuda:<index>" of one argument with % or str.format.
-_PERCENT_FORMATS = frozenset({"cuda:%d", "cuda:%i", "cuda:%s"})
-_BRACE_FORMATS = frozenset({"cuda:{}", "cuda:{0}", "cuda:{!s}", "cuda:{0!s}"})
 
 # torch.cuda functions with the same name and meaning on every accel backend.
 DIRECT = frozenset({
@@ -60,14 +65,21 @@ DIRECT = frozenset({
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "reset_peak_memory_stats", "empty_cache", "manual_seed", "manual_seed_all",
     "initial_seed", "get_rng_state", "set_rng_state", "is_bf16_supported",
-    "Stream", "Event", "stream", "current_stream", "default_stream",
 })  # fmt: skip
+# Streams and events: an optional capability (StreamAPI), which the CPU and MPS backends
+# lack, so code that uses them needs a person to decide what happens without them.
+STREAM_NAMES = frozenset({"Stream", "Event", "stream", "current_stream", "default_stream"})
+STREAM_ADVICE = (
+    "streams and events are optional (StreamAPI; the CPU and MPS backends have none): use "
+    "get_accelerator().{name} behind `if isinstance(acc, StreamAPI)`"
+)
 # torch.cuda functions that are accel functions (accel.functions): they work with every
 # backend, including one written before the protocols had these members.
 FUNCTIONS = {
     "set_device": "set_device", "get_device_properties": "get_device_properties",
     "reset_accumulated_memory_stats": "reset_accumulated_memory_stats",
     "device": "device_index",  # torch.cuda.device(i): the context manager
+    "mem_get_info": "get_memory_info",  # (free, total) of a device on every backend
 }  # fmt: skip
 NVTX = frozenset({"range_push", "range_pop"})
 GRAPH_NAMES = frozenset(
@@ -107,7 +119,8 @@ RULES = {
     "torch.device(d).type is that on every accelerator",
     "backend": "'nccl' where torch.distributed expects a backend names the accelerator's "
     "collectives library",
-    "tensor-method": ".cuda()/.pin_memory()/.is_cuda have device-generic equivalents",
+    "tensor-method": ".cuda(i, non_blocking)/.pin_memory() have device-generic equivalents "
+    "(.to(device=..., non_blocking=...) by keyword, which a storage's to() needs too)",
     "int-device": "torch reads an int in a device position (.to(0), map_location=0, "
     "device=i) as cuda:<int>; the int is provably one (a literal, or a variable or self "
     "attribute only ever assigned ints), so it names the accelerator's device <int>",
@@ -140,6 +153,24 @@ def _calls(node: cst.BaseExpression, function: str) -> bool:
     if isinstance(func, cst.Attribute):
         name = func.attr.value
     return name == function
+
+
+def _cuda_index(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The index of a string that names a CUDA device by one, as
+    :func:`accel.port.facts.cuda_index` finds it (one definition of those strings), as a
+    concrete tree; else None."""
+    if not isinstance(node, cst.FormattedString | cst.BinaryOperation | cst.Call):
+        return None
+    code = f"({cst.Module([]).code_for_node(node)})"
+    if "cuda:" not in code:
+        return None
+    try:
+        tree = ast.parse(code, mode="eval").body
+    except SyntaxError:  # libcst parsed the module with another grammar: not ours to judge
+        return None
+    index = cuda_index(tree)
+    segment = None if index is None else ast.get_source_segment(code, index)
+    return None if segment is None else cst.parse_expression(segment)
 
 
 class PortTransformer(cst.CSTTransformer):
@@ -176,16 +207,10 @@ class PortTransformer(cst.CSTTransformer):
                 return self._accelerator_call("device_name")
             if isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit():
                 return self._accelerator_call("device_name", [cst.Arg(cst.Integer(value[5:]))])
-        if isinstance(node, cst.FormattedString) and len(node.parts) == 2:
-            text, expression = node.parts
-            if (
-                isinstance(text, cst.FormattedStringText)
-                and text.value == "cuda:"
-                and isinstance(expression, cst.FormattedStringExpression)
-                and expression.format_spec is None
-                and expression.conversion is None
-            ):
-                return self._accelerator_call("device_name", [cst.Arg(expression.expression)])
+        index = _cuda_index(node)
+        if index is not None and self._is_int(index):
+            # Only an int: device_name() refuses the str of os.environ["LOCAL_RANK"].
+            return self._accelerator_call("device_name", [cst.Arg(index)])
         return None
 
     def _device_index(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -219,7 +244,12 @@ class PortTransformer(cst.CSTTransformer):
         return self._device_string(node) or self._current_device_as_name(node)
 
     def _as_backend(self, node: cst.BaseExpression) -> cst.BaseExpression | None:
-        """``get_accelerator().communication_backend_name()`` for the literal ``'nccl'``."""
+        """``get_accelerator().communication_backend_name()`` for the literal ``'nccl'``, and
+        for a choice with ``'nccl'`` in a branch (``"nccl" if torch.cuda.is_available() else
+        "gloo"``: the test, ported, is true on every accelerator, the CPU's included, where
+        nccl does not exist; the accelerator's own backend is what the choice meant)."""
+        if isinstance(node, cst.IfExp) and "nccl" in (_literal(node.body), _literal(node.orelse)):
+            return self._accelerator_call("communication_backend_name")
         if isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl":
             return self._accelerator_call("communication_backend_name")
         return None
@@ -276,6 +306,7 @@ class PortTransformer(cst.CSTTransformer):
         ):
             replacement = rewrite(value) if where in variables else None
             if replacement is not None:
+                self._drop_manual_at(original)
                 self._note(original, f"{target.value} = {code(value)} -> {code(replacement)} "
                                      f"({target.value} {why})", rule=rule)  # fmt: skip
                 return replacement
@@ -403,6 +434,7 @@ class PortTransformer(cst.CSTTransformer):
                 self._accelerator_call("current_device_name")
             )
         if not inners:
+            self._note_cuda_index(original_node)
             return updated_node.with_changes(parts=parts)
         parts = [p for p in parts if not (isinstance(p, cst.FormattedStringText) and not p.value)]
         only = parts[0] if len(parts) == 1 else None
@@ -418,7 +450,7 @@ class PortTransformer(cst.CSTTransformer):
         self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
     ) -> cst.BaseExpression:
         left, right = original_node.left, original_node.right
-        if isinstance(original_node.operator, cst.Modulo) and _literal(left) in _PERCENT_FORMATS:
+        if isinstance(original_node.operator, cst.Modulo) and _literal(left) in PERCENT_FORMATS:
             inner = right  # "cuda:%d" % torch.cuda.current_device()
         elif (
             isinstance(original_node.operator, cst.Add)
@@ -432,6 +464,7 @@ class PortTransformer(cst.CSTTransformer):
         if self._is_cuda_current_device(inner):
             name = self._accelerator_call("current_device_name")
             return self._current_device_name(original_node, [inner], name)
+        self._note_cuda_index(original_node)
         return updated_node
 
     def _rewrite_format_call(self, original: cst.Call) -> cst.BaseExpression | None:
@@ -440,7 +473,7 @@ class PortTransformer(cst.CSTTransformer):
         if (
             isinstance(func, cst.Attribute)
             and func.attr.value == "format"
-            and _literal(func.value) in _BRACE_FORMATS
+            and _literal(func.value) in BRACE_FORMATS
             and len(args) == 1
             and args[0].keyword is None
             and not args[0].star
@@ -448,7 +481,16 @@ class PortTransformer(cst.CSTTransformer):
         ):
             name = self._accelerator_call("current_device_name")
             return self._current_device_name(original, [args[0].value], name)
+        self._note_cuda_index(original)
         return None
+
+    def _note_cuda_index(self, node: cst.BaseExpression) -> None:
+        """Report a string that ``"cuda:"`` and an index make: a CUDA device's name. A
+        device position or device variable rewrites it where the index is provably an int,
+        and then drops this finding (:meth:`_drop_manual_at`)."""
+        if _cuda_index(node) is not None:
+            self._manual(node, "'cuda:' and an index name a CUDA device; where this is a "
+                         "device, use get_accelerator().device_name(i) with i an int")  # fmt: skip
 
     # torch.cuda.<fn>(...) and torch.cuda.nvtx.<fn>(...)
     def _rewrite_torch_cuda_call(
@@ -460,6 +502,9 @@ class PortTransformer(cst.CSTTransformer):
         name = func.attr.value
         if self._is_torch_cuda(func.value) and name in FUNCTIONS:
             return self._rewrite_function(original, updated, name, FUNCTIONS[name])
+        if self._is_torch_cuda(func.value) and name in STREAM_NAMES:
+            self._manual(original, f"torch.cuda.{name}(): " + STREAM_ADVICE.format(name=name))
+            return None
         if self._is_torch_cuda(func.value) and name in DIRECT:
             self._note(
                 original, f"torch.cuda.{name}() -> get_accelerator().{name}()", rule="direct"
@@ -539,25 +584,43 @@ class PortTransformer(cst.CSTTransformer):
         if func.attr.value == "cuda" and not (
             isinstance(owner, cst.Name) and owner.value in self.facts.torch_names
         ):
-            index = [a for a in updated.args if a.keyword is None][:1]
-            rest = [a for a in updated.args if a.keyword is not None]
-            device = self._accelerator_call(
-                "device_name", [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in index]
-            )
-            self._note(
-                original,
-                f".cuda(...) -> .to({cst.Module([]).code_for_node(device)})",
-                rule="tensor-method",
-            )
-            return updated.with_changes(
-                func=func.with_changes(attr=cst.Name("to")), args=[cst.Arg(device), *rest]
-            )
+            return self._rewrite_cuda_method(original, updated, func)
         if func.attr.value == "pin_memory" and not updated.args:
             self._note(
                 original, ".pin_memory() -> get_accelerator().pin_memory(t)", rule="tensor-method"
             )
             return self._accelerator_call("pin_memory", [cst.Arg(owner)])
         return None
+
+    def _rewrite_cuda_method(
+        self, original: cst.Call, updated: cst.Call, func: cst.Attribute
+    ) -> cst.BaseExpression | None:
+        """``x.cuda(device, non_blocking, ...)`` -> ``x.to(device=<the accelerator's device>,
+        non_blocking=..., ...)``: keywords, which a tensor's, a module's and a storage's
+        ``to`` all take (a storage's takes nothing else)."""
+        positional = [a for a in updated.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a for a in updated.args if a.keyword is not None}
+        if len(positional) + len(keywords) != len(updated.args) or len(positional) > 2 or (
+            set(keywords) - {"device", "non_blocking", "memory_format"}
+        ) or (positional and "device" in keywords) or (
+            len(positional) == 2 and "non_blocking" in keywords
+        ):  # fmt: skip
+            self._manual(original, ".cuda(...) with arguments accel port does not map; use "
+                         ".to(device=get_accelerator().device_name(i), non_blocking=...)")  # fmt: skip
+            return None
+        device_arg = positional[0] if positional else keywords.pop("device", None)
+        index = [] if device_arg is None else [cst.Arg(device_arg.value)]
+        device = self._accelerator_call("device_name", index)
+        args = [cst.Arg(device, keyword=cst.Name("device"), equal=_EQUAL)]
+        if len(positional) == 2:
+            args.append(
+                cst.Arg(positional[1].value, keyword=cst.Name("non_blocking"), equal=_EQUAL)
+            )
+        args += [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in keywords.values()]
+        rewritten = updated.with_changes(func=func.with_changes(attr=cst.Name("to")), args=args)
+        code = cst.Module([]).code_for_node
+        self._note(original, f".cuda(...) -> .to(device={code(device)}, ...)", rule="tensor-method")
+        return rewritten
 
     def _note_own_method(self, node: cst.CSTNode, name: str) -> None:
         """A tensor-method rule on a name this module's classes define themselves."""
@@ -637,6 +700,10 @@ class PortTransformer(cst.CSTTransformer):
         """``device_ids=[i]`` -> ``ddp_device_ids(i)``, ``output_device=i`` ->
         ``ddp_output_device(i)``: a list (None) on accelerators (the CPU), as DDP wants."""
         code = cst.Module([]).code_for_node
+        if len([a for a in args if a.keyword is None and not a.star]) > 1:
+            self._manual(original, "DistributedDataParallel's device_ids/output_device given "
+                         "by position: DDP on the CPU needs None; pass device_ids="
+                         "accel.ddp_device_ids(i), output_device=accel.ddp_output_device(i)")  # fmt: skip
         for position, arg in enumerate(args):
             keyword = arg.keyword.value if arg.keyword is not None else None
             value = arg.value
@@ -671,6 +738,7 @@ class PortTransformer(cst.CSTTransformer):
         after: cst.BaseExpression,
         rule: str,
     ) -> None:
+        self._drop_manual_at(original)  # a "cuda:" + index string, now a device name
         line, column = self._position(original)
         func = original.func if isinstance(original, cst.Call) else None
         if (
@@ -690,6 +758,15 @@ class PortTransformer(cst.CSTTransformer):
         expected = "a backend" if rule == "backend" else "a device"
         message = f"{code(before)} -> {code(after)} ({expected} is expected here)"
         self.findings.append(Finding(line, column, message, True, rule))
+
+    @override
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        for alias in original_node.names:
+            dotted = alias.evaluated_name
+            if dotted.startswith("torch.cuda.") and alias.asname is not None:
+                self._manual(alias, f"import {dotted} as {alias.evaluated_alias} binds a CUDA-only "
+                             "module; call its functions through get_accelerator() instead")  # fmt: skip
+        return updated_node
 
     @override
     def leave_ImportFrom(
@@ -768,16 +845,17 @@ class PortTransformer(cst.CSTTransformer):
             isinstance(updated_node.value, cst.Name)
             and updated_node.value.value in self.facts.torch_names
         ):
-            self._note(
-                original_node, ".is_cuda -> get_accelerator().on_accelerator(t)",
-                rule="tensor-method",
-            )  # fmt: skip
-            return self._accelerator_call("on_accelerator", [cst.Arg(updated_node.value)])
+            # Not rewritten: get_accelerator().on_accelerator(t) is true for a CPU tensor on
+            # the CPU backend, and code behind is_cuda is often CUDA's own (a kernel, a
+            # data_parallel): it would then run where it did not.
+            self._manual(original_node, ".is_cuda guards CUDA-only code as often as it asks "
+                         "where a tensor is: use get_accelerator().on_accelerator(t) where the "
+                         "code behind it runs on every accelerator (the CPU backend's included)")  # fmt: skip
         if self._is_torch_cuda(original_node.value):
             name = original_node.attr.value
             if name in GRAPH_NAMES:
                 self._manual(original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}")
-            elif name not in DIRECT | FUNCTIONS.keys() and name not in (
+            elif name not in DIRECT | STREAM_NAMES | FUNCTIONS.keys() and name not in (
                 "nvtx",
                 "default_generators",
             ):
