@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from typing_extensions import Protocol, runtime_checkable
 
 from accel import _host, extensions
+from accel.launch import worker
 from accel.launch.cores import parse_core_list, split_cores
 from accel.launch.worker import PLAN_ENV, Plan, RankPlan
 from accel.protocols import Accelerator
@@ -39,12 +41,13 @@ _FROM_BACKEND = "accel:device_count"
 
 def _ranks(value: str, parser: argparse.ArgumentParser, torchrun: Any) -> int:
     """The number of local ranks ``--nproc-per-node`` asks for (a usage error if none)."""
-    if value.isdecimal() and int(value) < 1:
-        parser.error(f"--nproc-per-node must be at least 1, got {value}")
     try:
-        return int(torchrun.determine_local_world_size(value))
+        ranks = int(torchrun.determine_local_world_size(value))
     except (ValueError, AssertionError) as error:
         parser.error(f"--nproc-per-node {value!r}: {error or 'not a number of ranks'}")
+    if ranks < 1:  # "-1" and " 0" too: torchrun reads them with int()
+        parser.error(f"--nproc-per-node must be at least 1, got {value.strip()}")
+    return ranks
 
 
 def _visible_ids(
@@ -58,6 +61,37 @@ def _visible_ids(
             return own or nodes[:1]
         return [nodes[rank * len(nodes) // ranks]]
     return [rank]  # one device per rank
+
+
+def _inherited_ids(env: dict[str, str], ranks: int) -> None:
+    """Where the launcher itself sees only some devices (``CUDA_VISIBLE_DEVICES=2,3``),
+    the ids a rank was given count within them: local device 1 is the launcher's "3"."""
+    for name, value in env.items():
+        inherited = os.environ.get(name, "").strip()
+        if not inherited:
+            continue
+        visible = [item.strip() for item in inherited.split(",")]
+        local = [int(item) for item in value.split(",")]
+        if max(local) >= len(visible):
+            raise ValueError(
+                f"{ranks} local ranks need device {max(local)}, but {name}={inherited!r} in "
+                f"accel run's environment makes only {len(visible)} visible"
+            )
+        env[name] = ",".join(visible[i] for i in local)
+
+
+def _numa_cores(accelerator: Accelerator, allowed: set[int]) -> set[int]:
+    """The allowed cores of the NUMA nodes the CPU backend uses (``ACCEL_VISIBLE_NUMA_NODES``
+    may name fewer than the host has); all allowed cores where the topology is unknown."""
+    if not isinstance(accelerator, _NumaDevices):
+        return allowed
+    topology = _host.numa_topology()
+    if not topology:
+        return allowed
+    own: set[int] = set()
+    for node in accelerator.numa_nodes():
+        own |= topology.get(node, frozenset())
+    return allowed & own or allowed
 
 
 def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str | None) -> Plan:
@@ -76,11 +110,13 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
 
     Raises:
         ValueError: When binding: ``core_list`` is not a core list or names a core this
-            process may not use, ``ranks`` is below 1, or there are fewer cores than ranks.
+            process may not use (on the CPU: outside the NUMA nodes it uses), ``ranks`` is
+            below 1, or there are fewer cores than ranks; or the launcher's own
+            device-visibility variable shows fewer devices than the ranks need.
     """
     blocks: list[list[int] | None] = [None] * ranks
     if bind or core_list is not None:
-        allowed = _host.allowed_cpus()
+        allowed = _numa_cores(accelerator, set(_host.allowed_cpus()))
         cores = parse_core_list(core_list, allowed) if core_list is not None else sorted(allowed)
         blocks = list(split_cores(cores, ranks))
     entries: list[RankPlan] = []
@@ -88,8 +124,23 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
         env: dict[str, str] = {}
         if accelerator.visible_devices_envs():
             accelerator.set_visible_devices_envs(env, _visible_ids(accelerator, rank, ranks, block))
+            if not isinstance(accelerator, _NumaDevices):
+                _inherited_ids(env, ranks)
         entries.append({"cores": block, "env": env})
     return {"ranks": entries}
+
+
+def _check_program(args: Any, parser: argparse.ArgumentParser) -> None:
+    """What every rank would fail on, said once before any starts, as torchrun's ``python``
+    would say it."""
+    program: str = args.training_script
+    if args.no_python and args.module:
+        parser.error("--no-python and --module (-m) cannot be used together")
+    if args.no_python:
+        if shutil.which(program) is None:
+            parser.error(f"--no-python: {program!r} is not an executable program (PATH included)")
+    elif not args.module and not os.path.isfile(program):
+        parser.error(f"can't open file {os.path.abspath(program)!r}: no such file")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -148,22 +199,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         extensions.apply_launch(args, os.environ)  # the ranks inherit what they set
     except ValueError as error:
         parser.error(str(error))
-    accelerator = accel.get_accelerator()
-    if args.nproc_per_node == _FROM_BACKEND:
-        args.nproc_per_node = str(accelerator.device_count())
+    try:  # ACCEL_BACKEND, LOCAL_SIZE, ACCEL_VISIBLE_NUMA_NODES: one line naming the variable
+        accelerator = accel.get_accelerator()
+        if args.nproc_per_node == _FROM_BACKEND:
+            args.nproc_per_node = str(accelerator.device_count())
+    except (ValueError, RuntimeError) as error:
+        print(f"accel run: error: {error}", file=sys.stderr)
+        return 2
     ranks = _ranks(args.nproc_per_node, parser, torchrun)
+    binds = args.bind_cores_to_rank or args.bind_core_list is not None
+    if args.virtual_local_rank and binds:
+        # Every rank is then LOCAL_RANK 0, so no rank could find its own cores.
+        parser.error("--virtual-local-rank cannot be used with --bind-cores-to-rank or "
+                     "--bind-core-list (every rank's LOCAL_RANK is 0)")  # fmt: skip
     try:
         plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
     except ValueError as error:  # a usage error: one line and status 2, not a traceback
         parser.error(str(error))
-    os.environ[PLAN_ENV] = json.dumps(plan)
-    if args.bind_cores_to_rank or args.bind_core_list is not None:
+    _check_program(args, parser)
+    if not args.virtual_local_rank:  # torch gives each rank its device itself then
+        os.environ[PLAN_ENV] = json.dumps(plan)
+    if binds:
         # Each rank sets its own value; this only stops torchrun announcing "1 for everyone".
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     user_program = args.training_script
     mode = ["--exec"] if args.no_python else (["--module"] if args.module else [])
     args.training_script_args = [*mode, args.training_script, *args.training_script_args]
-    args.training_script, args.module, args.no_python = "accel.launch.worker", True, False
+    # The worker as a script, so the current directory is not on sys.path as it starts.
+    args.training_script, args.module, args.no_python = worker.__file__, False, False
     try:
         torchrun.run(args)
     except ChildFailedError as error:

@@ -1,10 +1,16 @@
 """What each rank runs first under ``accel run``: apply its plan, then run the user's code.
 
-torchrun starts ``python -m accel.launch.worker [--module|--exec] TARGET ARGS...``. The
-plan (JSON in ``ACCEL_RUN_PLAN``, made by the launcher) gives each local rank its cores
-and environment. Both are applied before the user's code (and so before torch and its
-OpenMP runtime) starts; the affinity is inherited by every thread the rank creates, and
-survives ``--exec`` of a non-Python program.
+torchrun starts ``python -u <this file> [--module|--exec] TARGET ARGS...``: as a script,
+not with ``-m``, so that the current directory is not on ``sys.path`` while it starts (a
+``json.py`` there would shadow the standard library's). The plan (JSON in
+``ACCEL_RUN_PLAN``, made by the launcher) gives each local rank its cores and environment.
+Both are applied before the user's code (and so before torch and its OpenMP runtime)
+starts; the affinity is inherited by every thread the rank creates, and survives
+``--exec`` of a non-Python program. The user's code then sees what torchrun's ``python
+script.py`` or ``python -m module`` gives it: ``sys.path[0]`` is the script's directory
+(or the current directory for a module) and ``__file__`` an absolute path.
+
+Only the standard library is imported here, before the user's code.
 """
 
 from __future__ import annotations
@@ -77,13 +83,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("accel.launch.worker: no program to run")
     target, *rest = arguments
     if mode == "--exec":
-        os.execvp(target, [target, *rest])
-    sys.argv = [target, *rest]
+        try:
+            os.execvp(target, [target, *rest])
+        except OSError as error:
+            raise SystemExit(f"accel run: cannot run {target!r}: {error.strerror}") from None
+    # Run as a script, this file's directory is sys.path[0]: the user's code gets
+    # torchrun's instead.
     if mode == "--module":
+        sys.path[0] = os.getcwd()
+        sys.argv = [target, *rest]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-        runpy.run_path(target, run_name="__main__")
+        path = os.path.abspath(target)
+        sys.path[0] = os.path.dirname(path)
+        sys.argv = [path, *rest]
+        runpy.run_path(path, run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from accel import _host
 from accel.launch import cli as launch_cli
 from accel.launch.cores import parse_core_list, split_cores
 from accel.launch.worker import PLAN_ENV
@@ -148,14 +150,17 @@ def test_nproc_defaults_to_the_backends_device_count(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def launched(monkeypatch: pytest.MonkeyPatch, fresh_selection: None) -> list[Any]:
+def launched(monkeypatch: pytest.MonkeyPatch, fresh_selection: None, tmp_path: Path) -> list[Any]:
     """``accel run`` in this process up to torchrun, whose ``run`` only records the
     arguments it was handed: what the command line asks for, without starting ranks.
-    The environment ``accel run`` sets for its ranks stays in a copy."""
+    The environment ``accel run`` sets for its ranks stays in a copy; the current
+    directory is a new one holding ``world.py``."""
     import torch.distributed.run as torchrun
 
     monkeypatch.setenv("ACCEL_BACKEND", "cpu")  # CPU ranks, also on a GPU machine
     monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "world.py").write_text("")
     handed: list[Any] = []
     monkeypatch.setattr(torchrun, "run", handed.append)
     return handed
@@ -182,7 +187,11 @@ def test_every_spelling_torchrun_accepts_sets_the_rank_count(
     assert args.training_script_args[-1] == "world.py"  # the user's program, run by the worker
 
 
-@pytest.mark.parametrize(("value", "message"), [("0", "must be at least 1, got 0"), ("x", "'x'")])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "must be at least 1, got 0"), ("x", "'x'"), ("-1", "must be at least 1, got -1"),
+     (" 0", "must be at least 1, got 0")],
+)  # fmt: skip
 def test_a_bad_rank_count_is_a_usage_error_naming_it(
     launched: list[Any], capsys: pytest.CaptureFixture[str], value: str, message: str
 ) -> None:
@@ -245,3 +254,112 @@ def test_non_python_programs_keep_their_binding(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "Cpus_allowed_list" in out.read_text()
+
+
+_TWO = ["--nproc-per-node", "2"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "message"),
+    [
+        ([*_TWO, "nope.py"], {}, "can't open file '.*nope.py': no such file"),
+        ([*_TWO, "--no-python", "no_such_program"], {}, "'no_such_program' is not an executable"),
+        ([*_TWO, "--no-python", "-m", "pkg.mod"], {}, "--no-python and --module"),
+        (
+            [*_TWO, "--virtual-local-rank", "--bind-cores-to-rank", "world.py"], {},
+            "every rank's LOCAL_RANK is 0",
+        ),
+        ([*_TWO, "world.py"], {"ACCEL_BACKEND": "bogus"}, "ACCEL_BACKEND='bogus'"),
+        (["world.py"], {"LOCAL_SIZE": "abc"}, "LOCAL_SIZE"),  # the default rank count
+    ],
+)  # fmt: skip
+def test_what_every_rank_would_fail_on_is_one_line_before_any_starts(
+    launched: list[Any],
+    capsys: pytest.CaptureFixture[str],
+    arguments: list[str],
+    environment: dict[str, str],
+    message: str,
+) -> None:
+    # Each was a traceback per rank (or a bare AssertionError, or a silent exec attempt).
+    os.environ.update(environment)
+    try:
+        status = launch_cli.main(["--standalone", *arguments])
+    except SystemExit as exited:
+        status = exited.code
+    assert status == 2
+    stderr = capsys.readouterr().err
+    assert re.search(f"accel run: error: .*{message}", stderr), stderr
+    assert "Traceback" not in stderr
+    assert launched == []
+
+
+@pytest.mark.slow  # starts `accel run` and its rank
+def test_a_rank_starts_as_torchruns_python_would_start_it(tmp_path: Path) -> None:
+    # The worker ran with -m, which put the current directory first on sys.path: a json.py
+    # there broke every rank before the user's code, and sibling modules were importable
+    # where torchrun's `python script.py` finds none.
+    (tmp_path / "json.py").write_text("raise SystemExit('the current directory shadowed json')\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "show.py").write_text(
+        "import json, os, sys\n"
+        "print(json.dumps({'file': __file__, 'path0': sys.path[0], 'cwd': os.getcwd()}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | {"ACCEL_BACKEND": "cpu"}
+    command = Path(sys.executable).with_name("accel")  # the console script users run
+    result = subprocess.run(
+        [str(command), "run", "--standalone", "--nproc-per-node", "1", "sub/show.py"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    shown = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
+    assert shown["file"] == str(tmp_path / "sub" / "show.py")  # absolute, as python's
+    assert shown["path0"] == str(tmp_path / "sub")
+
+
+class _FakeGPUs:
+    """A backend with one visibility variable and four devices (no GPU needed)."""
+
+    def visible_devices_envs(self) -> list[str]:
+        return ["CUDA_VISIBLE_DEVICES"]
+
+    def set_visible_devices_envs(self, env: dict[str, str], ids: list[int]) -> None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+
+
+def test_devices_the_launcher_was_given_are_the_ones_its_ranks_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CUDA_VISIBLE_DEVICES=2,3 for the launcher: its ranks got 0 and 1, other jobs' GPUs.
+    backend: Any = _FakeGPUs()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, GPU-5f2c")
+    plan = launch_cli.make_plan(backend, 2, bind=False, core_list=None)
+    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in plan["ranks"]] == ["2", "GPU-5f2c"]
+    with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='2, GPU-5f2c' in accel run's"):
+        launch_cli.make_plan(backend, 3, bind=False, core_list=None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    plan = launch_cli.make_plan(backend, 2, bind=False, core_list=None)
+    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in plan["ranks"]] == ["0", "1"]
+
+
+def test_bound_cpu_ranks_stay_on_the_numa_nodes_the_backend_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ACCEL_VISIBLE_NUMA_NODES=1: a rank was pinned to node 0's cores and told node 1.
+    class TwoNodes:
+        def visible_devices_envs(self) -> list[str]:
+            return ["ACCEL_VISIBLE_NUMA_NODES"]
+
+        def set_visible_devices_envs(self, env: dict[str, str], ids: list[int]) -> None:
+            env["ACCEL_VISIBLE_NUMA_NODES"] = ",".join(map(str, ids))
+
+        def numa_nodes(self) -> list[int]:
+            return [1]
+
+    monkeypatch.setattr(_host, "allowed_cpus", lambda: set(range(8)))
+    monkeypatch.setattr(
+        _host, "numa_topology", lambda: {0: frozenset(range(4)), 1: frozenset(range(4, 8))}
+    )
+    backend: Any = TwoNodes()
+    plan = launch_cli.make_plan(backend, 2, bind=True, core_list=None)
+    assert [r["cores"] for r in plan["ranks"]] == [[4, 5], [6, 7]]
+    assert [r["env"]["ACCEL_VISIBLE_NUMA_NODES"] for r in plan["ranks"]] == ["1", "1"]
