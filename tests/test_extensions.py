@@ -140,7 +140,7 @@ def _launch(monkeypatch: pytest.MonkeyPatch, *arguments: str) -> dict[str, str |
         seen["fake"] = os.environ.get("ACCEL_TEST_FAKE_FLAG")
 
     monkeypatch.setattr("torch.distributed.run.run", torchrun)
-    assert launch_cli.main(["--nproc-per-node=1", *arguments, "script.py"]) == 0
+    assert launch_cli.main(["--nproc-per-node=1", *arguments, __file__]) == 0  # any script
     return seen
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from typing_extensions import Protocol, runtime_checkable
 
 from accel import _host, extensions
+from accel.backends._cuda_visible import parse_visible_devices
 from accel.launch import worker
 from accel.launch.cores import parse_core_list, split_cores
 from accel.launch.worker import PLAN_ENV, Plan, RankPlan
@@ -65,17 +66,22 @@ def _visible_ids(
 
 def _inherited_ids(env: dict[str, str], ranks: int) -> None:
     """Where the launcher itself sees only some devices (``CUDA_VISIBLE_DEVICES=2,3``),
-    the ids a rank was given count within them: local device 1 is the launcher's "3"."""
+    the ids a rank was given count within them: local device 1 is the launcher's "3".
+    CUDA's and ROCm's variables are read by CUDA's rules (a repeated or invalid entry ends
+    the list); the others as comma-separated entries."""
     for name, value in env.items():
-        inherited = os.environ.get(name, "").strip()
-        if not inherited:
+        inherited = os.environ.get(name)
+        if inherited is None:
             continue
-        visible = [item.strip() for item in inherited.split(",")]
+        if name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+            visible = [str(entry) for entry in parse_visible_devices(inherited) or []]
+        else:
+            visible = [item.strip() for item in inherited.split(",") if item.strip()]
         local = [int(item) for item in value.split(",")]
         if max(local) >= len(visible):
             raise ValueError(
                 f"{ranks} local ranks need device {max(local)}, but {name}={inherited!r} in "
-                f"accel run's environment makes only {len(visible)} visible"
+                f"accel run's environment makes {len(visible)} visible"
             )
         env[name] = ",".join(visible[i] for i in local)
 
@@ -139,8 +145,14 @@ def _check_program(args: Any, parser: argparse.ArgumentParser) -> None:
     if args.no_python:
         if shutil.which(program) is None:
             parser.error(f"--no-python: {program!r} is not an executable program (PATH included)")
-    elif not args.module and not os.path.isfile(program):
-        parser.error(f"can't open file {os.path.abspath(program)!r}: no such file")
+    elif not args.module and not os.path.exists(program):
+        parser.error(f"can't open file {os.path.abspath(program)!r}: no such file or directory")
+    elif (
+        not args.module
+        and os.path.isdir(program)
+        and not os.path.isfile(os.path.join(program, "__main__.py"))
+    ):
+        parser.error(f"can't find '__main__' module in {os.path.abspath(program)!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

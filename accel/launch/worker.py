@@ -19,6 +19,7 @@ import json
 import os
 import runpy
 import sys
+import zipfile
 from collections.abc import Sequence
 from typing import TypedDict, cast
 
@@ -87,17 +88,30 @@ def main(argv: Sequence[str] | None = None) -> None:
             os.execvp(target, [target, *rest])
         except OSError as error:
             raise SystemExit(f"accel run: cannot run {target!r}: {error.strerror}") from None
-    # Run as a script, this file's directory is sys.path[0]: the user's code gets
-    # torchrun's instead.
+    # Started as `python <this file>`, this file's directory is sys.path[0]: the user's
+    # code gets what `python script.py` (or `python -m`) puts there instead; nothing where
+    # Python puts nothing (-P, PYTHONSAFEPATH) or did not start this file (--run-path).
+    started_as_script = bool(sys.path) and sys.path[0] == os.path.dirname(
+        os.path.realpath(__file__)
+    )
+    if started_as_script:
+        del sys.path[0]
     if mode == "--module":
-        sys.path[0] = os.getcwd()
+        if started_as_script:
+            sys.path.insert(0, os.getcwd())
         sys.argv = [target, *rest]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        path = os.path.abspath(target)
-        sys.path[0] = os.path.dirname(path)
-        sys.argv = [path, *rest]
-        runpy.run_path(path, run_name="__main__")
+        return
+    path = os.path.abspath(target)
+    if started_as_script and not os.path.isdir(path) and not _is_zip(path):
+        # Python resolves a symbolic link to find the script's directory.
+        sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
+    sys.argv = [path, *rest]
+    runpy.run_path(path, run_name="__main__")  # a directory or zip goes on sys.path itself
+
+
+def _is_zip(path: str) -> bool:
+    return zipfile.is_zipfile(path)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,7 @@ _TWO = ["--nproc-per-node", "2"]
     ("arguments", "environment", "message"),
     [
         ([*_TWO, "nope.py"], {}, "can't open file '.*nope.py': no such file"),
+        ([*_TWO, "."], {}, "can't find '__main__' module in"),
         ([*_TWO, "--no-python", "no_such_program"], {}, "'no_such_program' is not an executable"),
         ([*_TWO, "--no-python", "-m", "pkg.mod"], {}, "--no-python and --module"),
         (
@@ -314,6 +315,22 @@ def test_a_rank_starts_as_torchruns_python_would_start_it(tmp_path: Path) -> Non
     shown = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
     assert shown["file"] == str(tmp_path / "sub" / "show.py")  # absolute, as python's
     assert shown["path0"] == str(tmp_path / "sub")
+    # A link's directory is its target's (Python resolves it); a directory runs its
+    # __main__.py with itself first on sys.path.
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "link.py").symlink_to(tmp_path / "sub" / "show.py")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text((tmp_path / "sub" / "show.py").read_text())
+    for script, path0 in (("other/link.py", tmp_path / "sub"), ("app", tmp_path / "app")):
+        result = subprocess.run(
+            [str(command), "run", "--standalone", "--nproc-per-node", "1", script],
+            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines = result.stdout.splitlines()
+        assert json.loads(next(line for line in lines if line.startswith("{")))["path0"] == str(
+            path0
+        )
 
 
 class _FakeGPUs:
@@ -331,11 +348,19 @@ def test_devices_the_launcher_was_given_are_the_ones_its_ranks_share(
 ) -> None:
     # CUDA_VISIBLE_DEVICES=2,3 for the launcher: its ranks got 0 and 1, other jobs' GPUs.
     backend: Any = _FakeGPUs()
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, GPU-5f2c")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     plan = launch_cli.make_plan(backend, 2, bind=False, core_list=None)
-    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in plan["ranks"]] == ["2", "GPU-5f2c"]
-    with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='2, GPU-5f2c' in accel run's"):
+    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in plan["ranks"]] == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aa, GPU-5f2c")
+    plan = launch_cli.make_plan(backend, 2, bind=False, core_list=None)
+    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in plan["ranks"]] == ["GPU-aa", "GPU-5f2c"]
+    with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='GPU-aa, GPU-5f2c' in accel run's"):
         launch_cli.make_plan(backend, 3, bind=False, core_list=None)
+    # CUDA's rules: an invalid entry ends the list, a repeated one hides every device.
+    for inherited, visible in (("0,-1,1", 1), ("2,2", 0), ("", 0), ("3,", 1)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", inherited)
+        with pytest.raises(ValueError, match=f"makes {visible} visible"):
+            launch_cli.make_plan(backend, visible + 1, bind=False, core_list=None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     plan = launch_cli.make_plan(backend, 2, bind=False, core_list=None)
     assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in plan["ranks"]] == ["0", "1"]
