@@ -297,10 +297,7 @@ class _Collector(ast.NodeVisitor):
         function = node.func
         name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
         candidates = [k.value for k in node.keywords if k.arg in INT_DEVICE_KEYWORDS]
-        if node.args and (
-            (name == "to" and isinstance(function, ast.Attribute))
-            or (name == "device" and isinstance(function, ast.Attribute))
-        ):
+        if node.args and name in ("to", "device", "cuda") and isinstance(function, ast.Attribute):
             candidates.append(node.args[0])
         for value in candidates:
             self.int_candidates.append((self._current(), value, value.lineno))

@@ -38,7 +38,6 @@ accel's names are written as :meth:`ModuleFacts.local_name` gives them: an alias
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ import libcst.matchers as m
 from libcst.metadata import CodeRange, PositionProvider
 from typing_extensions import override
 
-from accel.port.facts import BRACE_FORMATS, DDP_NAME, PERCENT_FORMATS, ModuleFacts, cuda_index
+from accel.port.facts import BRACE_FORMATS, DDP_NAME, PERCENT_FORMATS, ModuleFacts
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
 _EQUAL = cst.AssignEqual(
@@ -155,22 +154,36 @@ def _calls(node: cst.BaseExpression, function: str) -> bool:
     return name == function
 
 
+_ONE_ARG = [m.Arg(keyword=None, star="")]
+
+
 def _cuda_index(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The index of a string that names a CUDA device by one, as
-    :func:`accel.port.facts.cuda_index` finds it (one definition of those strings), as a
-    concrete tree; else None."""
-    if not isinstance(node, cst.FormattedString | cst.BinaryOperation | cst.Call):
-        return None
-    code = f"({cst.Module([]).code_for_node(node)})"
-    if "cuda:" not in code:
-        return None
-    try:
-        tree = ast.parse(code, mode="eval").body
-    except SyntaxError:  # libcst parsed the module with another grammar: not ours to judge
-        return None
-    index = cuda_index(tree)
-    segment = None if index is None else ast.get_source_segment(code, index)
-    return None if segment is None else cst.parse_expression(segment)
+    """``x`` of the strings :func:`accel.port.facts.cuda_index` knows (the same forms, on
+    the concrete tree: ``f"cuda:{x}"``, ``"cuda:%d" % x``, ``"cuda:{}".format(x)``,
+    ``"cuda:" + str(x)``); else None."""
+    if m.matches(
+        node,
+        m.FormattedString(parts=[
+            m.FormattedStringText(value="cuda:"),
+            m.FormattedStringExpression(format_spec=None, conversion=None),
+        ]),
+    ):  # fmt: skip
+        assert isinstance(node, cst.FormattedString)
+        part = node.parts[1]
+        assert isinstance(part, cst.FormattedStringExpression)
+        return part.expression
+    if isinstance(node, cst.BinaryOperation):
+        text, operand = _literal(node.left), node.right
+        if isinstance(node.operator, cst.Modulo) and text in PERCENT_FORMATS:
+            return None if isinstance(operand, cst.Tuple) else operand
+        if text == "cuda:" and m.matches(operand, m.Call(func=m.Name("str"), args=_ONE_ARG)):
+            assert isinstance(operand, cst.Call)
+            return operand.args[0].value
+    if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("format")), args=_ONE_ARG)):
+        assert isinstance(node, cst.Call)
+        assert isinstance(node.func, cst.Attribute)
+        return node.args[0].value if _literal(node.func.value) in BRACE_FORMATS else None
+    return None
 
 
 class PortTransformer(cst.CSTTransformer):
@@ -248,11 +261,22 @@ class PortTransformer(cst.CSTTransformer):
         for a choice with ``'nccl'`` in a branch (``"nccl" if torch.cuda.is_available() else
         "gloo"``: the test, ported, is true on every accelerator, the CPU's included, where
         nccl does not exist; the accelerator's own backend is what the choice meant)."""
-        if isinstance(node, cst.IfExp) and "nccl" in (_literal(node.body), _literal(node.orelse)):
+        if (
+            isinstance(node, cst.IfExp)
+            and {_literal(node.body), _literal(node.orelse)} >= {"nccl"}
+            and all(isinstance(_literal(b), str) for b in (node.body, node.orelse))
+            and self._tests_availability(node.test)
+        ):
             return self._accelerator_call("communication_backend_name")
         if isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl":
             return self._accelerator_call("communication_backend_name")
         return None
+
+    def _tests_availability(self, test: cst.BaseExpression) -> bool:
+        """``[not] torch.cuda.is_available()``, ported already or not."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        return m.matches(test, m.Call(func=m.Attribute(attr=m.Name("is_available")), args=[]))
 
     # -- names and scopes
     def _is_torch_cuda(self, node: cst.BaseExpression) -> bool:
@@ -306,11 +330,19 @@ class PortTransformer(cst.CSTTransformer):
         ):
             replacement = rewrite(value) if where in variables else None
             if replacement is not None:
-                self._drop_manual_at(original)
+                self._drop_choice_findings(original)
                 self._note(original, f"{target.value} = {code(value)} -> {code(replacement)} "
                                      f"({target.value} {why})", rule=rule)  # fmt: skip
                 return replacement
+        if where in self.facts.device_variables:
+            self._note_cuda_device(original, value)
         return None
+
+    def _drop_choice_findings(self, original: cst.BaseExpression) -> None:
+        """A choice replaced whole (``"nccl" if torch.cuda.is_available() else "gloo"``):
+        its test's own rewrite is gone with it."""
+        if isinstance(original, cst.IfExp):
+            self._drop_findings_at(original.test)
 
     @override
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
@@ -434,7 +466,6 @@ class PortTransformer(cst.CSTTransformer):
                 self._accelerator_call("current_device_name")
             )
         if not inners:
-            self._note_cuda_index(original_node)
             return updated_node.with_changes(parts=parts)
         parts = [p for p in parts if not (isinstance(p, cst.FormattedStringText) and not p.value)]
         only = parts[0] if len(parts) == 1 else None
@@ -464,7 +495,6 @@ class PortTransformer(cst.CSTTransformer):
         if self._is_cuda_current_device(inner):
             name = self._accelerator_call("current_device_name")
             return self._current_device_name(original_node, [inner], name)
-        self._note_cuda_index(original_node)
         return updated_node
 
     def _rewrite_format_call(self, original: cst.Call) -> cst.BaseExpression | None:
@@ -481,16 +511,17 @@ class PortTransformer(cst.CSTTransformer):
         ):
             name = self._accelerator_call("current_device_name")
             return self._current_device_name(original, [args[0].value], name)
-        self._note_cuda_index(original)
         return None
 
-    def _note_cuda_index(self, node: cst.BaseExpression) -> None:
-        """Report a string that ``"cuda:"`` and an index make: a CUDA device's name. A
-        device position or device variable rewrites it where the index is provably an int,
-        and then drops this finding (:meth:`_drop_manual_at`)."""
-        if _cuda_index(node) is not None:
-            self._manual(node, "'cuda:' and an index name a CUDA device; where this is a "
-                         "device, use get_accelerator().device_name(i) with i an int")  # fmt: skip
+    def _note_cuda_device(self, node: cst.CSTNode, now: cst.CSTNode | None = None) -> None:
+        """Report a device position (or device variable) left as it is although its code
+        names CUDA: ``"cuda:" + os.environ["LOCAL_RANK"]``, ``f"cuda:{r!s}"``,
+        ``torch.device("cuda", r)``... A person makes it ``get_accelerator().device_name(i)``
+        with ``i`` an int. ``now`` is the node as the inner rules left it, where they
+        rewrote part of it (``f"cuda:{torch.cuda.current_device()}"``)."""
+        if "cuda" in cst.Module([]).code_for_node(now or node):
+            self._manual(node, "this names a CUDA device in a way accel port cannot prove "
+                         "is one index; use get_accelerator().device_name(i) with i an int")  # fmt: skip
 
     # torch.cuda.<fn>(...) and torch.cuda.nvtx.<fn>(...)
     def _rewrite_torch_cuda_call(
@@ -532,6 +563,8 @@ class PortTransformer(cst.CSTTransformer):
             index = self._device_index(args[0].value)
             if index is not None:
                 args[0] = args[0].with_changes(value=index)
+            else:
+                self._note_cuda_device(original.args[0].value, args[0].value)
         self.imports.add(function)
         local = self._accel_name(function)
         self._note(original, f"torch.cuda.{name}() -> accel's {function}()", rule="function")
@@ -597,30 +630,46 @@ class PortTransformer(cst.CSTTransformer):
     ) -> cst.BaseExpression | None:
         """``x.cuda(device, non_blocking, ...)`` -> ``x.to(device=<the accelerator's device>,
         non_blocking=..., ...)``: keywords, which a tensor's, a module's and a storage's
-        ``to`` all take (a storage's takes nothing else)."""
+        ``to`` all take (a storage's takes nothing else), each argument keeping its
+        comments. The device must be provably one index (or ``None``, the current one):
+        ``device_name()`` takes an int."""
         positional = [a for a in updated.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a for a in updated.args if a.keyword is not None}
-        if len(positional) + len(keywords) != len(updated.args) or len(positional) > 2 or (
-            set(keywords) - {"device", "non_blocking", "memory_format"}
-        ) or (positional and "device" in keywords) or (
-            len(positional) == 2 and "non_blocking" in keywords
+        device_arg = positional[0] if positional else keywords.get("device")
+        device = self._cuda_device(device_arg.value if device_arg is not None else None)
+        if device is None or len(positional) + len(keywords) != len(updated.args) or (
+            len(positional) > 2
+            or set(keywords) - {"device", "non_blocking", "memory_format"}
+            or (positional and "device" in keywords)
+            or (len(positional) == 2 and "non_blocking" in keywords)
         ):  # fmt: skip
-            self._manual(original, ".cuda(...) with arguments accel port does not map; use "
-                         ".to(device=get_accelerator().device_name(i), non_blocking=...)")  # fmt: skip
+            self._manual(original, ".cuda(...) with a device accel port cannot prove is one "
+                         "index, or arguments it does not map; use .to(device="
+                         "get_accelerator().device_name(i), non_blocking=...) with i an int")  # fmt: skip
             return None
-        device_arg = positional[0] if positional else keywords.pop("device", None)
-        index = [] if device_arg is None else [cst.Arg(device_arg.value)]
-        device = self._accelerator_call("device_name", index)
-        args = [cst.Arg(device, keyword=cst.Name("device"), equal=_EQUAL)]
-        if len(positional) == 2:
-            args.append(
-                cst.Arg(positional[1].value, keyword=cst.Name("non_blocking"), equal=_EQUAL)
-            )
-        args += [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in keywords.values()]
-        rewritten = updated.with_changes(func=func.with_changes(attr=cst.Name("to")), args=args)
+        args: list[cst.Arg] = []
+        for arg in updated.args:
+            if arg is device_arg:
+                arg = arg.with_changes(keyword=cst.Name("device"), equal=_EQUAL, value=device)
+            elif len(positional) == 2 and arg is positional[1]:
+                arg = arg.with_changes(keyword=cst.Name("non_blocking"), equal=_EQUAL)
+            args.append(arg)
+        if device_arg is None:
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if args else None
+            first = cst.Arg(device, keyword=cst.Name("device"), equal=_EQUAL)
+            args.insert(0, first.with_changes(comma=comma) if comma else first)
         code = cst.Module([]).code_for_node
         self._note(original, f".cuda(...) -> .to(device={code(device)}, ...)", rule="tensor-method")
-        return rewritten
+        return updated.with_changes(func=func.with_changes(attr=cst.Name("to")), args=args)
+
+    def _cuda_device(self, index: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """The accelerator's device for ``.cuda(index)``: the current one for none (or
+        ``None``), ``device_name(i)`` for a provable int or a ``'cuda:N'`` string; else None."""
+        if index is None or m.matches(index, m.Name("None")):
+            return self._accelerator_call("device_name")
+        if self._is_int(index):
+            return self._accelerator_call("device_name", [cst.Arg(index)])
+        return self._device_string(index)
 
     def _note_own_method(self, node: cst.CSTNode, name: str) -> None:
         """A tensor-method rule on a name this module's classes define themselves."""
@@ -664,6 +713,8 @@ class PortTransformer(cst.CSTTransformer):
             if replacement is not None:
                 self._note_device(original.args[position].value, arg.value, replacement, rule)
                 args[position] = arg.with_changes(value=replacement)
+            elif rule in ("device-position", "int-device"):
+                self._note_cuda_device(original.args[position].value, arg.value)
         if self._is_ddp(func):
             args = self._ddp_arguments(original, args)
         return updated.with_changes(args=args)
@@ -738,7 +789,7 @@ class PortTransformer(cst.CSTTransformer):
         after: cst.BaseExpression,
         rule: str,
     ) -> None:
-        self._drop_manual_at(original)  # a "cuda:" + index string, now a device name
+        self._drop_choice_findings(original)
         line, column = self._position(original)
         func = original.func if isinstance(original, cst.Call) else None
         if (
