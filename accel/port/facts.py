@@ -30,7 +30,12 @@ from typing_extensions import override
 
 ANALYSIS_LIMIT = 1_000_000  # characters: ~150 MB of ast at the limit
 Scope = tuple[str, ...]  # () is the module; ("main",) a function; ("Trainer", "step") a method
-DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type"})
+DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type", "pin_memory_device"})
+# Calls whose first positional argument is a device (or a device type): Tensor/Module.to,
+# set_device, torch.device, torch.set_default_device, torch.autocast, torch.amp.GradScaler.
+DEVICE_FIRST = frozenset(
+    {"to", "set_device", "device", "set_default_device", "autocast", "GradScaler"}
+)
 INT_DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 DDP_NAME = "DistributedDataParallel"
 
@@ -287,7 +292,7 @@ class _Collector(ast.NodeVisitor):
                 if isinstance(function, ast.Attribute)
                 else getattr(function, "id", "")
             )
-            if name in ("to", "set_device", "device"):
+            if name in DEVICE_FIRST:
                 self._use(first.id, "device")
             elif name == "init_process_group":
                 self._use(first.id, "backend")

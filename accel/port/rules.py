@@ -48,7 +48,13 @@ import libcst.matchers as m
 from libcst.metadata import CodeRange, PositionProvider
 from typing_extensions import override
 
-from accel.port.facts import BRACE_FORMATS, DDP_NAME, PERCENT_FORMATS, ModuleFacts
+from accel.port.facts import (
+    BRACE_FORMATS,
+    DDP_NAME,
+    DEVICE_KEYWORDS,
+    PERCENT_FORMATS,
+    ModuleFacts,
+)
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
 _EQUAL = cst.AssignEqual(
@@ -84,7 +90,6 @@ NVTX = frozenset({"range_push", "range_pop"})
 GRAPH_NAMES = frozenset(
     {"CUDAGraph", "graph", "graphs", "make_graphed_callables", "graph_pool_handle"}
 )
-DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type"})
 GRAPH_ADVICE = (
     "no safe automatic rewrite; use get_accelerator().create_graph()/capture_to_graph()/"
     "replay_graph() behind `if isinstance(acc, GraphAPI)`"
@@ -271,6 +276,10 @@ class PortTransformer(cst.CSTTransformer):
         if isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl":
             return self._accelerator_call("communication_backend_name")
         return None
+
+    def _is_torch(self, node: cst.BaseExpression) -> bool:
+        """``torch`` however this module imports it (``th``)."""
+        return isinstance(node, cst.Name) and node.value in self.facts.torch_names
 
     def _tests_availability(self, test: cst.BaseExpression) -> bool:
         """``[not] torch.cuda.is_available()``, ported already or not."""
@@ -685,21 +694,36 @@ class PortTransformer(cst.CSTTransformer):
         func = updated.func
         positional_device = isinstance(func, cst.Attribute) and (
             func.attr.value in ("to", "set_device")
-            or (func.attr.value == "device" and isinstance(func.value, cst.Name)
-                and func.value.value in self.facts.torch_names)
+            or (func.attr.value in ("device", "set_default_device", "autocast")
+                and self._is_torch(func.value))
+            or (func.attr.value in ("autocast", "GradScaler")
+                and isinstance(func.value, cst.Attribute) and func.value.attr.value == "amp"
+                and self._is_torch(func.value.value))
         )  # fmt: skip
         is_init = m.matches(
             updated.func,
             m.Attribute(attr=m.Name("init_process_group")) | m.Name("init_process_group"),
         )
+        # FSDP(..., device_id=d) takes a device (an int means cuda:<int>).
+        is_fsdp = m.matches(
+            func,
+            m.Name("FSDP") | m.Name("FullyShardedDataParallel")
+            | m.Attribute(attr=m.Name("FullyShardedDataParallel")),
+        )  # fmt: skip
         for position, arg in enumerate(args):
             keyword = arg.keyword.value if arg.keyword is not None else None
             first = keyword is None and position == 0
-            if keyword in DEVICE_KEYWORDS or (first and positional_device):
+            fsdp_device = is_fsdp and keyword == "device_id"
+            if keyword in DEVICE_KEYWORDS or (first and positional_device) or fsdp_device:
                 replacement, rule = self._as_device(arg.value), "device-position"
                 # set_device(i) takes an index as it is; elsewhere an int means cuda:<i>.
-                takes_int = keyword in ("device", "map_location") or (
-                    keyword is None and not m.matches(func, m.Attribute(attr=m.Name("set_device")))
+                takes_int = (
+                    fsdp_device
+                    or keyword in ("device", "map_location")
+                    or (
+                        keyword is None
+                        and not m.matches(func, m.Attribute(attr=m.Name("set_device")))
+                    )
                 )
                 if replacement is None and takes_int and self._is_int(arg.value):
                     replacement = self._accelerator_call("device_name", [cst.Arg(arg.value)])

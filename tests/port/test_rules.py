@@ -922,3 +922,26 @@ def test_cuda_keeps_its_comments_and_refuses_a_device_it_cannot_prove_is_an_inde
     assert "x.cuda(name)" in result.source  # a str or torch.device: device_name() refuses it
     assert "x.to(device=get_accelerator().device_name(1))" in result.source
     assert [f.line for f in result.findings if not f.rewritten] == [8]
+
+
+def test_more_device_positions_take_the_accelerators_device() -> None:
+    ported = _ported(
+        """
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        torch.set_default_device("cuda")
+        loader = torch.utils.data.DataLoader(data, pin_memory=True, pin_memory_device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            pass
+        scaler = torch.amp.GradScaler("cuda")
+        model = FSDP(model, device_id=torch.cuda.current_device())
+        """
+    )
+    for expected in (
+        "torch.set_default_device(get_accelerator().device_name())",
+        "pin_memory_device=get_accelerator().device_name())",
+        "with torch.autocast(get_accelerator().device_name(), dtype=torch.bfloat16):",
+        "scaler = torch.amp.GradScaler(get_accelerator().device_name())",
+        "model = FSDP(model, device_id=get_accelerator().current_device_name())",
+    ):
+        assert expected in ported, expected
