@@ -136,6 +136,21 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
     return {"ranks": entries}
 
 
+def _check_torchrun_options(args: Any, parser: argparse.ArgumentParser, torchrun: Any) -> None:
+    """torchrun's options it checks only with a bare ``assert`` or ``int()`` deep inside
+    (a traceback that names nothing), said as usage errors."""
+    try:
+        low, high = torchrun.parse_min_max_nnodes(args.nnodes)
+    except (ValueError, RuntimeError):
+        parser.error(f"--nnodes must be a number of nodes or MIN:MAX, got {args.nnodes!r}")
+    if not 1 <= low <= high:
+        parser.error(f"--nnodes must be at least 1 (and MIN <= MAX), got {args.nnodes!r}")
+    if args.max_restarts < 0:
+        parser.error(f"--max-restarts must be 0 or more, got {args.max_restarts}")
+    if not args.monitor_interval > 0:
+        parser.error(f"--monitor-interval must be more than 0 seconds, got {args.monitor_interval}")
+
+
 def _check_program(args: Any, parser: argparse.ArgumentParser) -> None:
     """What every rank would fail on, said once before any starts, as torchrun's ``python``
     would say it."""
@@ -219,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"accel run: error: {error}", file=sys.stderr)
         return 2
     ranks = _ranks(args.nproc_per_node, parser, torchrun)
+    _check_torchrun_options(args, parser, torchrun)
     binds = args.bind_cores_to_rank or args.bind_core_list is not None
     if args.virtual_local_rank and binds:
         # Every rank is then LOCAL_RANK 0, so no rank could find its own cores.

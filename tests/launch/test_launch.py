@@ -272,6 +272,11 @@ _TWO = ["--nproc-per-node", "2"]
         ),
         ([*_TWO, "world.py"], {"ACCEL_BACKEND": "bogus"}, "ACCEL_BACKEND='bogus'"),
         (["world.py"], {"LOCAL_SIZE": "abc"}, "LOCAL_SIZE"),  # the default rank count
+        ([*_TWO, "--nnodes", "0", "world.py"], {}, "--nnodes must be at least 1"),
+        ([*_TWO, "--nnodes", "abc", "world.py"], {}, "--nnodes must be a number of nodes"),
+        ([*_TWO, "--nnodes", "2:1", "world.py"], {}, "MIN <= MAX"),
+        ([*_TWO, "--max-restarts", "-1", "world.py"], {}, "--max-restarts must be 0 or more"),
+        ([*_TWO, "--monitor-interval", "-1", "world.py"], {}, "--monitor-interval must be more"),
     ],
 )  # fmt: skip
 def test_what_every_rank_would_fail_on_is_one_line_before_any_starts(
