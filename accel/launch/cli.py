@@ -21,6 +21,7 @@ from typing import Any
 from typing_extensions import Protocol, runtime_checkable
 
 from accel import _host, extensions
+from accel._validate import env_switch
 from accel.backends._cuda_visible import parse_visible_devices
 from accel.launch import worker
 from accel.launch.cores import parse_core_list, split_cores
@@ -203,16 +204,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the selected backend's device count unless given (or PET_NPROC_PER_NODE is set)."
     )
     group = parser.add_argument_group("accel")
+    try:  # PET_<OPTION> gives the default, as for torchrun's own options
+        bind_default = env_switch("PET_BIND_CORES_TO_RANK", False)
+    except ValueError as error:
+        print(f"accel run: error: {error}", file=sys.stderr)
+        return 2
     group.add_argument(
         "--bind-cores-to-rank",
         action="store_true",
-        help="pin each local rank to its share of the cores (NUMA-aware); OMP_NUM_THREADS to match",
+        default=bind_default,
+        help="pin each local rank to its share of the cores (NUMA-aware); OMP_NUM_THREADS to "
+        "match (default: PET_BIND_CORES_TO_RANK=1)",
     )
     group.add_argument(
         "--bind-core-list",
         metavar="LIST",
-        default=None,
-        help="use only these cores, e.g. 0-51,56-107 (implies --bind-cores-to-rank)",
+        default=os.environ.get("PET_BIND_CORE_LIST") or None,
+        help="use only these cores, e.g. 0-51,56-107 (implies --bind-cores-to-rank; default: "
+        "PET_BIND_CORE_LIST)",
     )
     try:
         extensions.add_launch_arguments(group)  # what integrations add (accel.extensions)

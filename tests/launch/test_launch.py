@@ -277,6 +277,8 @@ _TWO = ["--nproc-per-node", "2"]
         ([*_TWO, "--nnodes", "2:1", "world.py"], {}, "MIN <= MAX"),
         ([*_TWO, "--max-restarts", "-1", "world.py"], {}, "--max-restarts must be 0 or more"),
         ([*_TWO, "--monitor-interval", "-1", "world.py"], {}, "--monitor-interval must be more"),
+        ([*_TWO, "world.py"], {"PET_BIND_CORES_TO_RANK": "yes"}, "PET_BIND_CORES_TO_RANK must be"),
+        ([*_TWO, "world.py"], {"PET_BIND_CORE_LIST": "0-99999"}, "--bind-core-list: '0-99999'"),
     ],
 )  # fmt: skip
 def test_what_every_rank_would_fail_on_is_one_line_before_any_starts(
@@ -393,3 +395,13 @@ def test_bound_cpu_ranks_stay_on_the_numa_nodes_the_backend_uses(
     plan = launch_cli.make_plan(backend, 2, bind=True, core_list=None)
     assert [r["cores"] for r in plan["ranks"]] == [[4, 5], [6, 7]]
     assert [r["env"]["ACCEL_VISIBLE_NUMA_NODES"] for r in plan["ranks"]] == ["1", "1"]
+
+
+def test_binding_takes_its_defaults_from_pet_variables_as_torchruns_options_do(
+    launched: list[Any],
+) -> None:
+    # PET_BIND_CORES_TO_RANK and PET_BIND_CORE_LIST were silently ignored.
+    allowed = sorted(os.sched_getaffinity(0))
+    os.environ["PET_BIND_CORE_LIST"] = str(allowed[0])
+    assert launch_cli.main(["--standalone", "--nproc-per-node", "1", "world.py"]) == 0
+    assert json.loads(os.environ[PLAN_ENV])["ranks"][0]["cores"] == [allowed[0]]
