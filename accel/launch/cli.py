@@ -123,8 +123,17 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
     """
     blocks: list[list[int] | None] = [None] * ranks
     if bind or core_list is not None:
-        allowed = _numa_cores(accelerator, set(_host.allowed_cpus()))
-        cores = parse_core_list(core_list, allowed) if core_list is not None else sorted(allowed)
+        allowed = set(_host.allowed_cpus())
+        usable = _numa_cores(accelerator, allowed)
+        cores = sorted(usable)
+        if core_list is not None:
+            cores = parse_core_list(core_list, allowed)
+            outside = sorted(set(cores) - usable)
+            if outside:
+                raise ValueError(
+                    f"--bind-core-list: cores {outside} are not on the NUMA nodes the backend "
+                    "uses (ACCEL_VISIBLE_NUMA_NODES)"
+                )
         blocks = list(split_cores(cores, ranks))
     entries: list[RankPlan] = []
     for rank, block in enumerate(blocks):

@@ -395,6 +395,8 @@ def test_bound_cpu_ranks_stay_on_the_numa_nodes_the_backend_uses(
     plan = launch_cli.make_plan(backend, 2, bind=True, core_list=None)
     assert [r["cores"] for r in plan["ranks"]] == [[4, 5], [6, 7]]
     assert [r["env"]["ACCEL_VISIBLE_NUMA_NODES"] for r in plan["ranks"]] == ["1", "1"]
+    with pytest.raises(ValueError, match=r"cores \[2, 3\] are not on the NUMA nodes the backend"):
+        launch_cli.make_plan(backend, 1, bind=True, core_list="2-5")
 
 
 def test_binding_takes_its_defaults_from_pet_variables_as_torchruns_options_do(
