@@ -374,6 +374,22 @@ class PortTransformer(cst.CSTTransformer):
         return updated_node if replacement is None else updated_node.with_changes(value=replacement)
 
     @override
+    def leave_Comparison(
+        self, original_node: cst.Comparison, updated_node: cst.Comparison
+    ) -> cst.BaseExpression:
+        # x.device.type == "cuda": false on every other accelerator, so the code it guards
+        # takes the CPU's path there (or the reverse with !=). A person decides.
+        operands = [original_node.left, *(c.comparator for c in original_node.comparisons)]
+        equality = all(
+            isinstance(c.operator, cst.Equal | cst.NotEqual) for c in original_node.comparisons
+        )
+        if equality and "cuda" in [_literal(operand) for operand in operands]:
+            self._manual(original_node, "a comparison with 'cuda' is false on every other "
+                         "accelerator; compare with get_accelerator().device_name() where the "
+                         "code it guards runs on any accelerator")  # fmt: skip
+        return updated_node
+
+    @override
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
         # `'cuda' if 'cuda' in device else 'cpu'`, the device type of a known device: on any
         # other accelerator it would say "cpu". torch.device(device).type is right on all.

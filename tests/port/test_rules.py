@@ -945,3 +945,16 @@ def test_more_device_positions_take_the_accelerators_device() -> None:
         "model = FSDP(model, device_id=get_accelerator().current_device_name())",
     ):
         assert expected in ported, expected
+
+
+def test_a_comparison_with_cuda_is_reported() -> None:
+    source = """
+        import torch
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+        on_gpu = "cuda" != device.type
+        label = name == "cpu"
+        """
+    result = port_source(textwrap.dedent(source))
+    assert 'if x.device.type == "cuda":' in result.source  # left for a person
+    assert [f.line for f in result.findings if not f.rewritten] == [3, 5]
