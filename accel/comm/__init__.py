@@ -72,6 +72,7 @@ from accel.comm._segment import (
     shm_group,
     shm_timeout,
     spanning_of,
+    write_back,
 )
 from accel.comm._spanning import Spanning
 
@@ -331,12 +332,18 @@ def _into_output(
     way = route(group, call, uneven=False)  # collective setup on every rank
     dense = _dense(output)
     tensor = tensor.contiguous()
+    if gather and tensor.numel() and _two_level.shares_bytes(dense, tensor):
+        # The input may be this rank's block of the output; anywhere else in it, the
+        # gather would overwrite it before every part of it was sent.
+        own = dense.data_ptr() + dist.get_rank(group) * tensor.nbytes
+        if tensor.data_ptr() != own:
+            tensor = tensor.clone()
     if isinstance(way, Spanning):
         _two_level.named_ranks(way, two_level.__name__, two_level, dense, tensor, timeout)
     else:
         local(dense, tensor, way, TorchGroup(group), timeout)
     if dense is not output:
-        output.copy_(dense)
+        write_back(output, dense)
     return output
 
 
@@ -442,7 +449,7 @@ def broadcast_(
     else:
         _local.broadcast(dense, root, way, TorchGroup(group), timeout)
     if dense is not tensor:
-        tensor.copy_(dense)
+        write_back(tensor, dense)
     return tensor
 
 

@@ -13,6 +13,7 @@ for the reductions it has queued, through the small :class:`GroupOwner` protocol
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import itertools
@@ -476,31 +477,49 @@ def _forget(ident: int, key: int | None) -> None:
 
 def summable(tensor: torch.Tensor, code: int | None) -> bool:
     """Whether ``tensor`` (whose dtype has segment code ``code``) can be summed through the
-    segment: a dense CPU tensor of a summable dtype whose elements are distinct memory
-    (a sparse tensor, or one with elements sharing memory like ``expand``'s, goes to gloo,
-    which sums them)."""
-    if code is None or not tensor.is_cpu or tensor.layout != torch.strided:
-        return False  # is_cpu: far cheaper than device.type
-    # 1: elements certainly share memory; 0 or 2 (too hard to tell, e.g. every other
-    # element): summed through a contiguous copy, which copy_ writes back.
-    return tensor.is_contiguous() or _torch._debug_has_internal_overlap(tensor) != 1
+    segment: a dense CPU tensor of a summable dtype (a sparse one goes to gloo, which sums
+    it; one whose elements share memory is refused before, :func:`refuse_shared_elements`)."""
+    return code is not None and tensor.is_cpu and tensor.layout == torch.strided
+
+
+def write_back(tensor: torch.Tensor, result: torch.Tensor) -> None:
+    """Copy a collective's ``result`` (worked on in a contiguous copy) into ``tensor``, as
+    gloo writes into it: whatever autograd or inference mode would say of an in-place op
+    (a leaf that requires grad, an inference tensor) takes the result too."""
+    inference = torch.inference_mode() if tensor.is_inference() else contextlib.nullcontext()
+    with torch.no_grad(), inference:
+        tensor.copy_(result)
+
+
+def refuse_shared_elements(tensor: torch.Tensor, argument: str) -> None:
+    """``ValueError`` for a tensor whose elements share memory (``expand``): a sum cannot
+    be written into it, and gloo, given one, reads and writes past its storage."""
+    if _torch._debug_has_internal_overlap(tensor) == 1:
+        raise ValueError(
+            f"{argument} has elements that share memory (an expanded view, strides "
+            f"{tuple(tensor.stride())}); give the collective a tensor with memory of its own "
+            "(.clone())"
+        )
 
 
 def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
-    """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank."""
+    """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank
+    (on a contiguous copy: gloo takes a tensor's memory as it lies)."""
     code = shm.codes.get(tensor.dtype)
     eligible = summable(tensor, code)
-    work = tensor if not eligible or tensor.is_contiguous() else tensor.contiguous()
+    work = tensor
+    if tensor.layout == torch.strided and not tensor.is_contiguous():
+        refuse_shared_elements(tensor, "tensor")
+        work = tensor.contiguous()
     # Positional: pybind11 matches keywords by name, a measurable share of a small call.
     done = shm.communicator.all_reduce(
         work.data_ptr() if eligible else 0, work.numel(),
         code if code is not None else wire_code(tensor.dtype), eligible, timeout,
     )  # fmt: skip
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
-        shm.members.all_reduce(tensor)
-    elif work is not tensor:
-        with torch.no_grad():  # as gloo writes: a leaf that requires grad takes the sum too
-            tensor.copy_(work)
+        shm.members.all_reduce(work)
+    if work is not tensor:
+        write_back(tensor, work)
 
 
 def pooled_empty(shm: ShmGroup, size: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from accel.comm import _local
 from accel.comm._link import Link
-from accel.comm._segment import summable_codes
+from accel.comm._segment import summable_codes, write_back
 from accel.comm._spanning import Spanning
 
 
@@ -71,7 +71,7 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
         if padded is not flat:
             flat.copy_(padded[: flat.numel()])
     if flat.data_ptr() != tensor.data_ptr():
-        tensor.copy_(flat.view_as(tensor))
+        write_back(tensor, flat.view_as(tensor))
 
 
 def broadcast(spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float | None) -> None:
@@ -118,7 +118,7 @@ def all_gather_into_tensor(
     local = spanning.local
     rows = _bytes(output).view(world, -1)
     mine = _bytes(tensor)
-    if _shares_bytes(mine, rows):  # gloo writes into rows while it reads mine
+    if shares_bytes(mine, rows):  # gloo writes into rows while it reads mine
         mine = mine.clone()
     here = local.rank()
     in_place = spanning.local_shm is not None  # gloo: no aliasing its input
@@ -130,7 +130,7 @@ def all_gather_into_tensor(
     _permute_rows(rows, spanning.block_order)
 
 
-def _shares_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+def shares_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two contiguous tensors' bytes overlap."""
     a_start, b_start = a.data_ptr(), b.data_ptr()
     return (

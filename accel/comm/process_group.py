@@ -48,7 +48,13 @@ from accel.comm._promote import Promotions, caller
 from accel.comm._promote import enabled as promotion_enabled
 from accel.comm._release import released
 from accel.comm._route import Way
-from accel.comm._segment import register_group_owner, release, segment_of, spanning_of
+from accel.comm._segment import (
+    refuse_shared_elements,
+    register_group_owner,
+    release,
+    segment_of,
+    spanning_of,
+)
 from accel.comm._serial import SerialWorker
 
 BACKEND_NAME = "accel"
@@ -410,6 +416,9 @@ class AccelProcessGroup(dist.ProcessGroup):
         memory, asynchronously; anything else through gloo."""
         if opts is None:
             opts = dist.AllreduceOptions()
+        for tensor in tensors:  # here, in the caller's thread: the group stays usable
+            if tensor.layout == torch.strided and not tensor.is_contiguous():
+                refuse_shared_elements(tensor, "tensor")
         average = len(tensors) == 1 and _averages(opts.reduceOp, tensors[0])
         if (
             self.in_own_collective()

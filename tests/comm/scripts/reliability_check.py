@@ -195,6 +195,35 @@ def _local_errors_on(group: Any, rank: int) -> dict[str, Any]:
     return outcome
 
 
+def copies_written_back_and_overlapping_inputs(rank: int) -> dict[str, Any]:
+    """What goes through a contiguous copy is written back as gloo writes (into an
+    inference tensor, a leaf that requires grad), a dtype the segment does not sum keeps
+    its logical result off the contiguous path, and an all-gather whose input lies in its
+    output other than as this rank's block (past one segment slot) gathers the input."""
+    group = dist.new_group([0, 1], backend="accel", timeout=SHORT)
+    with torch.inference_mode():
+        inference = (torch.arange(6.0).view(2, 3) * (rank + 1)).t()
+    leaf = torch.arange(6.0).view(2, 3).t().requires_grad_()
+    wide = torch.arange(8, dtype=torch.int64) * (rank + 1)
+    n = 5 << 20  # 20 MiB of float32: more than one slot of the segment
+    buffer = torch.full((2 * n + 1000,), float(rank + 1))
+    gathered_input = buffer[1000 : 1000 + n]
+    expected_gather = torch.cat([torch.full((n,), 1.0), torch.full((n,), 2.0)])
+    outcome = {
+        "inference": _error(lambda: dist.all_reduce(inference, group=group)),
+        "leaf_broadcast": _error(lambda: dist.broadcast(leaf, src=0, group=group)),
+        "int64_every_other": _error(lambda: comm.all_reduce_(wide[::2], group=group)),
+        "gather": _error(
+            lambda: comm.all_gather_into_tensor_(buffer[: 2 * n], gathered_input, group=group)
+        ),
+        "after": _error(lambda: dist.barrier(group=group)),
+    }
+    outcome["inference_value"] = inference.tolist()
+    outcome["int64_value"] = wide.tolist()
+    outcome["gather_right"] = bool(torch.equal(buffer[: 2 * n], expected_gather))
+    return outcome
+
+
 def a_rank_outside_the_group(rank: int) -> dict[str, Any]:
     group = dist.new_group([0], timeout=SHORT)  # rank 1 is not a member
     tensor = torch.full((4,), float(rank + 1))
@@ -358,6 +387,7 @@ def main() -> None:
         "slow_reader": lambda: a_slow_reader_of_a_pooled_tensor(rank),
         "destroyed": lambda: a_destroyed_group_used_again(rank),
         "local_errors": lambda: local_errors_leave_the_group_usable(rank),
+        "copies": lambda: copies_written_back_and_overlapping_inputs(rank),
         "outside": lambda: a_rank_outside_the_group(rank),
         "bad_pool": lambda: a_bad_pool_size_on_one_rank(rank),
         "huge_pool": lambda: a_pool_size_past_the_address_space(rank),
