@@ -394,6 +394,7 @@ def _first_use(
     group: dist.ProcessGroup | None, process_group: dist.ProcessGroup | None, call: str
 ) -> ShmGroup | None:
     """:func:`shm_group` for a group not set up yet (or a rank outside it: None)."""
+    tdist.check_group(group, call)
     if process_group is None or not dist.is_initialized():
         raise RuntimeError(f"{call}() needs torch.distributed.init_process_group() first")
     if tdist.not_member(group):

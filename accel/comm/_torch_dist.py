@@ -74,10 +74,29 @@ def own_client(store: Store) -> Store:
     return clone() if clone is not None else store
 
 
+def check_group(group: object, call: str) -> None:
+    """``TypeError`` for a ``group`` that is not a process group (or None), ``RuntimeError``
+    for one that was destroyed: torch's own lookups would raise a bare ``KeyError`` or a
+    weak-reference error that names neither."""
+    if group is None or group == _distributed_c10d.GroupMember.NON_GROUP_MEMBER:
+        return  # the world, or new_group's stand-in for a rank it left out
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(
+            f"{call}(): group must be a torch.distributed ProcessGroup or None, got "
+            f"{type(group).__name__} {group!r}"
+        )
+    if group not in _distributed_c10d._world.pg_map:
+        raise RuntimeError(
+            f"{call}(): the process group was destroyed (destroy_process_group); create a "
+            "new process group"
+        )
+
+
 def outside(group: dist.ProcessGroup | None, call: str) -> bool:
     """Whether this rank is not a member of ``group`` (what ``new_group`` gave a rank it
     left out); if so, warn as torch.distributed's own collectives do before they return
-    without doing anything."""
+    without doing anything. ``group`` is checked first (:func:`check_group`)."""
+    check_group(group, call)
     if not not_member(group):
         return False
     _distributed_c10d._warn_not_in_group(call)

@@ -103,9 +103,16 @@ def test_a_destroyed_group_used_again_says_so(reports: list[dict[str, Any]]) -> 
     # It raised a bare KeyError (the group's id) from the segment lookup.
     for report in reports:
         case = report["destroyed"]
-        for call in ("shared_empty", "all_reduce_"):
-            assert case[call].startswith("RuntimeError: accel process group"), case
+        # broadcast_ on a destroyed group raised a bare KeyError; a group that is no group
+        # a weak-reference or attribute error naming neither.
+        for call in ("shared_empty", "all_reduce_", "broadcast_", "gloo_broadcast_"):
+            assert case[call].startswith("RuntimeError: "), case
             assert "was destroyed (destroy_process_group)" in case[call]
+        assert case["not_a_group"].startswith(
+            "TypeError: all_reduce_(): group must be a torch.distributed ProcessGroup or None, "
+            "got str 'world'"
+        ), case
+        assert case["an_int"].startswith("TypeError: broadcast_(): group must be"), case
         assert case["pooled"] == 4.0
 
 

@@ -159,9 +159,15 @@ def a_destroyed_group_used_again(rank: int) -> dict[str, Any]:
     comm.all_reduce_(pooled, group=group)
     dist.destroy_process_group(group)
     pooled += 1
+    gloo = dist.new_group([0, 1], backend="gloo", timeout=SHORT)
+    dist.destroy_process_group(gloo)
     return {
         "shared_empty": _error(lambda: comm.shared_empty(8, group=group)),
         "all_reduce_": _error(lambda: comm.all_reduce_(torch.ones(4), group=group)),
+        "broadcast_": _error(lambda: comm.broadcast_(torch.ones(4), 0, group=group)),
+        "gloo_broadcast_": _error(lambda: comm.broadcast_(torch.ones(4), 0, group=gloo)),
+        "not_a_group": _error(lambda: comm.all_reduce_(torch.ones(4), group="world")),  # type: ignore[arg-type]
+        "an_int": _error(lambda: comm.broadcast_(torch.ones(4), 0, group=0)),  # type: ignore[arg-type]
         "pooled": pooled[0].item(),
     }
 
