@@ -94,6 +94,12 @@ class _QueuedWork(_c10d.Work):  # type: ignore[misc]
         """The reduction's future (DDP chains its bucket hooks on it)."""
         return self._future
 
+    def result(self) -> list[torch.Tensor]:
+        """The reduced tensors once the reduction ended (waits for it), as gloo's work
+        returns them; raises what the reduction raised."""
+        self.wait()
+        return self._future.value()
+
     def is_completed(self) -> bool:
         """Whether the reduction has ended."""
         return self._future.done()

@@ -79,7 +79,8 @@ def async_reductions_on_two_groups_in_either_order(rank: int) -> dict[str, Any]:
     order = [0, 1] if rank == 0 else [1, 0]
     works = {i: dist.all_reduce(tensors[i], group=groups[i], async_op=True) for i in order}
     errors = [_error(works[i].wait) for i in range(2)]
-    return {"sums": [t[0].item() for t in tensors], "errors": errors}
+    results = _error(lambda: works[0].result()) or [t[0].item() for t in works[0].result()]
+    return {"sums": [t[0].item() for t in tensors], "errors": errors, "result": results}
 
 
 def async_reductions_on_two_gloo_groups_in_either_order(rank: int) -> dict[str, Any]:
