@@ -201,6 +201,7 @@ class PortTransformer(cst.CSTTransformer):
         self.findings: list[Finding] = []
         self.facts = facts or ModuleFacts()
         self.scope: list[str] = []
+        self._called: set[int] = set()  # ids of the func nodes of calls
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -304,6 +305,8 @@ class PortTransformer(cst.CSTTransformer):
         # Functions and classes open a scope (names as ModuleFacts records them).
         if isinstance(node, cst.FunctionDef | cst.ClassDef):
             self.scope.append(node.name.value)
+        if isinstance(node, cst.Call):
+            self._called.add(id(node.func))  # torch.cuda.<name> here is called, not passed
         return super().on_visit(node)
 
     @override
@@ -952,5 +955,16 @@ class PortTransformer(cst.CSTTransformer):
             ):
                 self._manual(
                     original_node, f"torch.cuda.{name} has no accel equivalent; left as it is"
+                )
+            elif id(original_node) not in self._called and name != "default_generators":
+                # Passed as a value (a callback, isinstance(s, torch.cuda.Stream)): the calls
+                # are rewritten, a reference is a person's to change.
+                advice = (
+                    STREAM_ADVICE.format(name=name)
+                    if name in STREAM_NAMES
+                    else f"use get_accelerator().{name}"
+                )
+                self._manual(
+                    original_node, f"torch.cuda.{name} is referenced, not called: {advice}"
                 )
         return updated_node

@@ -958,3 +958,19 @@ def test_a_comparison_with_cuda_is_reported() -> None:
     result = port_source(textwrap.dedent(source))
     assert 'if x.device.type == "cuda":' in result.source  # left for a person
     assert [f.line for f in result.findings if not f.rewritten] == [3, 5]
+
+
+def test_a_torch_cuda_function_referenced_not_called_is_reported() -> None:
+    source = """
+        import torch
+        ok = torch.cuda.is_available
+        if isinstance(s, torch.cuda.Stream):
+            torch.cuda.synchronize()
+        x = torch.load("f.pt", map_location={"cuda:0": "cpu"})
+        """
+    result = port_source(textwrap.dedent(source))
+    assert "ok = torch.cuda.is_available\n" in result.source
+    manual = {f.line: f.message for f in result.findings if not f.rewritten}
+    assert sorted(manual) == [3, 4, 6]
+    assert "referenced, not called" in manual[3]
+    assert "StreamAPI" in manual[4]
