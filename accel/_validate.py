@@ -129,6 +129,29 @@ def check_memory_holds_values(tensor: torch.Tensor, argument: str) -> None:
         )
 
 
+def check_dense_cpu(tensor: torch.Tensor, argument: str) -> None:
+    """For native code that reads ``tensor`` by address: a strided (dense) CPU tensor;
+    ``ValueError`` naming ``argument`` otherwise."""
+    import torch  # callers hold tensors, so torch is loaded; this module does not import it
+
+    if tensor.layout != torch.strided:
+        raise ValueError(f"{argument} must be a dense tensor, got layout {tensor.layout}")
+    if tensor.device.type != "cpu":
+        raise ValueError(f"{argument} must be on the CPU, got {tensor.device}")
+
+
+def check_writable(tensor: torch.Tensor, argument: str) -> None:
+    """For a tensor updated in place: torch lets us (an inference tensor only inside
+    ``torch.inference_mode()``); ``ValueError`` naming ``argument`` otherwise."""
+    import torch  # callers hold tensors, so torch is loaded; this module does not import it
+
+    if tensor.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(
+            f"{argument} is an inference tensor: torch refuses to update it in place outside "
+            "torch.inference_mode()"
+        )
+
+
 def memory_extent(tensor: torch.Tensor) -> int:
     """Bytes from ``tensor``'s first element to the end of its last, in memory (torch's
     strides are never negative); 0 for an empty tensor."""

@@ -37,7 +37,13 @@ from typing import NamedTuple
 
 import torch
 
-from accel._validate import Span, check_memory_holds_values, require_disjoint_spans
+from accel._validate import (
+    Span,
+    check_dense_cpu,
+    check_memory_holds_values,
+    check_writable,
+    require_disjoint_spans,
+)
 from accel.ops._dtypes import dtype_codes, dtype_list
 from accel.ops._hyperparameters import (
     check_betas,
@@ -100,7 +106,7 @@ class _Batch(NamedTuple):
 def _dense_cpu(tensor: object, kind: str, index: int) -> torch.Tensor:
     """``tensor`` if the kernels may use its memory, else the error naming ``kind[index]``."""
     # The common case in one expression, without formatting a name: a step checks every
-    # tensor of the group on each call (measured: benchmarks/optim_calls.py).
+    # tensor of the group on each call (`benchmarks/optim_step.py --case "150 tensors"`).
     if (
         isinstance(tensor, torch.Tensor)
         and tensor.layout == torch.strided
@@ -114,18 +120,11 @@ def _dense_cpu(tensor: object, kind: str, index: int) -> torch.Tensor:
     what = f"{kind}[{index}]"
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.is_sparse or tensor.layout != torch.strided:
-        raise ValueError(f"{what} must be a dense tensor, got layout {tensor.layout}")
-    if tensor.device.type != "cpu":
-        raise ValueError(f"{what} must be on the CPU, got {tensor.device}")
+    check_dense_cpu(tensor, what)
     if not tensor.is_contiguous():
         raise ValueError(f"{what} must be contiguous (call .contiguous())")
     check_memory_holds_values(tensor, what)
-    if tensor.is_inference() and not torch.is_inference_mode_enabled():
-        raise ValueError(
-            f"{what} is an inference tensor: torch refuses to update it in place outside "
-            "torch.inference_mode()"
-        )
+    check_writable(tensor, what)
     return tensor
 
 

@@ -43,10 +43,12 @@ import torch
 from typing_extensions import override
 
 from accel._validate import (
+    check_dense_cpu,
     check_disjoint,
     check_int,
     check_memory_holds_values,
     check_no_self_overlap,
+    check_writable,
 )
 from accel.integrations.deepspeed.zenflow import ZenFlowAdamFunctions
 from accel.ops import _hyperparameters as hyperparameters
@@ -133,21 +135,14 @@ def _check_memory(
     ]
     read = [(g, f"grads[{i}]") for i, g in enumerate(grads)]
     for tensor, name in [*written, *read]:
-        if tensor.layout != torch.strided:
-            raise ValueError(f"{name} must be a dense tensor, got layout {tensor.layout}")
-        if tensor.device.type != "cpu":
-            raise ValueError(f"{name} must be on the CPU, got {tensor.device}")
+        check_dense_cpu(tensor, name)
         check_memory_holds_values(tensor, name)
     for name, column in states.items():
         for i, state in enumerate(column):
             if not state.is_floating_point():
                 raise TypeError(f"{name}[{i}] must be a floating-point tensor, got {state.dtype}")
     for tensor, name in written:
-        if tensor.is_inference() and not torch.is_inference_mode_enabled():
-            raise ValueError(
-                f"{name} is an inference tensor: torch refuses to update it in place outside "
-                "torch.inference_mode()"
-            )
+        check_writable(tensor, name)
         check_no_self_overlap(tensor, name)
     check_disjoint(written, read)
 
