@@ -28,6 +28,9 @@ import torch.distributed as dist
 # (by design, or a worker starved of CPU for this long) is not waited for any further.
 _RELEASE_WAIT_S = 1.0
 
+# Calls that returned at that limit with a tensor still held: each cost the whole wait.
+gave_up = 0
+
 # group -> whether gloo's threads run its CPU collectives. Weak: a destroyed group is not
 # kept alive (with its gloo context and, in accel.comm, its shared segment).
 _gloo_cpu: weakref.WeakKeyDictionary[dist.ProcessGroup, bool] = weakref.WeakKeyDictionary()
@@ -59,9 +62,13 @@ def released(tensors: Sequence[torch.Tensor]) -> Generator[None]:
     watched = [t for t in tensors if t.is_cpu]
     counts = [_use_count(t) for t in watched]
     yield
+    global gave_up
     deadline = time.monotonic() + _RELEASE_WAIT_S
     for tensor, count in zip(watched, counts, strict=True):
-        while _use_count(tensor) > count and time.monotonic() < deadline:
+        while _use_count(tensor) > count:
+            if time.monotonic() >= deadline:
+                gave_up += 1
+                return
             time.sleep(0)  # hands over the GIL, which the worker needs to let go
 
 
