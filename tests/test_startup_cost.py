@@ -96,17 +96,20 @@ def test_the_accel_backend_leaves_torch_compile_unloaded() -> None:
     assert [m for m in modules if m.startswith(("torch._dynamo", "torch._inductor"))] == []
 
 
-# The goals are 20 ms and 10 ms. This machine kind is shared (2 cores; other jobs keep its
-# load at 2-6): medians of 7 measured 23-43 ms and 7-12 ms here, so the bounds are three
-# times the goals. They catch a gross regression (an eager import of a framework, a
-# metadata scan per plugin), not a busy machine; what is imported and read is held above.
+# The goals are 20 ms and 10 ms of wall time on a quiet machine. This machine kind is shared
+# (2 cores; other jobs, and the suite's other worker, keep its load at 2-6), where the wall
+# time measures the queue for a core: the bounds hold the process's own CPU time, at three
+# times the goals. `python benchmarks/startup.py` measured medians of 7 of 11.5 and 4.2 ms
+# CPU quiet, 11.1 and 4.3 ms CPU beside three busy loops (whose wall times were 23 and 8
+# ms). They catch a gross regression (an eager import of a framework, a metadata scan per
+# plugin); what is imported and read is held above.
 SELECT_BOUND_MS = 60.0
 LOAD_BOUND_MS = 30.0
 
 
 def test_the_start_up_figures() -> None:
     samples = _benchmark().measure([sys.executable], runs=7)[sys.executable]
-    select_ms = statistics.median(row[0] for row in samples)
-    load_ms = statistics.median(row[2] for row in samples)
-    assert select_ms <= SELECT_BOUND_MS, samples
-    assert load_ms <= LOAD_BOUND_MS, samples
+    select_cpu_ms = statistics.median(row[1] for row in samples)
+    load_cpu_ms = statistics.median(row[3] for row in samples)
+    assert select_cpu_ms <= SELECT_BOUND_MS, samples
+    assert load_cpu_ms <= LOAD_BOUND_MS, samples

@@ -185,7 +185,8 @@ RANK_SCRIPT = textwrap.dedent(
             os.kill(os.getpid(), 9) if scenario.startswith("killed") else os._exit(3)
         started = time.monotonic()
         try:
-            all_reduce_(x, timeout=1.5)
+            # A dead peer is noticed, not timed out on: only the hung one meets the timeout.
+            all_reduce_(x, timeout=1.5 if scenario == "hung" else 60)
             result["error"] = None
         except RuntimeError as error:
             result["error"] = str(error)
@@ -210,8 +211,9 @@ RANK_SCRIPT = textwrap.dedent(
         result["held_after_return"] = ints._use_count() - held  # gloo's worker let go?
         result["ints"] = ints.tolist()
         result["strided"] = all_reduce_(strided).tolist()
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    with open(os.path.join(out, f"rank{rank}.part"), "w") as f:
         json.dump(result, f)
+    os.replace(os.path.join(out, f"rank{rank}.part"), os.path.join(out, f"rank{rank}.json"))
     os._exit(0)  # skip gloo's teardown, which can block when a peer is gone
     """
 )
@@ -240,7 +242,7 @@ def _spawn(tmp_path: Path, scenario: str, wait_for_all: bool = False) -> list[di
     ]
     try:
         for proc in procs if wait_for_all else procs[:1]:
-            proc.wait(timeout=90)
+            proc.wait(timeout=300)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -287,7 +289,9 @@ def test_a_dead_peer_is_reported_within_seconds_and_leaves_nothing(tmp_path: Pat
     assert survivor["error"] is not None
     assert "rank 1 (pid" in str(survivor["error"])
     assert "exited while rank 0 waited" in str(survivor["error"])
-    assert float(survivor["seconds"]) < 1.0  # type: ignore[arg-type]
+    # Noticed within moments of the peer's exit 0.2 s into the call (generous for a busy
+    # machine), long before the 60 s timeout.
+    assert float(survivor["seconds"]) < 10.0  # type: ignore[arg-type]
     assert shm_names() <= before
 
 
@@ -305,7 +309,7 @@ def test_a_hung_peer_times_out_with_a_clear_error(tmp_path: Path) -> None:
     assert survivor["shm"] is True
     assert "timed out after 1.5" in str(survivor["error"])
     assert "rank 1 did not reach collective step" in str(survivor["error"])
-    assert 1.4 < float(survivor["seconds"]) < 5.0  # type: ignore[arg-type]
+    assert 1.4 < float(survivor["seconds"]) < 30.0  # type: ignore[arg-type]
 
 
 def test_mismatched_sizes_are_an_error_not_garbage(tmp_path: Path) -> None:
@@ -480,13 +484,13 @@ def test_one_rank_that_cannot_attach_makes_every_rank_fall_back(tmp_path: Path) 
 
 
 def test_works_under_torch_compile(tmp_path: Path) -> None:
-    reports = _spawn(tmp_path, "compile")
+    reports = _spawn(tmp_path, "compile", wait_for_all=True)
     assert reports[0]["value"] == [7.0] * 8  # (1*2 + 2*2) + 1
     assert reports[1]["value"] == [7.0] * 8
 
 
 def test_unsupported_tensors_fall_back_to_torch_distributed(tmp_path: Path) -> None:
-    reports = _spawn(tmp_path, "fallback")
+    reports = _spawn(tmp_path, "fallback", wait_for_all=True)
     assert reports[0]["ints"] == [3, 30]
     # gloo's worker holds no reference once the call returned: one left behind aborts the
     # process if the interpreter is finalising when the worker drops it (accel.comm._release).
@@ -523,6 +527,7 @@ def test_a_torch_collective_returns_once_the_backend_let_go(
     from accel.comm import _release
 
     monkeypatch.setattr(_release, "_runs_on_gloo", lambda group: True)
+    monkeypatch.setattr(_release, "_RELEASE_WAIT_S", 60.0)  # the timer's thread may be slow
     tensor = torch.ones(3, requires_grad=True)
     graphs: list[torch.Tensor] = []
 
@@ -547,10 +552,21 @@ def test_a_backend_that_keeps_the_tensor_is_waited_for_a_bounded_time(
     def collective(t: torch.Tensor, group: object) -> None:
         kept.append((t * t).sum())  # never let go
 
+    counted: list[torch.Tensor] = []
+    real_use_count = _release._use_count
+
+    def use_count(t: torch.Tensor) -> int:
+        counted.append(t)
+        return real_use_count(t)
+
+    monkeypatch.setattr(_release, "_use_count", use_count)
     monkeypatch.setattr(_release, "_RELEASE_WAIT_S", 0.05)
-    for on_gloo, at_most in ((True, 2.0), (False, 0.04)):
+    for on_gloo in (True, False):
         monkeypatch.setattr(_release, "_runs_on_gloo", lambda group, on=on_gloo: on)
+        counted.clear()
         started = time.monotonic()
         _release.run_released(collective, [tensor], None, tensor)
-        assert time.monotonic() - started < at_most
+        # On gloo: watched until the deadline, then given up on; elsewhere: not watched.
+        assert (len(counted) > 1) if on_gloo else (counted == [])
+        assert time.monotonic() - started < 30
     assert tensor._use_count() > 1  # still held: the call returned regardless

@@ -21,7 +21,6 @@ import json
 import os
 import random
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -282,20 +281,26 @@ class Patterns:
 def again_after_destroy() -> bool:
     """Collectives over both levels, destroy_process_group, then init_process_group again
     in the same processes, twice. (Run first: after DDP, torch itself keeps the old
-    world's store alive past destroy, and env:// meets on that store again.)"""
+    world's store alive past destroy.)
+
+    Each new world meets on the first world's store under a prefix of its own: through
+    env:// again, a rank could meet on the old world's store before rank 0 has closed it
+    (when it serves the store) and read that world's keys, whatever the backend."""
+    from torch.distributed import distributed_c10d as c10d
+
     ok = True
-    for _ in range(2):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store = c10d._get_default_store()
+    for again in range(2):
         x = torch.ones(4096)
         dist.all_reduce(x)
-        ok &= bool((x == dist.get_world_size()).all())
+        ok &= bool((x == world).all())
         dist.barrier()
         dist.destroy_process_group()
-        if int(os.environ["RANK"]) != 0:
-            # Rank 0 hosts the store: give it the time to close the old one, so that no
-            # rank meets the old world's store (torch's env:// rendezvous, any backend).
-            time.sleep(0.5)
-        dist.init_process_group("accel", timeout=TIMEOUT)
-        rank, world = dist.get_rank(), dist.get_world_size()
+        dist.init_process_group(
+            "accel", timeout=TIMEOUT, store=dist.PrefixStore(f"again-{again}", store),
+            rank=rank, world_size=world,
+        )  # fmt: skip
         x = torch.full((4096,), float(rank + 1))
         dist.all_reduce(x)
         out = torch.empty(world * 2)

@@ -113,18 +113,23 @@ def async_reductions_on_two_gloo_groups_in_either_order(rank: int) -> dict[str, 
 
 def late_peer_and_a_pooled_tensor(rank: int) -> dict[str, Any]:
     """Rank 0 gives up on a pooled all-reduce after 0.5 s and refills its tensor; rank 1
-    comes 1 s late. Rank 0's tensor must keep what rank 0 wrote."""
+    comes after that. Rank 0's tensor must keep what rank 0 wrote."""
     group = dist.new_group([0, 1], timeout=SHORT)
     side = dist.new_group([0, 1], backend="gloo")  # to meet after the failure
     tensor = comm.shared_empty(1 << 16, group=group).fill_(1.0)
     comm.all_reduce_(tensor, group=group)  # set up, and the path works: 2.0
     report: dict[str, Any] = {"first": tensor[0].item()}
     tensor.fill_(1.0)
-    if rank == 1:
-        time.sleep(1.0)
-    report["error"] = _error(lambda: comm.all_reduce_(tensor, group=group, timeout=0.5))
+
+    def attempt() -> None:
+        report["error"] = _error(lambda: comm.all_reduce_(tensor, group=group, timeout=0.5))
+
     if rank == 0:
+        attempt()
         tensor.fill_(42.0)
+    dist.barrier(group=side)  # rank 0 has given up and refilled its tensor
+    if rank == 1:
+        attempt()
     dist.barrier(group=side)  # rank 1 has made its attempt
     time.sleep(0.2)
     report["values"] = sorted(set(tensor.tolist()))
@@ -142,7 +147,9 @@ def a_slow_reader_of_a_pooled_tensor(rank: int) -> dict[str, Any]:
     out = torch.zeros(2 * numel) if rank == 0 else torch.empty(2 * numel)  # rank 1's: unfaulted
     dist.barrier(group=dist.new_group([0, 1], backend="gloo"))
     if rank == 0:
-        time.sleep(0.3)  # rank 1 waits at the first gate: both start copying together
+        # Rank 1 waits at the first gate by then (no call tells when it does: the time is
+        # ample even on a busy machine): both start copying together.
+        time.sleep(1.5)
     error = _error(
         lambda: comm.all_gather_into_tensor_(
             out, tensor, group=group, timeout=0.001 if rank == 0 else 10

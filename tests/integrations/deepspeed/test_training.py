@@ -5,7 +5,6 @@ with an extensions directory that must stay empty."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -79,7 +78,7 @@ def test_zero_stages_match_native_deepspeed_on_one_rank(tmp_path: pathlib.Path) 
     # (DeepSpeedCPUAdam with fp32_optimizer_states=False), ZeRO-2 and ZeRO-3: accel's kernel
     # reads and writes the 16-bit states itself. References: zero_parity.py's docstring.
     out = tmp_path / "losses.json"
-    env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", MASTER_PORT=str(29500 + os.getpid() % 1000))
+    env = fresh_env(tmp_path, ACCEL_DEEPSPEED="1", MASTER_PORT=str(free_port()))
     bf16_states = json.loads((SCRIPTS / "zero_bf16_states_reference.json").read_text())["losses"]
     configs = ",".join([*REFERENCE["1"], *bf16_states])
     result = subprocess.run(
