@@ -46,7 +46,7 @@ import importlib, json, os, sys
 answers = os.fdopen(int(sys.argv[1]), "w", encoding="utf-8")
 os.set_inheritable(answers.fileno(), False)  # a process a probe starts must not hold it open
 import torch
-from accel._probe import raised
+from accel._probe import _running, raised
 from accel.backends.base import Availability
 
 def say(said):
@@ -60,6 +60,7 @@ for target in sys.argv[2:]:
         found = importlib.import_module(module)
         for part in qualified.split("."):
             found = getattr(found, part)
+        _running.name = target
         answer = found.probe()
         if isinstance(answer, Availability):
             said = {"available": answer.available, "reason": answer.reason}
@@ -160,12 +161,26 @@ class _Worker:
         while True:
             job = self.jobs.get()
             thread.name = f"accel-probe-{job.name}"  # what a stuck thread's dump shows
+            _running.name = job.name
             try:
                 job.outcome = job.backend.probe()
             except BaseException as error:  # SystemExit, KeyboardInterrupt: said as they are
                 job.failure = error
+            _running.name = None
             thread.name = "accel-probe"
             job.done.set()
+
+
+class _Running(threading.local):
+    name: str | None = None
+
+
+_running = _Running()
+
+
+def running_probe() -> str | None:
+    """The name of the backend whose probe runs in this thread, if one does."""
+    return _running.name
 
 
 # Workers waiting for a probe; a worker whose probe overran never comes back here.

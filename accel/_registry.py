@@ -10,13 +10,13 @@ error naming both. How a probe is asked, with its time limit: :mod:`accel._probe
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 from typing_extensions import override
 
 from accel._entry_points import entry_points
+from accel._fork_safe import ForkSafeLock
 from accel._probe import (
     Unanswered,
     in_process,
@@ -79,7 +79,7 @@ class Registered:
         # The probe's answer, computed once: probes may be slow, and selection and
         # `accel report` both ask.
         self._answer: list[Availability] = []
-        self._probe_lock = threading.Lock()
+        self._probe_lock = ForkSafeLock()
 
     @override
     def __repr__(self) -> str:
@@ -126,7 +126,7 @@ class Registered:
 
 
 _process_answers: dict[str, Availability | Unanswered] = {}
-_process_lock = threading.Lock()
+_process_lock = ForkSafeLock()
 
 
 def _answers_in_process(timeout: float) -> dict[str, Availability | Unanswered]:
@@ -228,7 +228,7 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
     return {registered.name: registered for registered in loaded}
 
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _registry: dict[str, Registered] | None = None
 
 

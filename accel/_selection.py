@@ -3,7 +3,9 @@
 Order: an explicit ``set_accelerator(obj)`` wins; otherwise ``ACCEL_BACKEND=<name>`` picks
 a registered backend by name; otherwise auto-detection picks the highest-priority
 available backend (the CPU last, with a logged warning). The choice is made once per
-process, under a lock, so concurrent first calls create a single instance.
+process, under a lock, so concurrent first calls create a single instance. A backend's
+probe or constructor, which run while the choice is made, may not ask for it (they would
+wait for themselves): they get a ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from accel import _registry
-from accel._probe import raised
+from accel._fork_safe import ForkSafeLock
+from accel._probe import raised, running_probe
 from accel.protocols import Accelerator, missing_members
 
 logger = logging.getLogger("accel")
@@ -34,10 +37,17 @@ class Selection:
     detail: str
 
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _selection: Selection | None = None
 # Read without the lock on the hot path: a plain global read is atomic in CPython.
 _current: Accelerator | None = None
+
+
+class _Starting(threading.local):
+    name: str | None = None  # the backend this thread constructs while it holds _lock
+
+
+_starting = _Starting()
 
 
 def get_accelerator() -> Accelerator:
@@ -88,6 +98,7 @@ def set_accelerator(accelerator: Accelerator) -> None:
 def reset_accelerator() -> None:
     """Forget the selection; the next ``get_accelerator()`` chooses again (tests, notebooks)."""
     global _selection, _current
+    _refuse_from_backend("reset_accelerator")
     with _lock:
         _selection = _current = None
 
@@ -106,8 +117,19 @@ def current_selection() -> Selection:
     return _selection or _select()
 
 
+def _refuse_from_backend(call: str) -> None:
+    for name, part in ((_starting.name, "constructor"), (running_probe(), "probe()")):
+        if name is not None:
+            raise RuntimeError(
+                f"accel.{call}() called from the {part} of backend {name!r}, which runs "
+                "while the process's accelerator is being chosen: a backend may not ask for "
+                "the choice it is part of (use self, or what the backend already knows)"
+            )
+
+
 def _install(selection: Selection) -> None:
     global _selection, _current
+    _refuse_from_backend("set_accelerator")
     with _lock:
         _selection = selection
         _current = selection.accelerator
@@ -115,6 +137,7 @@ def _install(selection: Selection) -> None:
 
 def _select() -> Selection:
     global _selection, _current
+    _refuse_from_backend("get_accelerator")
     with _lock:
         if _selection is None:
             _selection = _choose()
@@ -128,7 +151,7 @@ def _choose() -> Selection:
         source = f"environment variable {BACKEND_ENV}={requested!r}"
         backend = _registry.available(requested.strip(), source)
         try:
-            accelerator = backend()
+            accelerator = _start(requested.strip(), backend)
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # the user asked for this one: say why it cannot be had
@@ -143,7 +166,7 @@ def _choose() -> Selection:
         availability = entry.availability()
         if availability.available and entry.backend is not None:
             try:
-                accelerator = entry.backend()
+                accelerator = _start(name, entry.backend)
             except KeyboardInterrupt:
                 raise
             except BaseException as error:  # a broken plugin (sys.exit too) must not stop selection
@@ -169,3 +192,11 @@ def _choose() -> Selection:
         f"no accelerator backend is available (tried {', '.join(skipped)}); "
         "run `accel report` to see why"
     )
+
+
+def _start(name: str, backend: type[Accelerator]) -> Accelerator:
+    _starting.name = name
+    try:
+        return backend()
+    finally:
+        _starting.name = None

@@ -13,10 +13,11 @@ by ``import accel`` or ``get_accelerator()``. How to write one: docs/plugins.md.
 from __future__ import annotations
 
 import argparse
-import threading
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from accel._fork_safe import ForkSafeLock
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -237,7 +238,7 @@ def discover(entries: list[EntryPoint] | None = None) -> list[Registered]:
     return [_load(next(iter(targets.values()))) for _, targets in sorted(by_name.items())]
 
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _registered: list[Registered] | None = None
 
 

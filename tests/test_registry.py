@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -502,3 +503,86 @@ def test_a_constructor_that_exits_gives_way_to_the_next_backend(
         RuntimeError, match=r"'fast' .* failed to start: SystemExit with exit code 4"
     ):
         accel.get_accelerator()
+
+
+# A backend whose probe or constructor asks for the selection: each mode by an environment
+# variable, so that the probing interpreter of ACCEL_PROBE_ISOLATION=process does the same.
+ASKING_PLUGIN = GOOD_PLUGIN.replace(
+    'return Availability(True, "always")',
+    "if os.environ.get('ASK_IN') == 'probe': accel.get_accelerator()\n"
+    "        threading.Event().wait(float(os.environ.get('PROBE_S', '0')))\n"
+    "        return Availability(True, 'always')",
+).replace("from typing", "import os, threading\nimport accel\nfrom typing") + (
+    "\n    def __init__(self) -> None:\n"
+    "        if os.environ.get('ASK_IN') == 'constructor':\n"
+    "            accel.get_accelerator()\n"
+    "        super().__init__()\n"
+)
+
+ASKING_SCRIPT = """
+import os, signal, sys, threading, time
+import accel
+from accel import _registry
+
+def fresh(**env):
+    os.environ.pop("ASK_IN", None)
+    os.environ.update(env)
+    accel.reset_accelerator()
+    _registry.reset_registry()
+
+def attempt():
+    try:
+        return accel.current_selection().detail
+    except RuntimeError as error:
+        return f"raised {error}"
+
+fresh(ASK_IN="constructor")
+print("constructor, auto:", attempt())
+fresh(ASK_IN="constructor", ACCEL_BACKEND="fast")
+print("constructor, env:", attempt())
+del os.environ["ACCEL_BACKEND"]
+for isolation in ("thread", "process"):
+    fresh(ASK_IN="probe", ACCEL_PROBE_ISOLATION=isolation)
+    print(f"probe in a {isolation}:", attempt(), _registry.registry()["fast"].availability())
+# A child forked while another thread chooses, its probe under way.
+fresh(ACCEL_PROBE_ISOLATION="thread", PROBE_S="3")
+threading.Thread(target=accel.get_accelerator).start()
+deadline = time.monotonic() + 60
+while not any(t.name == "accel-probe-fast" for t in threading.enumerate()):
+    assert time.monotonic() < deadline, "the probe never started"
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # a hang ends the child, which the parent reports
+    os.write(1, f"forked child: {type(accel.get_accelerator()).__name__}\\n".encode())
+    os._exit(0)
+print("forked child ended with:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.mark.slow  # starts interpreters
+def test_a_backend_may_not_ask_for_the_choice_it_is_part_of(
+    tmp_path: Path, install: Installer
+) -> None:
+    # A constructor that called get_accelerator() waited for the lock its own selection
+    # held: the process hung (a probe that did waited out its time limit). A child forked
+    # while another thread chose inherited that lock held: it hung.
+    install("askingdist", {"fast": "asking_plugin:Fast"}, {"asking_plugin": ASKING_PLUGIN})
+    result = subprocess.run(
+        [sys.executable, "-c", ASKING_SCRIPT],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "askingdist")},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    refusal = "accel.get_accelerator() called from the {} of backend {!r}, which runs while"
+    assert said["constructor, auto"].startswith("highest-priority available: the host CPU")
+    assert refusal.format("constructor", "fast") in said["constructor, auto"]
+    assert said["constructor, env"].startswith("raised backend 'fast'")
+    assert refusal.format("constructor", "fast") in said["constructor, env"]
+    assert refusal.format("probe()", "fast") in said["probe in a thread"]
+    # The probing interpreter knows the backend by its target.
+    assert refusal.format("probe()", "asking_plugin:Fast") in said["probe in a process"]
+    assert "did not answer" not in said["probe in a thread"] + said["probe in a process"]
+    assert said["forked child"] == "Fast"
+    assert said["forked child ended with"] == "0"

@@ -1,0 +1,51 @@
+"""Locks that a child process made by ``fork()`` finds free.
+
+A child has only the thread that forked. A lock another thread of the parent held at that
+moment (choosing the accelerator behind a slow probe, discovering plugins) stays held in
+the child by no one, and the child's first use of it waits forever: a DataLoader worker
+or a ``multiprocessing`` child forked at the wrong moment hangs. Each lock made here is
+made new in the child instead; what it guarded is computed again there if the parent's
+thread had not finished (the guarded state is only ever set once complete).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from types import TracebackType
+
+
+class ForkSafeLock:
+    """A non-reentrant lock, used as a context manager, that is free in a forked child."""
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _made.add(self)
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+
+
+_made: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+def _renew_all() -> None:
+    for lock in list(_made):
+        lock._renew()  # pyright: ignore[reportPrivateUsage]
+
+
+os.register_at_fork(after_in_child=_renew_all)
