@@ -3,11 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from accel import extensions
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """What runs inside writes to stderr, through ``sys.stdout`` or file descriptor 1 (a
+    plugin's import banner, a probe's print, a driver's printf): stdout keeps only what
+    the command prints, which a script may parse."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 (closed): only sys.stdout to turn away
+        saved = -1
+    if saved >= 0:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved >= 0:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -16,7 +39,8 @@ def _report(args: argparse.Namespace) -> int:
 
     from accel import report
 
-    collected = report.collect()
+    with _stdout_to_stderr():
+        collected = report.collect()
     if args.json:
         print(json.dumps(collected.as_dict(), indent=2))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -102,6 +103,45 @@ def test_report_json_is_machine_readable() -> None:
         "compatible": True,
         "reason": "ready",
     }
+
+
+NOISY_PLUGIN = """
+import os
+from accel.backends.base import Availability
+from accel.backends.cpu import CPUAccelerator
+
+print("vendor banner, printed at import")
+os.write(1, b"driver banner, written to descriptor 1\\n")
+
+
+class Noisy(CPUAccelerator):
+    name = "noisy"
+    priority = 5
+
+    @classmethod
+    def probe(cls):
+        print("probe chatter")
+        os.write(1, b"probe chatter on descriptor 1\\n")
+        return Availability(False, "not here")
+"""
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_report_json_stays_json_when_a_plugin_prints(
+    tmp_path: pathlib.Path, isolation: str
+) -> None:
+    # What a plugin printed at import or in its probe came first on stdout: json.loads failed.
+    info = tmp_path / "noisy-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: noisy\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[accel.backends]\nnoisy = noisy_plugin:Noisy\n")
+    (tmp_path / "noisy_plugin.py").write_text(NOISY_PLUGIN)
+    result = _accel("report", "--json", PYTHONPATH=str(tmp_path), ACCEL_PROBE_ISOLATION=isolation)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {row["name"]: row["reason"] for row in report["backends"]}["noisy"] == "not here"
+    for said in ("vendor banner", "driver banner", "probe chatter", "on descriptor 1"):
+        assert said in result.stderr
 
 
 @pytest.mark.parametrize(
