@@ -7,13 +7,13 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 
 from accel import extensions
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
+def _stdout_to_stderr() -> Generator[None]:
     """What runs inside writes to stderr, through ``sys.stdout`` or file descriptor 1 (a
     plugin's import banner, a probe's print, a driver's printf): stdout keeps only what
     the command prints, which a script may parse."""

@@ -9,8 +9,8 @@ counted and set through :func:`accel.get_accelerator`, device stats come from it
 MemoryAPI, and DDP uses the backend's own torch.distributed library
 (``communication_backend_name()``: the ``"accel"`` shared-memory backend on the CPU).
 
-On the CPU backend nothing else is needed. Lightning picks three things by accelerator
-*name* rather than asking the accelerator; on a device backend name them:
+Lightning picks three things by accelerator *name* rather than asking the accelerator;
+on a device backend name them (on the CPU backend, only mixed precision needs naming):
 
 - ``strategy="accel_single_device"`` for one process (Lightning's default puts the model
   on the CPU for every accelerator but CUDA and MPS; the accelerator raises rather than
@@ -21,7 +21,8 @@ On the CPU backend nothing else is needed. Lightning picks three things by accel
   is named ``"cpu"`` or ``"mps"``). A mixed-precision plugin for another device is
   refused: by the accelerator's ``setup`` in the Trainer, and when a ``Fabric`` is
   constructed (Fabric calls no hook that sees the plugin, so importing this package
-  wraps ``Fabric.__init__`` to check it).
+  wraps ``Fabric.__init__`` to check it). Lightning's own DDP on a device backend, and
+  Fabric's ``"dp"`` on the CPU backend, are refused there too, naming the strategy to pass.
 
 Importing this package registers those names with Lightning; accel's start-up hook
 (``accel-startup.pth``, :mod:`_accel_startup`) imports it once a process has imported
@@ -35,7 +36,7 @@ import lightning.fabric.accelerators as fabric_accelerators
 import lightning.pytorch.accelerators as trainer_accelerators
 
 from accel.integrations.lightning import _strategies
-from accel.integrations.lightning._accelerator import NAME, AccelAccelerator, check_fabric_precision
+from accel.integrations.lightning._accelerator import NAME, AccelAccelerator, check_fabric_choices
 from accel.integrations.lightning._precision import fabric_precision, trainer_precision
 from accel.integrations.lightning._strategies import (
     DDP,
@@ -63,8 +64,8 @@ __all__ = [
 
 def register() -> None:
     """Register ``"accel"``, ``"accel_single_device"`` and ``"accel_ddp"`` with Fabric's
-    and the Trainer's registries, and make ``Fabric`` check its precision plugin
-    (idempotent; done on import)."""
+    and the Trainer's registries, and make ``Fabric`` check its strategy and precision
+    plugin (idempotent; done on import)."""
     for registry in (
         fabric_accelerators.ACCELERATOR_REGISTRY,
         trainer_accelerators.AcceleratorRegistry,
@@ -73,7 +74,7 @@ def register() -> None:
         if NAME not in registry or registry[NAME]["accelerator"] is not AccelAccelerator:
             AccelAccelerator.register_accelerators(registry)
     _strategies.register()
-    check_fabric_precision()
+    check_fabric_choices()
 
 
 register()

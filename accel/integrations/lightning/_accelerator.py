@@ -13,8 +13,14 @@ from typing_extensions import override
 
 from accel import get_accelerator
 from accel.comm.process_group import set_default_backend
-from accel.integrations.lightning._devices import device_index, parse_devices, process_group_backend
+from accel.integrations.lightning._devices import (
+    checked_device_index,
+    device_index,
+    parse_devices,
+    process_group_backend,
+)
 from accel.integrations.lightning._precision import check_autocast_device
+from accel.integrations.lightning._strategies import check_strategy
 
 NAME = "accel"
 
@@ -60,7 +66,9 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        """Refuse mixed precision that would autocast on another device type."""
+        """Refuse mixed precision that would autocast on another device type, and a
+        strategy that cannot run on the backend (:func:`check_strategy`)."""
+        check_strategy(trainer.strategy, "AccelAccelerator.setup: the Trainer's strategy")
         check_autocast_device(
             trainer.strategy.precision_plugin,
             "AccelAccelerator.setup: the Trainer's mixed precision",
@@ -111,9 +119,13 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
 
     @override
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
-        """The backend's memory statistics for ``device`` (MemoryAPI), in bytes."""
+        """The backend's memory statistics for ``device`` (MemoryAPI), in bytes.
+
+        Raises:
+            ValueError: ``device`` is not one of the backend's devices.
+        """
         acc = get_accelerator()
-        index = device_index(device)
+        index = checked_device_index(acc, device, "AccelAccelerator.get_device_stats")
         stats: dict[str, Any] = dict(acc.memory_stats(index))
         stats.update(
             allocated_bytes=acc.memory_allocated(index),
@@ -134,31 +146,34 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
         )
 
 
-def check_fabric_precision() -> None:
+def check_fabric_choices() -> None:
     """Make a ``Fabric`` on :class:`AccelAccelerator` refuse, when it is constructed,
-    mixed precision that autocasts on another device type (idempotent; done on import).
+    mixed precision that autocasts on another device type and a strategy that cannot run
+    on the backend (:func:`check_strategy`) (idempotent; done on import).
 
-    The Trainer calls its accelerator's ``setup`` with the precision plugin in reach;
-    Fabric calls no accelerator or precision hook that could check it before the first
-    forward, which then fails in a layer on mismatched dtypes. So ``Fabric.__init__`` is
-    wrapped: after Lightning's own, it checks ``fabric.strategy.precision``.
+    The Trainer calls its accelerator's ``setup`` with both in reach; Fabric calls no
+    accelerator or precision hook that could check them before the first forward (which
+    then fails in a layer on mismatched dtypes, or in torch.cuda), or never (``"dp"``
+    then runs one process). So ``Fabric.__init__`` is wrapped: after Lightning's own, it
+    checks ``fabric.strategy`` and its precision.
     """
     init: Any = fabric_module.Fabric.__init__
-    if getattr(init, _CHECKS_PRECISION, False):
+    if getattr(init, _CHECKS, False):
         return
 
     @functools.wraps(init)
     def checked_init(fabric: fabric_module.Fabric, *args: Any, **kwargs: Any) -> None:
         init(fabric, *args, **kwargs)
         if isinstance(fabric.accelerator, AccelAccelerator):
+            check_strategy(fabric.strategy, "Fabric(accelerator='accel'): its strategy")
             check_autocast_device(
                 fabric.strategy.precision,
                 "Fabric(accelerator='accel'): its mixed precision",
                 "fabric_precision",
             )
 
-    setattr(checked_init, _CHECKS_PRECISION, True)
+    setattr(checked_init, _CHECKS, True)
     setattr(fabric_module.Fabric, "__init__", checked_init)  # noqa: B010  (a method)
 
 
-_CHECKS_PRECISION = "_accel_checks_precision"
+_CHECKS = "_accel_checks_choices"

@@ -39,6 +39,27 @@ def device_index(device: torch.device | str | int) -> int | None:
     return torch.device(device).index
 
 
+def checked_device_index(
+    acc: Accelerator, device: torch.device | str | int, what: str
+) -> int | None:
+    """:func:`device_index`, for a device of ``acc``'s type and in its range.
+
+    Raises:
+        ValueError: ``device`` is of another type, or its index is out of range.
+    """
+    expected = acc.device().type
+    if not isinstance(device, int) and torch.device(device).type != expected:
+        raise ValueError(
+            f"{what}: device {device!r} is not of accel's backend {type(acc).__name__}, "
+            f"which runs on {expected!r} devices"
+        )
+    index = device_index(device)
+    count = acc.device_count()
+    if index is not None and not 0 <= index < count:
+        raise ValueError(f"{what}: device index {index} is out of range: expected 0..{count - 1}")
+    return index
+
+
 def parse_devices(acc: Accelerator, devices: Any) -> int | list[int]:
     """Lightning's ``devices`` for ``acc``: a process count on the CPU backend, device
     indices on a device backend (an int is the first N, ``-1`` all, a list or ``"0,2"``
@@ -46,16 +67,16 @@ def parse_devices(acc: Accelerator, devices: Any) -> int | list[int]:
     given = devices
     if isinstance(devices, str):
         text = devices.strip()
-        if text.lstrip("-").isdigit():
-            devices = int(text)
-        elif "," in text:
-            try:
+        try:  # as Lightning's own parser reads it
+            if "," in text:
                 devices = [int(part) for part in text.split(",") if part.strip()]
-            except ValueError:
-                raise ValueError(
-                    f"AccelAccelerator: devices={given!r}: expected an int, a list of "
-                    "device indices or a comma-separated string of them"
-                ) from None
+            else:
+                devices = int(text)
+        except ValueError:
+            raise ValueError(
+                f"AccelAccelerator: devices={given!r}: expected an int, a list of "
+                "device indices or a comma-separated string of them"
+            ) from None
     is_cpu = acc.device().type == "cpu"
     count = acc.device_count()
     if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):

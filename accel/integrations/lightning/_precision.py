@@ -67,11 +67,23 @@ def check_autocast_device(plugin: object, what: str, factory: str) -> None:
     """
     if not isinstance(plugin, (fabric_plugins.MixedPrecision, trainer_plugins.MixedPrecision)):
         return
-    expected = get_accelerator().device().type
+    acc = get_accelerator()
+    expected = acc.device().type
     if plugin.device != expected:
+        # The fix named is one that works: fp16 where the backend has it, else bf16.
+        wanted = plugin.precision
+        if wanted == "16-mixed" and not acc.is_fp16_supported():
+            fix = "bf16-mixed" if acc.is_bf16_supported() else None
+            said = f" (which does not support float16: it supports {acc.supported_dtypes()})"
+        else:
+            fix, said = wanted, ""
+        remedy = (
+            f"pass plugins=[accel.integrations.lightning.{factory}({fix!r})]"
+            if fix is not None
+            else "pass a precision without autocast, such as '32-true'"
+        )
         raise ValueError(
             f"{what} autocasts on {plugin.device!r}, but accel's backend "
-            f"runs on {expected!r} (Lightning picks the autocast device by accelerator "
-            f"name); pass plugins=[accel.integrations.lightning.{factory}"
-            f"({plugin.precision!r})]"
+            f"runs on {expected!r}{said} (Lightning picks the autocast device by accelerator "
+            f"name); {remedy}"
         )

@@ -16,6 +16,7 @@ import lightning.fabric.strategies as fabric_strategies
 import lightning.pytorch.strategies as trainer_strategies
 import torch
 from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPBase
+from lightning.fabric.strategies.dp import DataParallelStrategy
 from lightning.fabric.strategies.single_device import (
     SingleDeviceStrategy as FabricSingleDeviceBase,
 )
@@ -50,15 +51,44 @@ def _wrap(
         return DistributedDataParallel(module=module, device_ids=device_ids, **kwargs)
 
 
-class FabricSingleDeviceStrategy(FabricSingleDeviceBase):
-    """Fabric's single-device strategy on accel's current device (``"accel_single_device"``)."""
+class _DeviceFromDevices:
+    """The device ``devices`` names, for a single-device strategy.
+
+    Lightning hands the devices it parsed only to a strategy with ``parallel_devices``
+    (its connector sets them when they are empty): without it, ``devices=[1]`` ran on the
+    current device. One device is taken; more are refused, not dropped.
+    """
+
+    _root_device: torch.device
+
+    @property
+    def parallel_devices(self) -> list[torch.device]:
+        """The device Lightning gave (empty until it gave one)."""
+        return [self._root_device] if getattr(self, "_given", False) else []
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device]) -> None:
+        if len(devices) != 1:
+            raise ValueError(
+                f"strategy={SINGLE_DEVICE!r} runs one process on one device, but devices "
+                f"names {len(devices)} ({', '.join(map(str, devices))}): pass devices=1 or "
+                f"one index (devices=[1]), or strategy={DDP!r} for several"
+            )
+        self._root_device = torch.device(devices[0])
+        self._given = True
+
+
+class FabricSingleDeviceStrategy(_DeviceFromDevices, FabricSingleDeviceBase):
+    """Fabric's single-device strategy on the device ``devices`` names, by default accel's
+    current device (``"accel_single_device"``)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(device=current_device(), **kwargs)
 
 
-class TrainerSingleDeviceStrategy(trainer_strategies.SingleDeviceStrategy):
-    """The Trainer's single-device strategy on accel's device (``"accel_single_device"``)."""
+class TrainerSingleDeviceStrategy(_DeviceFromDevices, trainer_strategies.SingleDeviceStrategy):
+    """The Trainer's single-device strategy on the device ``devices`` names, by default
+    accel's current device (``"accel_single_device"``)."""
 
     def __init__(self, **kwargs: Any) -> None:
         # Lightning types the accelerator parameter with a name pyright cannot resolve.
@@ -92,3 +122,32 @@ def register() -> None:
         register: Any = registry.register  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         register(SINGLE_DEVICE, single, description="one process on accel's device", override=True)
         register(DDP, ddp, description="DDP on accel's devices", override=True)
+
+
+def check_strategy(strategy: object, what: str) -> None:
+    """Refuse a Lightning strategy that would not run as asked on accel's backend, for
+    what Lightning decides by accelerator name.
+
+    ``what`` names who holds the strategy in the message.
+
+    Raises:
+        ValueError: ``strategy`` is Lightning's DDP on a device backend (it creates a
+            ``torch.cuda.Stream``), or Fabric's ``"dp"`` on the CPU backend (DataParallel
+            has no devices to split over there: one process would run, whatever
+            ``devices`` says; Lightning switches it to DDP only for ``"cpu"``).
+    """
+    device_type = get_accelerator().device().type
+    if device_type == "cpu" and isinstance(strategy, DataParallelStrategy):
+        raise ValueError(
+            f"{what} is 'dp' (DataParallel), which on accel's CPU backend runs one process "
+            "whatever devices says; pass strategy='ddp' (Lightning's 'cpu' accelerator "
+            "switches to it)"
+        )
+    ours = (FabricDDPStrategy, TrainerDDPStrategy)
+    lightnings = (FabricDDPBase, trainer_strategies.DDPStrategy)
+    if device_type != "cpu" and isinstance(strategy, lightnings) and not isinstance(strategy, ours):
+        raise ValueError(
+            f"{what} is Lightning's {type(strategy).__name__}, which creates a "
+            f"torch.cuda.Stream on any device but the CPU; accel's backend runs on "
+            f"{device_type!r}: pass strategy={DDP!r}"
+        )

@@ -65,6 +65,32 @@ def test_the_accelerator_answers_from_the_selected_backend() -> None:
     assert lightning_accelerator.get_parallel_devices(3) == [acc.device()] * 3
 
 
+def test_device_stats_of_a_device_the_backend_does_not_have_are_refused() -> None:
+    acc = accel.get_accelerator()
+    other = "meta" if acc.device().type != "meta" else "cpu"
+    with pytest.raises(ValueError, match=f"device '{other}:0' is not of accel's backend"):
+        accel_lightning.AccelAccelerator().get_device_stats(f"{other}:0")
+    with pytest.raises(ValueError, match=f"device index {acc.device_count()} is out of range"):
+        accel_lightning.AccelAccelerator().get_device_stats(acc.device_count())
+
+
+@pytest.mark.parametrize("api", ["fabric", "trainer"])
+def test_the_single_device_strategy_takes_one_device_and_refuses_more(api: str) -> None:
+    make = lightning.Fabric if api == "fabric" else lightning.Trainer
+    with pytest.raises(ValueError, match="runs one process on one device, but devices names 2"):
+        make(accelerator="accel", devices=2, strategy="accel_single_device")
+    one = make(accelerator="accel", devices=1, strategy="accel_single_device").strategy
+    assert one.root_device.type == accel.get_accelerator().device().type
+
+
+def test_fabric_refuses_dp_on_the_cpu_backend_naming_ddp() -> None:
+    # DataParallel has nothing to split over on the CPU: one process ran, devices=2 dropped.
+    if accel.get_accelerator().device().type != "cpu":
+        pytest.skip("Lightning's 'dp' is DataParallel over the backend's devices")
+    with pytest.raises(ValueError, match=r"'dp' \(DataParallel\).*pass strategy='ddp'"):
+        lightning.Fabric(accelerator="accel", devices=2, strategy="dp")
+
+
 def test_device_stats_are_the_backends_memory_numbers() -> None:
     acc = accel.get_accelerator()
     keep = torch.empty(1 << 20, device=acc.device())
@@ -81,7 +107,9 @@ def test_cpu_devices_are_a_process_count(given_devices: Any, expected: int) -> N
     assert _devices.parse_devices(_Devices("cpu", 1), given_devices) == expected
 
 
-@pytest.mark.parametrize("bad", [0, -1, "0", [0], "0,1", True, 1.5, None, "two"])
+@pytest.mark.parametrize(
+    "bad", [0, -1, "0", [0], "0,1", True, 1.5, None, "two", "--1", "\u00b2", "-\u00b2"]
+)  # "²" is a digit to str.isdigit, not to int()
 def test_bad_cpu_devices_name_the_value(bad: Any) -> None:
     with pytest.raises(ValueError, match=re.escape(f"devices={bad!r}")):
         _devices.parse_devices(_Devices("cpu", 1), bad)

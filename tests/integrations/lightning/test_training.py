@@ -179,6 +179,40 @@ def test_one_process_on_a_fake_device_trains_there(tmp_path: Path, reference: Re
         assert ours[api][0]["device"] == "accelfake:0", api
 
 
+DEVICES_NAMED = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import fake_device
+fake_device.install("accelfake")
+import lightning
+fabric = lightning.Fabric(accelerator="accel", devices="1,", strategy="accel_single_device")
+fabric.launch()
+trainer = lightning.Trainer(accelerator="accel", devices=[1], strategy="accel_single_device")
+print(fabric.device, trainer.strategy.root_device)
+"""
+
+
+def test_one_process_on_the_device_devices_names(tmp_path: Path) -> None:
+    # Lightning hands the parsed devices only to a strategy with parallel_devices: the
+    # single-device strategy took the current device, accelfake:0, whatever devices said.
+    # (Where it runs, not a training: the fake device's autograd has one device's queue.)
+    result = subprocess.run(
+        [sys.executable, "-c", DEVICES_NAMED, str(ROOT / "tests" / "support")], env=_env(),
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split() == ["accelfake:1", "accelfake:1"]
+
+
+def test_lightnings_ddp_on_a_device_is_refused_naming_accels(tmp_path: Path) -> None:
+    # It failed in torch.cuda ("torch.cuda.Stream requires CUDA support"), naming nothing.
+    failures = _failures(tmp_path, *BOTH, *FAKE, "--strategy", "ddp")
+    assert list(failures) == APIS
+    for api, stderr in failures.items():
+        assert "is Lightning's DDPStrategy, which creates a torch.cuda.Stream" in stderr, api
+        assert "pass strategy='accel_ddp'" in stderr, api
+
+
 def test_the_default_single_device_strategy_on_a_device_is_refused(tmp_path: Path) -> None:
     failures = _failures(tmp_path, *BOTH, *FAKE)
     assert list(failures) == APIS
