@@ -29,6 +29,7 @@ from accel.extensions import Integration, Subcommands
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
     from accel.protocols import Accelerator
 
@@ -140,12 +141,36 @@ def _write_spec(args: argparse.Namespace) -> int:
                 "accel_spec.py (transformers imports it as a module: a Python identifier "
                 "ending in .py)"
             )
+        _refuse_shadowing(path)
     text = render_spec()
     if args.output is None:
         print(text, end="")
     else:
         Path(args.output).write_text(text)
     return 0
+
+
+def _refuse_shadowing(path: Path) -> None:
+    """Refuse a spec file named as a module Python finds elsewhere (``json.py``,
+    ``torch.py``): imported from the working directory, it would be found first there, in
+    place of that module, by transformers and anything else run from that directory."""
+    import importlib.util
+    from pathlib import Path
+
+    try:  # find_spec imports nothing of a top-level name
+        found = importlib.util.find_spec(path.stem)
+    except (ImportError, ValueError):
+        return
+    if found is None:
+        return
+    origin = found.origin
+    if origin is not None and Path(origin).resolve() == path.resolve():
+        return  # the spec written before: written again
+    raise ValueError(
+        f"accel spec: --output {str(path)!r}: {path.stem!r} is a module Python already finds "
+        f"({origin or 'a namespace package'}); the spec would shadow it where it is "
+        "imported from the working directory: choose another name, such as accel_spec.py"
+    )
 
 
 class TransformersIntegration(Integration):

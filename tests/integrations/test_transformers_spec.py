@@ -76,6 +76,22 @@ def test_the_cli_writes_the_spec_and_refuses_a_name_transformers_cannot_import(
     assert capsys.readouterr().out == render_spec()
 
 
+@pytest.mark.parametrize("name", ["json.py", "torch.py", "accel.py"])
+def test_the_cli_refuses_a_name_that_would_shadow_a_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # Accepted, json.py shadowed the standard library's json for everything run there:
+    # `accel report` itself failed in that directory.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # as `python -m` puts the directory first
+    assert main(["spec", "transformers", "-o", name]) == 2
+    said = capsys.readouterr().err
+    assert f"--output {name!r}: {name[:-3]!r} is a module Python already finds" in said
+    assert not (tmp_path / name).exists()
+    assert main(["spec", "transformers", "-o", "accel_spec.py"]) == 0
+    assert main(["spec", "transformers", "-o", "accel_spec.py"]) == 0  # its own file again
+
+
 WRITE_FAKE_SPEC = textwrap.dedent(
     """
     import sys
