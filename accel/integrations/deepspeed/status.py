@@ -73,6 +73,8 @@ def describe(status: DeepSpeedStatus) -> tuple[str, ...]:
     if not status.supported:
         return tuple(lines)
     env = "unset" if status.env is None else repr(status.env)
+    if status.env is not None and status.env.strip() not in ("0", "1"):
+        env += " (expected 0 or 1: importing deepspeed fails until it is fixed)"
     state = "active in this process" if status.active else "not active in this process"
     lines.append(f"accel integration: {state}; {ENV} {env}")
     lines.append(
