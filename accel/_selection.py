@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from accel import _registry
@@ -35,6 +36,9 @@ class Selection:
     accelerator: Accelerator
     how: How
     detail: str
+    failed_to_start: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Backends auto-detection passed over because their constructor raised, though their
+    probe said available: name -> what it raised."""
 
 
 _lock = ForkSafeLock()
@@ -161,7 +165,7 @@ def _choose() -> Selection:
         return Selection(accelerator, "env", f"{BACKEND_ENV}={requested}")
     entries = _registry.registry()
     skipped: list[str] = []
-    failed: list[str] = []
+    failed: dict[str, str] = {}
     for name, entry in entries.items():
         availability = entry.availability()
         if availability.available and entry.backend is not None:
@@ -170,9 +174,11 @@ def _choose() -> Selection:
             except KeyboardInterrupt:
                 raise
             except BaseException as error:  # a broken plugin (sys.exit too) must not stop selection
-                failure = f"{name}: its probe said available, then {raised(error)}"
-                logger.warning("accel backend %s; trying the next one", failure)
-                failed.append(failure)
+                failed[name] = raised(error)
+                logger.warning(
+                    "accel backend %s: its probe said available, then %s; trying the next one",
+                    name, failed[name],
+                )  # fmt: skip
                 skipped.append(name)
                 continue
             if name == "cpu" and skipped:
@@ -184,8 +190,12 @@ def _choose() -> Selection:
                 )
             detail = f"highest-priority available: {availability.reason}"
             if failed:
-                detail += f" (failed to start: {'; '.join(failed)})"
-            return Selection(accelerator, "auto", detail)
+                said = "; ".join(
+                    f"{name}: its probe said available, then {error}"
+                    for name, error in failed.items()
+                )
+                detail += f" (failed to start: {said})"
+            return Selection(accelerator, "auto", detail, failed)
         skipped.append(name)
         logger.debug("accel backend %r is not available: %s", name, availability.reason)
     raise RuntimeError(

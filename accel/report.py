@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import platform
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from accel import _registry, extensions
@@ -154,17 +155,20 @@ def _capabilities(entry: _registry.Registered, available: bool) -> dict[str, boo
     return {proto.__name__: issubclass(cls, proto) for proto in CAPABILITIES}
 
 
-def _backend_rows() -> list[BackendRow]:
+def _backend_rows(failed_to_start: Mapping[str, str]) -> list[BackendRow]:
     rows: list[BackendRow] = []
     for entry in _registry.registry().values():
         availability = entry.availability()
+        reason = availability.reason
+        if entry.name in failed_to_start:
+            reason += f"; then its constructor raised {failed_to_start[entry.name]}"
         rows.append(
             BackendRow(
                 name=entry.name,
                 distribution=entry.distribution,
                 priority=entry.priority,
                 available=availability.available,
-                reason=availability.reason,
+                reason=reason,
                 capabilities=_capabilities(entry, availability.available),
             )
         )
@@ -211,7 +215,7 @@ def collect() -> Report:
         how=selection.how,
         detail=selection.detail,
         device_count=accelerator.device_count(),
-        backends=_backend_rows(),
+        backends=_backend_rows(selection.failed_to_start),
         op_builders=_op_builder_rows(accelerator),
         integrations=extensions.report_sections(accelerator, _CORE_KEYS),
     )

@@ -143,6 +143,12 @@ def test_plugin_whose_constructor_raises_gives_way_to_the_next_backend(
         assert isinstance(accel.get_accelerator(), CPUAccelerator)
     assert "fast: its probe said available, then RuntimeError: driver went away" in caplog.text
     assert "failed to start: fast" in accel.current_selection().detail
+    assert accel.current_selection().failed_to_start == {"fast": "RuntimeError: driver went away"}
+    # The report's row says so too, not only its selection line (it read "yes, always").
+    from accel import report
+
+    row = {row.name: row for row in report.collect().backends}["fast"]
+    assert row.reason == "always; then its constructor raised RuntimeError: driver went away"
     monkeypatch.setenv("ACCEL_BACKEND", "fast")
     accel.reset_accelerator()
     with pytest.raises(
