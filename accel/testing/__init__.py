@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from accel.backends.base import BackendClass
+from accel.backends.base import Availability, BackendClass
 from accel.protocols import (
     CAPABILITIES,
     CORE_PROTOCOLS,
@@ -87,10 +87,20 @@ def run_check(accelerator: Accelerator, check: Check) -> Violation | None:
 
 
 def _instance(backend: type | Accelerator) -> object:
+    if isinstance(backend, (str, bytes)):
+        raise TypeError(
+            f"check_backend() takes a backend class or instance, got {type(backend).__name__} "
+            f"{backend!r} (a registered name: accel._registry.available(name, source))"
+        )
     if not isinstance(backend, type):
         return backend
     if callable(getattr(backend, "probe", None)):
-        availability = cast(BackendClass, backend).probe()
+        availability = cast(object, cast(BackendClass, backend).probe())
+        if not isinstance(availability, Availability):
+            raise TypeError(
+                f"{backend.__qualname__}.probe() returned {type(availability).__name__} "
+                f"{availability!r}, expected accel.backends.base.Availability"
+            )
         if not availability.available:
             raise ValueError(f"{backend.__qualname__} is not available here: {availability.reason}")
     instance: object = backend()
@@ -108,8 +118,14 @@ def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Rep
         The report; ``report.ok`` when no check found a violation.
 
     Raises:
-        ValueError: ``backend`` is a class whose probe says it is not available here.
+        ValueError: ``backend`` is a class whose probe says it is not available here, or
+            ``max_examples`` is not an int >= 1.
+        TypeError: ``backend`` is a string, or a class whose probe answers no
+            ``Availability``.
     """
+    budget = cast(object, max_examples)  # callers without a type checker pass anything
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"max_examples must be an int >= 1, got {max_examples!r}")
     accelerator = _instance(backend)
     report = Report(type(accelerator).__qualname__)
     missing = missing_members(accelerator)

@@ -173,3 +173,56 @@ class FrozenGraph(CPUAccelerator):
         if not isinstance(graph, _FrozenGraph):
             raise TypeError(f"graph must come from create_graph(), got {type(graph).__name__}")
         graph.replay()
+
+
+class LenientIndex(CPUAccelerator):
+    """Names two devices by index ("cpu:0", "cpu:1"), and set_device takes any index past
+    them."""
+
+    _current = 0
+
+    def device_name(self, device_index: int | None = None) -> str:
+        name = super().device_name(device_index)
+        return name if device_index is None else f"{name}:{device_index}"
+
+    def device(self, device_index: int | None = None) -> torch.device:
+        return torch.device(self.device_name(device_index))
+
+    def device_count(self) -> int:
+        return 2
+
+    def current_device(self) -> int:
+        return self._current
+
+    def set_device(self, device_index: Any) -> None:
+        super().set_device(device_index)  # refuses negative and ill-typed indices
+        self._current = device_index
+
+
+class FloatPeak(CPUAccelerator):
+    """max_memory_allocated() is a float."""
+
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
+        return super().max_memory_allocated(device_index) + 0.5  # type: ignore[return-value]
+
+
+class BoolReserved(CPUAccelerator):
+    """memory_reserved() is a bool (which Python counts as an int)."""
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        super().memory_reserved(device_index)
+        return True
+
+
+class FloatSeed(CPUAccelerator):
+    """initial_seed() is a float."""
+
+    def initial_seed(self) -> int:
+        return float(super().initial_seed())  # type: ignore[return-value]
+
+
+class WordyPinned(CPUAccelerator):
+    """is_pinned() answers "yes"."""
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return "yes"  # type: ignore[return-value]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from accel.backends.cpu import CPUAccelerator
@@ -20,6 +22,11 @@ CASES = [
     (broken.HalfAGraphAPI, "GraphAPI", "no_partial_capabilities", "create_graph callable", False),
     (broken.BackwardsClock, "StreamAPI", "event_timing_is_never_negative", "is -0.5", True),
     (broken.FrozenGraph, "GraphAPI", "graph_replay_recomputes", "output is 1.0, not 3.0", True),
+    (broken.LenientIndex, "DeviceAPI", "bad_device_index_is_rejected", "nothing was raised", False),
+    (broken.FloatPeak, "MemoryStatsAPI", "peaks_are_never_below_current", "sizes are int bytes", True),
+    (broken.BoolReserved, "MemoryUsageAPI", "sizes_are_consistent", "memory_reserved()=True", False),
+    (broken.FloatSeed, "RNGAPI", "seeds_are_deterministic", "not an int", True),
+    (broken.WordyPinned, "TensorAPI", "tensor_placement_and_staging", "is 'yes', not True", True),
 ]  # fmt: skip
 
 
@@ -59,6 +66,23 @@ def test_capabilities_are_decided_by_isinstance() -> None:
     assert isinstance(broken.FrozenGraph(), GraphAPI)
     assert "GraphAPI" in check_backend(broken.FrozenGraph, max_examples=5).protocols
     assert "GraphAPI" not in check_backend(CPUAccelerator, max_examples=5).protocols
+
+
+def test_bad_arguments_to_the_kit_are_errors_not_violations() -> None:
+    # A budget of 0 or "5" made every property report the backend as broken.
+    for budget in (0, -1, "5", True, 2.0):
+        with pytest.raises(ValueError, match=f"max_examples must be an int >= 1, got {budget!r}"):
+            check_backend(CPUAccelerator, max_examples=budget)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a backend class or instance, got str 'cpu'"):
+        check_backend("cpu")  # type: ignore[arg-type]
+
+    class SaysTrue(CPUAccelerator):
+        @classmethod
+        def probe(cls) -> Any:
+            return True
+
+    with pytest.raises(TypeError, match=r"SaysTrue.probe\(\) returned bool True, expected"):
+        check_backend(SaysTrue)
 
 
 def test_unavailable_backend_class_is_an_error_with_the_reason() -> None:

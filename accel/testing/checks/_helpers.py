@@ -19,6 +19,11 @@ float32s = st.floats(
 )
 
 
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an ``int`` and not a ``bool`` (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def ill_typed(value: object) -> Any:
     """``value``, hidden from the type checker: the checks call members with arguments of the
     wrong type on purpose, to see the backend reject them."""

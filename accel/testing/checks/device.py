@@ -15,12 +15,13 @@ from accel.protocols import (
     DeviceProperties,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, ill_typed, indices, raises
+from accel.testing.checks._helpers import holds, ill_typed, indices, is_int, raises
 
 
 @check(DeviceAPI, "device_name/device")
 def device_name_agrees_with_device(acc: Accelerator) -> None:
-    """``device_name(i)`` and ``device(i)`` name the same device, of ``device_name()``'s type."""
+    """``device_name(i)`` and ``device(i)`` name the same device, of ``device_name()``'s type,
+    for every device (any index where names carry none, as ``"cpu"``)."""
 
     def body(index: int) -> None:
         name, device = acc.device_name(index), acc.device(index)
@@ -31,8 +32,14 @@ def device_name_agrees_with_device(acc: Accelerator) -> None:
             f"device({index}).type={device.type!r}, device_name()={acc.device_name()!r}"
         )
 
-    holds(body, index=indices)
+    counted = _indexed(acc)
+    holds(body, index=st.integers(0, acc.device_count() - 1) if counted else indices)
     assert torch.device(acc.device_name()) == acc.device(), "device_name() and device() disagree"
+
+
+def _indexed(acc: Accelerator) -> bool:
+    """Whether ``acc`` names its devices by index, and so counts them (not ``"cpu"``)."""
+    return acc.device_name(0) != acc.device_name()
 
 
 @check(DeviceAPI, "current_device/set_device")
@@ -42,7 +49,11 @@ def current_device_round_trips(acc: Accelerator) -> None:
     after.
     """
     before = acc.current_device()
-    assert isinstance(before, int), f"current_device() returned {type(before).__name__}, not int"
+    assert is_int(before), f"current_device() returned {type(before).__name__}, not int"
+    if _indexed(acc):
+        assert 0 <= before < acc.device_count(), (
+            f"current_device()={before}, outside [0, device_count()={acc.device_count()})"
+        )
     assert acc.current_device_name() == acc.device_name(before), (
         "current_device_name() names another device"
     )
@@ -75,12 +86,20 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 @check(DeviceAPI, "device_name/set_device")
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
     """``device_name``, ``set_device`` and ``accel.set_device`` reject bad indices with an error
-    naming ``device_index``.
+    naming ``device_index``; on a backend that names its devices by index, ``set_device``
+    rejects ``device_count()`` too.
     """
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
         raises(error, "device_index", functools.partial(ill_typed(acc).device_name, bad))
     # The protocol's set_device takes an int; a backend may take more, but never a wrong one.
     raises(ValueError, "device_index", functools.partial(acc.set_device, -1))
+    if _indexed(acc):  # a backend that counts its devices has none past the count
+        before = acc.current_device()
+        try:
+            raises(ValueError, "device_index",
+                   functools.partial(acc.set_device, acc.device_count()))  # fmt: skip
+        finally:
+            acc.set_device(before)
     for not_an_index in ("0", True, 1.0):
         raises((TypeError, ValueError), "device_index",
                functools.partial(ill_typed(acc).set_device, not_an_index))  # fmt: skip

@@ -15,7 +15,7 @@ from accel.protocols import (
     MemoryUsageAPI,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import MiB, holds, raises
+from accel.testing.checks._helpers import MiB, holds, is_int, raises
 
 
 @check(MemoryStatsAPI, "max_memory_allocated/max_memory_reserved")
@@ -28,11 +28,15 @@ def peaks_are_never_below_current(acc: Accelerator) -> None:
         ]
         allocated = acc.memory_allocated()
         peak = acc.max_memory_allocated()
+        assert is_int(peak), f"max_memory_allocated()={peak!r}: sizes are int bytes"
         assert peak >= allocated >= 0, (
             f"max_memory_allocated()={peak} < memory_allocated()={allocated}"
         )
         reserved = acc.memory_reserved()
         peak_reserved = acc.max_memory_reserved()
+        assert is_int(peak_reserved), (
+            f"max_memory_reserved()={peak_reserved!r}: sizes are int bytes"
+        )
         assert peak_reserved >= reserved >= 0, (
             f"max_memory_reserved()={peak_reserved} < memory_reserved()={reserved}"
         )
@@ -71,7 +75,7 @@ def stats_have_torch_keys(acc: Accelerator) -> None:
     stats = acc.memory_stats()
     for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak"):
         assert key in stats, f"memory_stats() lacks {key!r}"
-    assert all(isinstance(v, int) for v in stats.values()), "memory_stats() has non-int values"
+    assert all(is_int(v) for v in stats.values()), "memory_stats() has non-int values"
 
 
 @check(MemoryUsageAPI, "total_memory/available_memory/empty_cache")
@@ -81,9 +85,9 @@ def sizes_are_consistent(acc: Accelerator) -> None:
     """
     for name in ("memory_allocated", "memory_reserved"):
         value = getattr(acc, name)()
-        assert isinstance(value, int) and value >= 0, f"{name}()={value!r}"
+        assert is_int(value) and value >= 0, f"{name}()={value!r}: sizes are int bytes >= 0"
     total, available = acc.total_memory(), acc.available_memory()
-    assert isinstance(total, int) and isinstance(available, int), "memory sizes must be int bytes"
+    assert is_int(total) and is_int(available), "memory sizes must be int bytes"
     assert total >= available >= 0 and total > 0, (
         f"total_memory()={total}, available_memory()={available}"
     )
@@ -136,7 +140,7 @@ def memory_info_is_free_and_total(acc: Accelerator) -> None:
     """
     assert isinstance(acc, MemoryInfoAPI)  # the kit runs this only on such backends
     free, total = acc.get_memory_info()
-    assert isinstance(free, int) and isinstance(total, int), "sizes must be int bytes"
+    assert is_int(free) and is_int(total), "sizes must be int bytes"
     assert 0 <= free <= total, f"get_memory_info()=({free}, {total})"
     assert total == acc.total_memory(), f"total {total} != total_memory() {acc.total_memory()}"
     raises(ValueError, "device_index", functools.partial(acc.get_memory_info, -1))

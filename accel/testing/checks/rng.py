@@ -11,7 +11,7 @@ from accel.protocols import (
     Accelerator,
 )
 from accel.testing._framework import check
-from accel.testing.checks._helpers import holds, ill_typed, raises, seeds
+from accel.testing.checks._helpers import holds, ill_typed, is_int, raises, seeds
 
 
 def _draw(acc: Accelerator) -> torch.Tensor:
@@ -30,6 +30,7 @@ def seeds_are_deterministic(acc: Accelerator) -> None:
         first = _draw(acc)
         acc.manual_seed(seed)
         assert torch.equal(first, _draw(acc)), "the same seed gave different random numbers"
+        assert is_int(acc.initial_seed()), f"initial_seed()={acc.initial_seed()!r}, not an int"
         assert acc.initial_seed() == seed % 2**64, (
             f"initial_seed()={acc.initial_seed()} after manual_seed({seed})"
         )

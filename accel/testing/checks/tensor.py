@@ -28,7 +28,8 @@ def tensor_placement_and_staging(acc: Accelerator) -> None:
         host = torch.arange(float(len(shape)))
         pinned = acc.pin_memory(host)
         assert torch.equal(pinned, host), "pin_memory() changed the values"
-        assert acc.is_pinned(pinned), "is_pinned(pin_memory(t)) is False"
+        answer = acc.is_pinned(pinned)
+        assert answer is True, f"is_pinned(pin_memory(t)) is {answer!r}, not True"
 
     holds(body, shape=st.lists(st.integers(min_value=0, max_value=5), max_size=3))
     assert not acc.on_accelerator(torch.empty(3, device="meta")), "a meta tensor is on_accelerator"
