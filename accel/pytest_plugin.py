@@ -13,6 +13,8 @@ Kept import-light: pytest loads it in every session of an environment with accel
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 import accel
@@ -34,16 +36,25 @@ def requires(*capabilities: type) -> pytest.MarkDecorator:
 
 
 def _capability(item: pytest.Item, value: object) -> type:
-    if isinstance(value, str):
-        found = getattr(protocols, value, None)
-        if isinstance(found, type) and value.endswith("API"):
-            return found
-    elif isinstance(value, type) and getattr(value, "_is_protocol", False):
-        return value
+    found = getattr(protocols, value, None) if isinstance(value, str) else value
+    if found in protocols.CAPABILITIES:
+        return cast(type, found)
     raise pytest.UsageError(
-        f"{item.nodeid}: requires takes capability protocols or their names "
-        f'(GraphAPI or "GraphAPI"), got {value!r}'
+        f"{item.nodeid}: requires takes capability protocols of accel.protocols or their "
+        f'names (GraphAPI or "GraphAPI"), got {value!r}'
     )
+
+
+def _capabilities(item: pytest.Item, marker: pytest.Mark) -> list[type]:
+    if marker.kwargs or not marker.args:
+        given = ", ".join(
+            [*map(repr, marker.args), *(f"{k}={v!r}" for k, v in marker.kwargs.items())]
+        )
+        raise pytest.UsageError(
+            f"{item.nodeid}: requires takes one or more capabilities as positional "
+            f"arguments (requires(GraphAPI, StreamAPI)), got requires({given})"
+        )
+    return [_capability(item, value) for value in marker.args]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -69,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Raises:
         pytest.UsageError: ``--accel`` names no registered backend, or one that failed to
-            load or is not available here.
+            load, is not available here or failed to start.
     """
     config.addinivalue_line(
         "markers",
@@ -79,13 +90,23 @@ def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("accel")
     if name is None:
         return
+    from accel._probe import raised
     from accel._registry import available
 
+    source = f"--accel {name!r}"
     try:
-        backend = available(name, f"--accel={name}")
+        backend = available(name.strip(), source)  # as ACCEL_BACKEND is read
     except (ValueError, RuntimeError) as error:
         raise pytest.UsageError(str(error)) from None
-    accel.set_accelerator(backend())
+    try:
+        started = backend()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # a plugin's constructor: sys.exit too
+        raise pytest.UsageError(
+            f"{source}: backend {name.strip()!r} failed to start: {raised(error)}"
+        ) from None
+    accel.set_accelerator(started)
 
 
 @pytest.fixture(scope="session")
@@ -103,14 +124,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     Raises:
         pytest.skip.Exception: The accelerator lacks a capability (``pytest.skip``).
         pytest.UsageError: A ``requires`` argument is neither a capability protocol nor a
-            capability's name.
+            capability's name, or the mark has none, or keyword arguments.
         ValueError: ``ACCEL_BACKEND`` names no registered backend (see
             :func:`accel.get_accelerator`).
         RuntimeError: No backend can be selected (see :func:`accel.get_accelerator`).
     """
     for marker in item.iter_markers("requires"):
+        capabilities = _capabilities(item, marker)
         current = accel.get_accelerator()
-        for value in marker.args:
-            capability = _capability(item, value)
+        for capability in capabilities:
             if not isinstance(current, capability):
                 pytest.skip(f"{type(current).__name__} lacks {capability.__name__}")

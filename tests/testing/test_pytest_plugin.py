@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support import Installer
+
 TESTS = """
 import pytest
 from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
@@ -43,7 +45,7 @@ def test_unknown_backend_is_a_usage_error(pytester: pytest.Pytester, fresh_selec
     pytester.makepyfile(TESTS)
     result = pytester.runpytest_inprocess("--accel=tpu", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--accel=tpu names no backend; expected one of:*cpu*"])
+    result.stderr.fnmatch_lines(["*--accel 'tpu' names no backend; expected one of:*cpu*"])
 
 
 def test_unavailable_backend_is_a_usage_error_with_the_reason(
@@ -56,7 +58,7 @@ def test_unavailable_backend_is_a_usage_error_with_the_reason(
     pytester.makepyfile(TESTS)
     result = pytester.runpytest_inprocess("--accel=cuda", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--accel=cuda selects a backend that is not available:*"])
+    result.stderr.fnmatch_lines(["*--accel 'cuda' selects a backend that is not available:*"])
 
 
 def test_requires_rejects_non_protocols(pytester: pytest.Pytester, fresh_selection: None) -> None:
@@ -69,5 +71,59 @@ def test_requires_rejects_non_protocols(pytester: pytest.Pytester, fresh_selecti
         """
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*requires takes capability protocols or their names*'Graph'*"])
+    result.stdout.fnmatch_lines(
+        ["*requires takes capability protocols of accel.protocols or their names*'Graph'*"]
+    )
     assert result.ret != 0
+
+
+@pytest.mark.parametrize(
+    ("mark", "said"),
+    [("pytest.mark.requires(cap='GraphAPI')", "got requires(cap='GraphAPI')"),
+     ("pytest.mark.requires()", "got requires()"),
+     ("pytest.mark.requires", "got requires()"),
+     ("requires(typing.SupportsInt)", "got <class 'typing.SupportsInt'>"),
+     ("requires(accel.protocols.Accelerator)", "got <class 'accel.protocols")],
+)  # fmt: skip
+def test_requires_refuses_what_it_would_ignore(
+    pytester: pytest.Pytester, fresh_selection: None, mark: str, said: str
+) -> None:
+    # Keyword arguments and an empty mark were ignored (the test ran), and any protocol
+    # was taken for a capability.
+    pytester.makepyfile(
+        f"""
+        import typing, pytest, accel.protocols
+        from accel.pytest_plugin import requires
+        @{mark}
+        def test_x(accelerator):
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([f"*{said}*"])
+    assert result.ret != 0
+
+
+def test_a_backend_that_fails_to_start_is_a_usage_error(
+    pytester: pytest.Pytester, fresh_selection: None, fresh_registry: None, install: Installer
+) -> None:
+    # Its constructor's error came through as pytest's INTERNALERROR traceback.
+    source = (
+        "from accel.backends.base import Availability\n"
+        "from accel.backends.cpu import CPUAccelerator\n"
+        "class Broken(CPUAccelerator):\n"
+        "    name = 'broken'\n"
+        "    priority = 1\n"
+        "    @classmethod\n"
+        "    def probe(cls):\n"
+        "        return Availability(True, 'yes')\n"
+        "    def __init__(self):\n"
+        "        raise OSError('driver missing')\n"
+    )
+    install("brokendist", {"broken": "broken_plugin:Broken"}, {"broken_plugin": source})
+    pytester.makepyfile(TESTS)
+    result = pytester.runpytest_inprocess("--accel= broken", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--accel ' broken': backend 'broken' failed to start: OSError: driver missing*"]
+    )
