@@ -101,7 +101,13 @@ def _numa_cores(accelerator: Accelerator, allowed: set[int]) -> set[int]:
     return allowed & own or allowed
 
 
-def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str | None) -> Plan:
+def make_plan(
+    accelerator: Accelerator,
+    ranks: int,
+    bind: bool,
+    core_list: str | None,
+    core_list_source: str = "--bind-core-list",
+) -> Plan:
     """Cores and environment for each local rank.
 
     Args:
@@ -111,6 +117,7 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
         bind: Give each rank its own share of the cores this process may use.
         core_list: Bind to only these cores (``"0-51,56-107"``), even without ``bind``;
             ``None`` for every allowed core.
+        core_list_source: Where ``core_list`` came from, for the messages.
 
     Returns:
         One entry per local rank: its cores (``None`` when not binding) and environment.
@@ -127,11 +134,11 @@ def make_plan(accelerator: Accelerator, ranks: int, bind: bool, core_list: str |
         usable = _numa_cores(accelerator, allowed)
         cores = sorted(usable)
         if core_list is not None:
-            cores = parse_core_list(core_list, allowed)
+            cores = parse_core_list(core_list, allowed, core_list_source)
             outside = sorted(set(cores) - usable)
             if outside:
                 raise ValueError(
-                    f"--bind-core-list: cores {outside} are not on the NUMA nodes the backend "
+                    f"{core_list_source}: cores {outside} are not on the NUMA nodes the backend "
                     "uses (ACCEL_VISIBLE_NUMA_NODES)"
                 )
         blocks = list(split_cores(cores, ranks))
@@ -228,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument(
         "--bind-core-list",
         metavar="LIST",
-        default=os.environ.get("PET_BIND_CORE_LIST") or None,
+        default=None,  # PET_BIND_CORE_LIST is read after parsing, to name it in errors
         help="use only these cores, e.g. 0-51,56-107 (implies --bind-cores-to-rank; default: "
         "PET_BIND_CORE_LIST)",
     )
@@ -244,10 +251,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         extensions.apply_launch(args, os.environ)  # the ranks inherit what they set
     except ValueError as error:
         parser.error(str(error))
+    core_list_source = "--bind-core-list"
+    if args.bind_core_list is None and os.environ.get("PET_BIND_CORE_LIST"):
+        args.bind_core_list = os.environ["PET_BIND_CORE_LIST"]
+        core_list_source = "environment variable PET_BIND_CORE_LIST"
     try:  # ACCEL_BACKEND, LOCAL_SIZE, ACCEL_VISIBLE_NUMA_NODES: one line naming the variable
         accelerator = accel.get_accelerator()
+        count = accelerator.device_count()  # read whatever the rank count: the ranks read it
         if args.nproc_per_node == _FROM_BACKEND:
-            args.nproc_per_node = str(accelerator.device_count())
+            args.nproc_per_node = str(count)
     except (ValueError, RuntimeError) as error:
         print(f"accel run: error: {error}", file=sys.stderr)
         return 2
@@ -259,7 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--virtual-local-rank cannot be used with --bind-cores-to-rank or "
                      "--bind-core-list (every rank's LOCAL_RANK is 0)")  # fmt: skip
     try:
-        plan = make_plan(accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list)
+        plan = make_plan(
+            accelerator, ranks, args.bind_cores_to_rank, args.bind_core_list, core_list_source
+        )
     except ValueError as error:  # a usage error: one line and status 2, not a traceback
         parser.error(str(error))
     _check_program(args, parser)

@@ -8,7 +8,7 @@ from accel import _host
 from accel._validate import format_id_list, parse_id_list
 
 
-def parse_core_list(text: str, allowed: set[int]) -> list[int]:
+def parse_core_list(text: str, allowed: set[int], source: str = "--bind-core-list") -> list[int]:
     """Parse ``"0-51,56-107"`` into sorted core ids, each of which must be in ``allowed``.
 
     Linear in the number of cores, and a range past the highest allowed core fails before
@@ -17,15 +17,16 @@ def parse_core_list(text: str, allowed: set[int]) -> list[int]:
     Args:
         text: Comma-separated core ids and inclusive ranges, as ``--bind-core-list`` takes.
         allowed: The cores this process may run on.
+        source: Where ``text`` came from, for the messages.
 
     Returns:
         The core ids, sorted.
 
     Raises:
         ValueError: ``text`` is not ids and ranges, repeats a core, names no core, or names
-            a core not in ``allowed``; the message names ``--bind-core-list``.
+            a core not in ``allowed``; the message names ``source``.
     """
-    option = "--bind-core-list"
+    option = source
     cores = parse_id_list(text, option, below=max(allowed, default=-1) + 1)
     if not cores:
         raise ValueError(f"{option} must name at least one core, got {text!r}")

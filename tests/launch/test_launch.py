@@ -272,13 +272,18 @@ _TWO = ["--nproc-per-node", "2"]
         ),
         ([*_TWO, "world.py"], {"ACCEL_BACKEND": "bogus"}, "ACCEL_BACKEND='bogus'"),
         (["world.py"], {"LOCAL_SIZE": "abc"}, "LOCAL_SIZE"),  # the default rank count
+        ([*_TWO, "world.py"], {"LOCAL_SIZE": "abc"}, "LOCAL_SIZE"),  # the ranks read it too
         ([*_TWO, "--nnodes", "0", "world.py"], {}, "--nnodes must be at least 1"),
         ([*_TWO, "--nnodes", "abc", "world.py"], {}, "--nnodes must be a number of nodes"),
         ([*_TWO, "--nnodes", "2:1", "world.py"], {}, "MIN <= MAX"),
         ([*_TWO, "--max-restarts", "-1", "world.py"], {}, "--max-restarts must be 0 or more"),
         ([*_TWO, "--monitor-interval", "-1", "world.py"], {}, "--monitor-interval must be more"),
         ([*_TWO, "world.py"], {"PET_BIND_CORES_TO_RANK": "yes"}, "PET_BIND_CORES_TO_RANK must be"),
-        ([*_TWO, "world.py"], {"PET_BIND_CORE_LIST": "0-99999"}, "--bind-core-list: '0-99999'"),
+        (
+            [*_TWO, "world.py"], {"PET_BIND_CORE_LIST": "0-99999"},
+            "environment variable PET_BIND_CORE_LIST: '0-99999'",
+        ),
+        ([*_TWO, "--bind-core-list", "0-99999", "world.py"], {}, "--bind-core-list: '0-99999'"),
     ],
 )  # fmt: skip
 def test_what_every_rank_would_fail_on_is_one_line_before_any_starts(
