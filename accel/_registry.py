@@ -181,8 +181,10 @@ def _malformed(name: str, loaded: object) -> str | None:
     declared = getattr(loaded, "name", None)
     if declared != name:
         return f"class {loaded.__qualname__} declares name {declared!r}, expected {name!r}"
-    if not isinstance(getattr(loaded, "priority", None), int):
-        return f"class {loaded.__qualname__} must declare an int priority"
+    priority: object = getattr(loaded, "priority", None)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        shown = "none" if priority is None else f"{type(priority).__name__} {priority!r}"
+        return f"class {loaded.__qualname__} must declare an int priority, got {shown}"
     if not callable(getattr(loaded, "probe", None)):
         return f"class {loaded.__qualname__} must declare a probe() classmethod"
     missing = missing_members(loaded)

@@ -158,14 +158,25 @@ def test_plugin_whose_constructor_raises_gives_way_to_the_next_backend(
 
 
 def test_malformed_plugin_classes_are_rejected_with_the_problem(install: Installer) -> None:
+    odd = GOOD_PLUGIN + (
+        "\nINSTANCE = Fast()\n"
+        "\nclass Truthy(Fast):\n    name = 'truthy'\n    priority = True\n"
+        "\nclass Unranked(Fast):\n    name = 'unranked'\n    priority = 5.0\n"
+    )
     install(
         "oddities",
-        {"wrongname": "odd_plugin:Fast", "notaclass": "odd_plugin:INSTANCE"},
-        {"odd_plugin": GOOD_PLUGIN + "\nINSTANCE = Fast()\n"},
-    )
+        {"wrongname": "odd_plugin:Fast", "notaclass": "odd_plugin:INSTANCE",
+         "truthy": "odd_plugin:Truthy", "unranked": "odd_plugin:Unranked"},
+        {"odd_plugin": odd},
+    )  # fmt: skip
     entries = _registry.registry()
     assert entries["wrongname"].error == "class Fast declares name 'fast', expected 'wrongname'"
     assert entries["notaclass"].error == "entry point must name a class, got Fast"
+    # A bool priority was taken as an int one (True outranked the CPU).
+    assert entries["truthy"].error == "class Truthy must declare an int priority, got bool True"
+    assert entries["unranked"].error == (
+        "class Unranked must declare an int priority, got float 5.0"
+    )
 
 
 def test_two_distributions_with_one_name_is_an_error_naming_both(install: Installer) -> None:
