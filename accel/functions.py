@@ -179,17 +179,15 @@ def reset_accumulated_memory_stats(
     """Zero the allocator's counters that only grow (allocation and free totals).
 
     Raises:
-        NotImplementedError: The backend has no ``reset_accumulated_memory_stats``
-            (:class:`~accel.protocols.AccumulatedStatsAPI`): accel cannot know what its
-            ``memory_stats()`` counts, so it does not pretend to have reset it.
+        CapabilityError: The backend has no ``reset_accumulated_memory_stats`` (it is not
+            an :class:`~accel.protocols.AccumulatedStatsAPI`, optional since API version 2):
+            accel cannot know what its ``memory_stats()`` counts, so it does not pretend to
+            have reset it.
     """
     acc = _resolve(accelerator)
     if not isinstance(acc, AccumulatedStatsAPI):
-        raise NotImplementedError(
-            f"backend {type(acc).__qualname__} has no reset_accumulated_memory_stats() "
-            "(optional since accel API_VERSION 2: see accel.protocols.AccumulatedStatsAPI), "
-            "so its accumulated counters cannot be reset"
-        )
+        reason = "accel cannot know which of its memory_stats() counters to reset"
+        raise _lacks(acc, "reset_accumulated_memory_stats", AccumulatedStatsAPI, reason)
     acc.reset_accumulated_memory_stats(_index_of(acc, device_index))
 
 
