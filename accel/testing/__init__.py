@@ -139,6 +139,12 @@ def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Rep
     # A backend without peak statistics is a CoreAccelerator; the checks call only the
     # members of the capabilities it claims.
     checked = cast(Accelerator, accelerator)
+    count = cast(object, checked.device_count())
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        # Every check draws device indices below the count: none can run without one.
+        message = f"device_count()={count!r} on an available backend; no check can run"
+        report.violations.append(Violation("DeviceAPI", "device_count", "core_protocols", message))
+        return report
     previous, KitConfig.max_examples = KitConfig.max_examples, max_examples
     try:
         claimed = [p for p in CAPABILITIES if isinstance(checked, p)]

@@ -226,3 +226,10 @@ class WordyPinned(CPUAccelerator):
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return "yes"  # type: ignore[return-value]
+
+
+class NoDevices(CPUAccelerator):
+    """Available, yet counts no device."""
+
+    def device_count(self) -> int:
+        return 0

@@ -85,6 +85,15 @@ def test_bad_arguments_to_the_kit_are_errors_not_violations() -> None:
         check_backend(SaysTrue)
 
 
+def test_a_backend_without_devices_gets_that_one_violation() -> None:
+    # The checks that draw device indices below the count reported the kit's own errors
+    # (ZeroDivisionError, hypothesis's InvalidArgument) beside it.
+    report = check_backend(broken.NoDevices)
+    assert [v.message for v in report.violations] == [
+        "device_count()=0 on an available backend; no check can run"
+    ]
+
+
 def test_unavailable_backend_class_is_an_error_with_the_reason() -> None:
     from accel.backends.cuda import CUDAAccelerator
 
