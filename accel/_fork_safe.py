@@ -17,16 +17,20 @@ from types import TracebackType
 
 
 class ForkSafeLock:
-    """A non-reentrant lock, used as a context manager, that is free in a forked child."""
+    """A non-reentrant lock, used as a context manager, that is free in a forked child
+    unless the thread that forked held it (the child's one thread then holds it still, and
+    releases it where its ``with`` block ends)."""
 
-    __slots__ = ("__weakref__", "_lock")
+    __slots__ = ("__weakref__", "_lock", "_owner")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._owner: int | None = None
         _made.add(self)
 
     def __enter__(self) -> None:
         self._lock.acquire()
+        self._owner = threading.get_ident()
 
     def __exit__(
         self,
@@ -34,10 +38,16 @@ class ForkSafeLock:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._owner = None
         self._lock.release()
 
     def _renew(self) -> None:
+        # In the child, the forking thread keeps its ident; every other thread is gone.
         self._lock = threading.Lock()
+        if self._owner == threading.get_ident():
+            self._lock.acquire()
+        else:
+            self._owner = None
 
 
 _made: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()

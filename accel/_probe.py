@@ -57,10 +57,10 @@ say({"ready": True})
 for target in sys.argv[2:]:
     try:
         module, _, qualified = target.partition(":")
+        _running.name = target  # its import too runs as part of the probe
         found = importlib.import_module(module)
         for part in qualified.split("."):
             found = getattr(found, part)
-        _running.name = target
         answer = found.probe()
         if isinstance(answer, Availability):
             said = {"available": answer.available, "reason": answer.reason}

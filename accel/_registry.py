@@ -10,6 +10,7 @@ error naming both. How a probe is asked, with its time limit: :mod:`accel._probe
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
@@ -154,7 +155,20 @@ def _distribution_key(entry: EntryPoint) -> str:
     return folder if folder else str(dist.name)
 
 
+class _Loading(threading.local):
+    name: str | None = None  # the backend whose module this thread imports
+
+
+_loading = _Loading()
+
+
+def loading() -> str | None:
+    """The name of the backend whose module this thread is importing, if it is."""
+    return _loading.name
+
+
 def _load(entry: EntryPoint) -> Registered:
+    _loading.name = entry.name
     try:
         loaded: object = entry.load()
     except KeyboardInterrupt:
@@ -165,6 +179,8 @@ def _load(entry: EntryPoint) -> Registered:
             entry.name, _distribution(entry), exc_info=True,
         )  # fmt: skip
         return Registered(entry.name, entry, entry.value, None, raised(error))
+    finally:
+        _loading.name = None
     problem = _malformed(entry.name, loaded)
     if problem is not None:
         logger.warning(

@@ -4,8 +4,8 @@ Order: an explicit ``set_accelerator(obj)`` wins; otherwise ``ACCEL_BACKEND=<nam
 a registered backend by name; otherwise auto-detection picks the highest-priority
 available backend (the CPU last, with a logged warning). The choice is made once per
 process, under a lock, so concurrent first calls create a single instance. A backend's
-probe or constructor, which run while the choice is made, may not ask for it (they would
-wait for themselves): they get a ``RuntimeError``.
+module import, probe or constructor, which run while the choice is made, may not ask for it
+(they would wait for themselves): they get a ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -122,7 +122,11 @@ def current_selection() -> Selection:
 
 
 def _refuse_from_backend(call: str) -> None:
-    for name, part in ((_starting.name, "constructor"), (running_probe(), "probe()")):
+    for name, part in (
+        (_registry.loading(), "import"),
+        (_starting.name, "constructor"),
+        (running_probe(), "probe()"),
+    ):
         if name is not None:
             raise RuntimeError(
                 f"accel.{call}() called from the {part} of backend {name!r}, which runs "

@@ -529,7 +529,11 @@ ASKING_PLUGIN = GOOD_PLUGIN.replace(
     "if os.environ.get('ASK_IN') == 'probe': accel.get_accelerator()\n"
     "        threading.Event().wait(float(os.environ.get('PROBE_S', '0')))\n"
     "        return Availability(True, 'always')",
-).replace("from typing", "import os, threading\nimport accel\nfrom typing") + (
+).replace(
+    "from typing",
+    "import os, threading\nimport accel\n"
+    "if os.environ.get('ASK_IN') == 'import':\n    accel.get_accelerator()\nfrom typing",
+) + (
     "\n    def __init__(self) -> None:\n"
     "        if os.environ.get('ASK_IN') == 'constructor':\n"
     "            accel.get_accelerator()\n"
@@ -553,6 +557,9 @@ def attempt():
     except RuntimeError as error:
         return f"raised {error}"
 
+fresh(ASK_IN="import")
+print("import, auto:", attempt(), _registry.registry()["fast"].error)
+sys.modules.pop("asking_plugin", None)
 fresh(ASK_IN="constructor")
 print("constructor, auto:", attempt())
 fresh(ASK_IN="constructor", ACCEL_BACKEND="fast")
@@ -581,9 +588,9 @@ print("forked child ended with:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1
 def test_a_backend_may_not_ask_for_the_choice_it_is_part_of(
     tmp_path: Path, install: Installer
 ) -> None:
-    # A constructor that called get_accelerator() waited for the lock its own selection
-    # held: the process hung (a probe that did waited out its time limit). A child forked
-    # while another thread chose inherited that lock held: it hung.
+    # A module import or constructor that called get_accelerator() waited for the lock its
+    # own selection held: the process hung (a probe that did waited out its time limit). A
+    # child forked while another thread chose inherited that lock held: it hung.
     install("askingdist", {"fast": "asking_plugin:Fast"}, {"asking_plugin": ASKING_PLUGIN})
     result = subprocess.run(
         [sys.executable, "-c", ASKING_SCRIPT],
@@ -593,6 +600,8 @@ def test_a_backend_may_not_ask_for_the_choice_it_is_part_of(
     assert result.returncode == 0, result.stderr[-3000:]
     said = dict(line.split(": ", 1) for line in result.stdout.splitlines())
     refusal = "accel.get_accelerator() called from the {} of backend {!r}, which runs while"
+    assert said["import, auto"].startswith("highest-priority available: the host CPU")
+    assert refusal.format("import", "fast") in said["import, auto"]
     assert said["constructor, auto"].startswith("highest-priority available: the host CPU")
     assert refusal.format("constructor", "fast") in said["constructor, auto"]
     assert said["constructor, env"].startswith("raised backend 'fast'")

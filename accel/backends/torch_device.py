@@ -10,10 +10,10 @@ device actually present.
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any, ClassVar
 
 from accel._device_module import device_module
+from accel._fork_safe import ForkSafeLock
 from accel._torch_typed import privateuse1_backend_name
 from accel.backends.base import Availability
 from accel.mixins import (
@@ -149,7 +149,7 @@ class DiscoveredTorchDevice(TorchDeviceBackend):
 
 
 _composed_classes: dict[type[DiscoveredTorchDevice], type[DiscoveredTorchDevice]] = {}
-_compose_lock = threading.Lock()
+_compose_lock = ForkSafeLock()  # held while a backend is constructed
 
 
 def compose_for_device(cls: type[DiscoveredTorchDevice]) -> type[DiscoveredTorchDevice]:

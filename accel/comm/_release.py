@@ -17,6 +17,7 @@ Every synchronous torch.distributed call in accel goes through here.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Sequence
@@ -30,6 +31,7 @@ _RELEASE_WAIT_S = 1.0
 
 # Calls that returned at that limit with a tensor still held: each cost the whole wait.
 gave_up = 0
+_gave_up_lock = threading.Lock()  # calls run on several threads (queued work, callers)
 
 # group -> whether gloo's threads run its CPU collectives. Weak: a destroyed group is not
 # kept alive (with its gloo context and, in accel.comm, its shared segment).
@@ -67,7 +69,8 @@ def released(tensors: Sequence[torch.Tensor]) -> Generator[None]:
     for tensor, count in zip(watched, counts, strict=True):
         while _use_count(tensor) > count:
             if time.monotonic() >= deadline:
-                gave_up += 1
+                with _gave_up_lock:
+                    gave_up += 1
                 return
             time.sleep(0)  # hands over the GIL, which the worker needs to let go
 

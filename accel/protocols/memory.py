@@ -122,8 +122,9 @@ class HostCacheAPI(Protocol):
 class AccumulatedStatsAPI(Protocol):
     """Resetting the allocator's counters that only grow (since API version 2).
 
-    Optional, so that backends written before it stay :class:`~accel.Accelerator` backends:
-    ``accel.reset_accumulated_memory_stats()`` works with every backend.
+    Optional, so that backends written before it stay :class:`~accel.Accelerator` backends;
+    ``accel.reset_accumulated_memory_stats()`` raises ``CapabilityError`` for those (accel
+    cannot know which of their counters only grow).
     """
 
     def reset_accumulated_memory_stats(self, device_index: int | None = None) -> None:
