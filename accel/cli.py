@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import sys
 import warnings
@@ -12,12 +13,22 @@ from collections.abc import Generator, Sequence
 from accel import extensions
 
 
+def _flush_stdout() -> None:
+    """Write out what is buffered for descriptor 1: Python's streams (``sys.stdout`` and the
+    original ``sys.__stdout__`` a plugin may have kept) and C's stdio (a driver's printf)."""
+    for stream in {id(s): s for s in (sys.stdout, sys.__stdout__) if s is not None}.values():
+        with contextlib.suppress(OSError, ValueError):  # closed: nothing can be written
+            stream.flush()
+    with contextlib.suppress(OSError, AttributeError):  # no C library to ask
+        ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Generator[None]:
     """What runs inside writes to stderr, through ``sys.stdout`` or file descriptor 1 (a
     plugin's import banner, a probe's print, a driver's printf): stdout keeps only what
     the command prints, which a script may parse."""
-    sys.stdout.flush()
+    _flush_stdout()
     try:
         saved = os.dup(1)
     except OSError:  # no descriptor 1 (closed): only sys.stdout to turn away
@@ -28,6 +39,7 @@ def _stdout_to_stderr() -> Generator[None]:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
+        _flush_stdout()  # what was written inside goes where it was written: stderr
         if saved >= 0:
             os.dup2(saved, 1)
             os.close(saved)

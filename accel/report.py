@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from accel import _registry, extensions
+from accel._probe import raised
 from accel._selection import current_selection
 from accel._version import __version__
 from accel.backends.torch_device import DiscoveredTorchDevice
@@ -141,27 +142,36 @@ def _pooled_buckets() -> list[str]:
     return lines
 
 
-def _capabilities(entry: _registry.Registered, available: bool) -> dict[str, bool | None]:
+def _capabilities(
+    entry: _registry.Registered, available: bool
+) -> tuple[dict[str, bool | None], str | None]:
+    """The capability column of ``entry``, and what its constructor raised if it had to be
+    made and could not (the capabilities are then unknown)."""
     cls = entry.backend
     unknown: dict[str, bool | None] = {proto.__name__: None for proto in CAPABILITIES}
     if cls is None:
-        return unknown
+        return unknown, None
     if issubclass(cls, DiscoveredTorchDevice):
         # Streams and graphs are read from the device module, which exists only where the
-        # device does.
+        # device does, through an instance.
         if not available:
-            return unknown
-        cls = type(cls())
-    return {proto.__name__: issubclass(cls, proto) for proto in CAPABILITIES}
+            return unknown, None
+        try:
+            cls = type(cls())
+        except Exception as error:  # the row says it: the report goes on
+            return unknown, raised(error)
+    return {proto.__name__: issubclass(cls, proto) for proto in CAPABILITIES}, None
 
 
 def _backend_rows(failed_to_start: Mapping[str, str]) -> list[BackendRow]:
     rows: list[BackendRow] = []
     for entry in _registry.registry().values():
         availability = entry.availability()
+        capabilities, failure = _capabilities(entry, availability.available)
         reason = availability.reason
-        if entry.name in failed_to_start:
-            reason += f"; then its constructor raised {failed_to_start[entry.name]}"
+        failure = failed_to_start.get(entry.name, failure)
+        if failure is not None:
+            reason += f"; then its constructor raised {failure}"
         rows.append(
             BackendRow(
                 name=entry.name,
@@ -169,7 +179,7 @@ def _backend_rows(failed_to_start: Mapping[str, str]) -> list[BackendRow]:
                 priority=entry.priority,
                 available=availability.available,
                 reason=reason,
-                capabilities=_capabilities(entry, availability.available),
+                capabilities=capabilities,
             )
         )
     return rows

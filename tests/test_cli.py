@@ -110,8 +110,11 @@ import os
 from accel.backends.base import Availability
 from accel.backends.cpu import CPUAccelerator
 
+import ctypes, sys
 print("vendor banner, printed at import")
 os.write(1, b"driver banner, written to descriptor 1\\n")
+ctypes.CDLL(None).printf(b"driver banner, through C's printf\\n")  # buffered by the C library
+print("vendor banner, to the original stdout", file=sys.__stdout__)
 
 
 class Noisy(CPUAccelerator):
@@ -136,11 +139,15 @@ def test_report_json_stays_json_when_a_plugin_prints(
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: noisy\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[accel.backends]\nnoisy = noisy_plugin:Noisy\n")
     (tmp_path / "noisy_plugin.py").write_text(NOISY_PLUGIN)
-    result = _accel("report", "--json", PYTHONPATH=str(tmp_path), ACCEL_PROBE_ISOLATION=isolation)
+    result = _accel(  # buffered output, as outside a terminal
+        "report", "--json", PYTHONPATH=str(tmp_path), ACCEL_PROBE_ISOLATION=isolation,
+        PYTHONUNBUFFERED="",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert {row["name"]: row["reason"] for row in report["backends"]}["noisy"] == "not here"
-    for said in ("vendor banner", "driver banner", "probe chatter", "on descriptor 1"):
+    for said in ("printed at import", "written to descriptor 1", "through C's printf",
+                 "to the original stdout", "probe chatter", "chatter on descriptor 1"):  # fmt: skip
         assert said in result.stderr
 
 

@@ -115,3 +115,40 @@ def test_torch_device_backends_pass_the_kit_on_a_fake_device(
     losses = answer["losses"]
     assert isinstance(losses, list)
     assert losses[-1] < losses[0] / 2  # the model trained on the device
+
+
+REPORT_WITH_A_FAILING_CONSTRUCTOR = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import fake_device
+    fake_device.install("accelfake")
+    from accel.backends.devices import PrivateUse1Accelerator
+
+    def broken_init(self):
+        raise RuntimeError("driver went away")
+
+    PrivateUse1Accelerator.__init__ = broken_init
+    import accel
+    from accel import report
+    print(type(accel.get_accelerator()).__name__)
+    row = {{row.name: row for row in report.collect().backends}}["privateuse1"]
+    print(row.reason)
+    print(row.capabilities["StreamAPI"])
+    """
+)
+
+
+@pytest.mark.slow  # starts an interpreter
+def test_the_report_survives_a_device_backend_whose_constructor_fails() -> None:
+    # The report made the backend again to read its capabilities, and died of the same error.
+    code = REPORT_WITH_A_FAILING_CONSTRUCTOR.format(tests=str(SUPPORT))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-3:] == [
+        "CPUAccelerator",
+        "2 device(s); then its constructor raised RuntimeError: driver went away",
+        "None",
+    ]

@@ -564,9 +564,11 @@ def test_a_backend_that_keeps_the_tensor_is_waited_for_a_bounded_time(
     for on_gloo in (True, False):
         monkeypatch.setattr(_release, "_runs_on_gloo", lambda group, on=on_gloo: on)
         counted.clear()
+        gave_up = _release.gave_up
         started = time.monotonic()
         _release.run_released(collective, [tensor], None, tensor)
         # On gloo: watched until the deadline, then given up on; elsewhere: not watched.
         assert (len(counted) > 1) if on_gloo else (counted == [])
+        assert _release.gave_up - gave_up == (1 if on_gloo else 0)
         assert time.monotonic() - started < 30
     assert tensor._use_count() > 1  # still held: the call returned regardless

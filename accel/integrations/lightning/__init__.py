@@ -21,7 +21,7 @@ on a device backend name them (on the CPU backend, only mixed precision needs na
   is named ``"cpu"`` or ``"mps"``). A mixed-precision plugin for another device is
   refused: by the accelerator's ``setup`` in the Trainer, and when a ``Fabric`` is
   constructed (Fabric calls no hook that sees the plugin, so importing this package
-  wraps ``Fabric.__init__`` to check it). Lightning's own DDP on a device backend, and
+  wraps ``Fabric.__init__`` to check it). Lightning's own DDP on a device backend but CUDA, and
   Fabric's ``"dp"`` on the CPU backend, are refused there too, naming the strategy to pass.
 
 Importing this package registers those names with Lightning; accel's start-up hook

@@ -16,6 +16,7 @@ import lightning.fabric.strategies as fabric_strategies
 import lightning.pytorch.strategies as trainer_strategies
 import torch
 from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPBase
+from lightning.fabric.strategies.deepspeed import DeepSpeedStrategy as FabricDeepSpeedStrategy
 from lightning.fabric.strategies.dp import DataParallelStrategy
 from lightning.fabric.strategies.single_device import (
     SingleDeviceStrategy as FabricSingleDeviceBase,
@@ -54,9 +55,10 @@ def _wrap(
 class _DeviceFromDevices:
     """The device ``devices`` names, for a single-device strategy.
 
-    Lightning hands the devices it parsed only to a strategy with ``parallel_devices``
-    (its connector sets them when they are empty): without it, ``devices=[1]`` ran on the
-    current device. One device is taken; more are refused, not dropped.
+    Lightning hands the devices it parsed only to a strategy with ``parallel_devices`` (its
+    connector sets them when they are empty): without it, ``devices=[1]`` ran on the
+    current device. One device named is taken; several (``devices="auto"`` names every
+    device) leave the current one, as Lightning's own single-device strategy ignores them.
     """
 
     _root_device: torch.device
@@ -68,13 +70,8 @@ class _DeviceFromDevices:
 
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device]) -> None:
-        if len(devices) != 1:
-            raise ValueError(
-                f"strategy={SINGLE_DEVICE!r} runs one process on one device, but devices "
-                f"names {len(devices)} ({', '.join(map(str, devices))}): pass devices=1 or "
-                f"one index (devices=[1]), or strategy={DDP!r} for several"
-            )
-        self._root_device = torch.device(devices[0])
+        if len(devices) == 1:
+            self._root_device = torch.device(devices[0])
         self._given = True
 
 
@@ -131,8 +128,8 @@ def check_strategy(strategy: object, what: str) -> None:
     ``what`` names who holds the strategy in the message.
 
     Raises:
-        ValueError: ``strategy`` is Lightning's DDP on a device backend (it creates a
-            ``torch.cuda.Stream``), or Fabric's ``"dp"`` on the CPU backend (DataParallel
+        ValueError: ``strategy`` is Lightning's DDP on a device backend other than CUDA (it
+            creates a ``torch.cuda.Stream``), or Fabric's ``"dp"`` on the CPU backend (DataParallel
             has no devices to split over there: one process would run, whatever
             ``devices`` says; Lightning switches it to DDP only for ``"cpu"``).
     """
@@ -145,7 +142,13 @@ def check_strategy(strategy: object, what: str) -> None:
         )
     ours = (FabricDDPStrategy, TrainerDDPStrategy)
     lightnings = (FabricDDPBase, trainer_strategies.DDPStrategy)
-    if device_type != "cpu" and isinstance(strategy, lightnings) and not isinstance(strategy, ours):
+    # DeepSpeed's strategy extends DDP's without its stream (Lightning refuses it off CUDA).
+    others = (FabricDeepSpeedStrategy, trainer_strategies.DeepSpeedStrategy)
+    if (
+        device_type not in ("cpu", "cuda")  # on CUDA, torch.cuda.Stream is the right stream
+        and isinstance(strategy, lightnings)
+        and not isinstance(strategy, (*ours, *others))
+    ):
         raise ValueError(
             f"{what} is Lightning's {type(strategy).__name__}, which creates a "
             f"torch.cuda.Stream on any device but the CPU; accel's backend runs on "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,19 +183,19 @@ def _run_checks(checks: Checks) -> None:
     drawn()
 
 
-def _ten_reduce_scatters_waits(backend: str) -> int:
+def _ten_reduce_scatters(backend: str) -> tuple[int, float]:
     """How many of ten small reduce-scatters through the levels waited out the limit for
-    gloo to let go of a tensor (FSDP makes one per layer and step: a fixed wait in each
-    would multiply)."""
+    gloo to let go of a tensor, and the seconds all ten took (FSDP makes one per layer and
+    step: a fixed wait in each would multiply)."""
     world = dist.get_world_size()
     output, input = torch.empty(8), torch.ones(8 * world)
-    before = _release.gave_up
+    before, start = _release.gave_up, time.perf_counter()
     for _ in range(10):
         if backend == "accel":
             dist.reduce_scatter_tensor(output, input)
         else:
             comm.reduce_scatter_tensor_(output, input)
-    return _release.gave_up - before
+    return _release.gave_up - before, time.perf_counter() - start
 
 
 def _fsdp_losses(group: dist.ProcessGroup, rank: int) -> list[float]:
@@ -326,7 +327,7 @@ def main() -> None:
             r for node in spanning.where.nodes for r in node
         ) and spanning.even else None,
         "two_level": dict(TWO_LEVEL),
-        "ten_reduce_scatters_waits": _ten_reduce_scatters_waits(backend),
+        "ten_reduce_scatters": _ten_reduce_scatters(backend),
         "patterns": patterns,
     }  # fmt: skip
     (out / f"rank{rank}.json").write_text(json.dumps(record))

@@ -20,7 +20,8 @@ from lightning.fabric.plugins.precision import MixedPrecision
 
 import accel
 import accel.integrations.lightning as accel_lightning
-from accel.integrations.lightning import _devices, _precision
+from accel.backends.cpu import CPUAccelerator
+from accel.integrations.lightning import _devices, _precision, _strategies
 
 
 class _Devices:
@@ -76,14 +77,49 @@ def test_device_stats_of_a_device_the_backend_does_not_have_are_refused() -> Non
 
 
 @pytest.mark.parametrize("api", ["fabric", "trainer"])
-def test_the_single_device_strategy_takes_one_device_and_refuses_more(api: str) -> None:
+def test_the_single_device_strategy_takes_the_device_named_or_the_current_one(api: str) -> None:
     make: Any = (
         lightning.Fabric if api == "fabric" else functools.partial(lightning.Trainer, logger=False)
     )
-    with pytest.raises(ValueError, match="runs one process on one device, but devices names 2"):
-        make(accelerator="accel", devices=2, strategy="accel_single_device")
-    one = make(accelerator="accel", devices=1, strategy="accel_single_device").strategy
-    assert one.root_device.type == accel.get_accelerator().device().type
+    device_type = accel.get_accelerator().device().type
+    for devices in (1, 2, "auto"):  # several: the current device, as Lightning's own
+        strategy = make(accelerator="accel", devices=devices, strategy="accel_single_device")
+        assert strategy.strategy.root_device.type == device_type
+
+
+class _OnDevice(CPUAccelerator):
+    """The CPU backend, claiming another device type (all check_strategy asks)."""
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__()
+        self.device_type_claimed = device_type
+
+    def device(self, device_index: int | None = None) -> torch.device:
+        return torch.device(self.device_type_claimed, device_index)
+
+
+@pytest.mark.usefixtures("fresh_selection")
+@pytest.mark.parametrize(
+    ("device_type", "refused"), [("xpu", True), ("hpu", True), ("cuda", False), ("cpu", False)]
+)
+def test_lightnings_ddp_is_refused_on_devices_whose_stream_is_not_cudas(
+    device_type: str, refused: bool
+) -> None:
+    # Lightning's DDP creates a torch.cuda.Stream for any device but the CPU: right on
+    # CUDA (where refusing it removed ddp_spawn and ddp_notebook), wrong elsewhere.
+    accel.set_accelerator(_OnDevice(device_type))
+    for strategy in (
+        fabric_strategies.DDPStrategy(),
+        trainer_strategies.DDPStrategy(start_method="spawn"),
+    ):
+        if refused:
+            with pytest.raises(ValueError, match=r"creates a torch\.cuda\.Stream.*'accel_ddp'"):
+                _strategies.check_strategy(strategy, "here")
+        else:
+            _strategies.check_strategy(strategy, "here")
+    for ours in (fabric_strategies.STRATEGY_REGISTRY.get("accel_ddp"),
+                 trainer_strategies.StrategyRegistry.get("accel_ddp")):  # fmt: skip
+        _strategies.check_strategy(ours, "here")
 
 
 def test_fabric_refuses_dp_on_the_cpu_backend_naming_ddp() -> None:

@@ -185,10 +185,14 @@ sys.path.insert(0, sys.argv[1])
 import fake_device
 fake_device.install("accelfake")
 import lightning
-fabric = lightning.Fabric(accelerator="accel", devices="1,", strategy="accel_single_device")
-fabric.launch()
-trainer = lightning.Trainer(accelerator="accel", devices=[1], strategy="accel_single_device")
-print(fabric.device, trainer.strategy.root_device)
+import accel
+def where(**kwargs):
+    fabric = lightning.Fabric(accelerator="accel", strategy="accel_single_device", **kwargs)
+    trainer = lightning.Trainer(accelerator="accel", strategy="accel_single_device", **kwargs)
+    return f"{fabric.device},{trainer.strategy.root_device}"
+print(where(devices="1,"), where(devices=[1]), where(devices=[0]))
+accel.set_device(1)
+print(where(), where(devices=2))  # "auto" names both devices: the current one
 """
 
 
@@ -201,7 +205,9 @@ def test_one_process_on_the_device_devices_names(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
-    assert result.stdout.split() == ["accelfake:1", "accelfake:1"]
+    named, current = result.stdout.splitlines()[-2:]
+    assert named.split() == ["accelfake:1,accelfake:1"] * 2 + ["accelfake:0,accelfake:0"]
+    assert current.split() == ["accelfake:1,accelfake:1"] * 2
 
 
 def test_lightnings_ddp_on_a_device_is_refused_naming_accels(tmp_path: Path) -> None:
