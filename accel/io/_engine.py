@@ -43,9 +43,11 @@ def _after_fork_in_child() -> None:
     # The pool's threads do not exist in the child, and its requests belong to the parent:
     # close the child's copies of their descriptors and refuse further use. No transfer
     # uses the child's memory, and a lock a parent thread held is held for ever here.
-    for engine in list(_engines):
-        engine.forget_after_fork()
-    _lifetime.forget_after_fork()
+    try:
+        for engine in list(_engines):
+            engine.forget_after_fork()
+    finally:  # storages get their memory back whatever happened above
+        _lifetime.forget_after_fork()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -83,8 +85,11 @@ class IORequest(Future[int]):
                 that does not wait for transfers (docs/io.md): the bytes did not reach it.
             TimeoutError: ``timeout`` passed first.
         """
-        self.delivered = True
-        return super().result(timeout)
+        try:
+            return super().result(timeout)
+        finally:
+            if self.done():  # taken, raised or returned; a timeout took nothing
+                self.delivered = True
 
     @override
     def exception(self, timeout: float | None = None) -> BaseException | None:
@@ -100,8 +105,11 @@ class IORequest(Future[int]):
         Raises:
             TimeoutError: ``timeout`` passed first.
         """
-        self.delivered = True
-        return super().exception(timeout)
+        try:
+            return super().exception(timeout)
+        finally:
+            if self.done():
+                self.delivered = True
 
     @override
     def __repr__(self) -> str:
@@ -126,7 +134,10 @@ class _Transfer:
     error: BaseException | None = None
 
     def close(self) -> None:
-        for fd in self.owned_fds:
+        # Taken first: a child forked while this runs must not close these numbers again
+        # (the parent may already have reused them).
+        fds, self.owned_fds = self.owned_fds, ()
+        for fd in fds:
             os.close(fd)
 
 
@@ -171,6 +182,8 @@ def _buffered_twin(fd: int, flags: int) -> int:
             f"to {ALIGNMENT} bytes; reopening it without O_DIRECT failed: {error.strerror}",
         ) from None
 
+
+_PRUNE_AT = 64  # finished requests kept before those already taken are dropped
 
 _LAST_FILE_BYTE = 2**63 - 1  # off_t's largest value: where any file must end
 
@@ -229,6 +242,7 @@ class AsyncIO:
         self._lock = threading.Lock()
         self._in_flight: set[_Transfer] = set()
         self._finished: list[IORequest] = []
+        self._prune_at = _PRUNE_AT
         self._idle = threading.Condition(self._lock)
         self._completing = threading.local()  # set while a request's callbacks run
         self._ending = 0  # requests out of flight whose callbacks are running
@@ -423,6 +437,8 @@ class AsyncIO:
                 f"offset {offset} (allocate with accel.io.aligned_empty)"
             )
         owned: tuple[int, ...]
+        if isinstance(path, bool):
+            raise TypeError(f"path must be a path or a file descriptor (int), got bool {path!r}")
         if isinstance(path, int):
             name = f"<fd {path}>"
             flags = _check_fd(path, kind)
@@ -466,17 +482,44 @@ class AsyncIO:
         with self._lock:
             self._in_flight.add(transfer)
         request.set_running_or_notify_cancel()
-        for index, (start, end, direct) in enumerate(blocks):
-            try:
-                self._pool.submit(self._run_block, transfer, start, end, direct)
-            except RuntimeError:
-                # The pool takes no new work once the interpreter is shutting down (a write
-                # from an atexit handler): move the rest here, in the caller's thread, so
-                # the request still completes and nothing waits for blocks never queued.
-                for late_start, late_end, late_direct in blocks[index:]:
-                    self._run_block(transfer, late_start, late_end, late_direct)
-                break
+        queued = 0
+        try:
+            for index, (start, end, direct) in enumerate(blocks):
+                try:
+                    self._pool.submit(self._run_block, transfer, start, end, direct)
+                except RuntimeError:
+                    # The pool takes no new work once the interpreter is shutting down (a
+                    # write from an atexit handler): move the rest here, in the caller's
+                    # thread, so the request still completes and nothing waits for blocks
+                    # never queued.
+                    for late_start, late_end, late_direct in blocks[index:]:
+                        self._run_block(transfer, late_start, late_end, late_direct)
+                        queued += 1
+                    break
+                queued += 1
+        except BaseException as interrupted:  # Ctrl-C between two blocks, for one
+            self._abandon(transfer, blocks[queued:], interrupted)
+            raise
         return request
+
+    def _abandon(
+        self,
+        transfer: _Transfer,
+        unqueued: list[tuple[int, int, bool]],
+        interrupted: BaseException,
+    ) -> None:
+        # Blocks never queued count as done, failed: the request ends (its storage given
+        # back, its descriptors closed) once the queued ones have, instead of never.
+        request = transfer.request
+        with self._lock:
+            if transfer.error is None:
+                transfer.error = RuntimeError(
+                    f"{request.path}: the {request.kind} of {request.nbytes} bytes at offset "
+                    f"{request.offset} was interrupted while it was submitted "
+                    f"({type(interrupted).__name__}); only part of it may have moved"
+                )
+        for start, end, direct in unqueued:
+            self._run_block(transfer, start, end, direct)  # moves nothing: the error is set
 
     def _blocks(self, nbytes: int, direct: bool) -> list[tuple[int, int, bool]]:
         # O_DIRECT covers the aligned prefix; the unaligned tail goes through the cache.
@@ -568,4 +611,10 @@ class AsyncIO:
             with self._idle:
                 self._ending -= 1
                 self._finished.append(request)
+                if len(self._finished) >= self._prune_at:
+                    # wait() needs only those whose outcome nobody took: without it, a
+                    # caller using result() alone kept every request (and a failed one's
+                    # storage, through its error) until a wait() that never came.
+                    self._finished = [r for r in self._finished if not r.delivered]
+                    self._prune_at = max(_PRUNE_AT, 2 * len(self._finished))
                 self._idle.notify_all()

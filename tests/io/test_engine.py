@@ -550,3 +550,141 @@ def test_an_o_direct_descriptor_takes_unaligned_requests(tmp_path: pathlib.Path)
     finally:
         os.close(fd)
     assert path.read_bytes() == data.numpy().tobytes()
+
+
+def _finishes(call: object, seconds: float = 30) -> bool:
+    """Whether ``call()`` returns (or raises) within ``seconds``, run on a daemon thread."""
+    thread = threading.Thread(target=call, daemon=True)  # type: ignore[arg-type]
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
+def test_an_interrupted_submission_ends_its_request(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C between two queued blocks left the request in flight for ever: wait() and
+    # close() hung, and the storage stayed unresizable, its resize_ waiting for ever.
+    aio = AsyncIO(queue_depth=2, block_size=4096)
+    tensor = torch.zeros(1 << 20, dtype=torch.uint8)
+    real, calls = aio._pool.submit, [0]
+
+    def submit(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == 100:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(aio._pool, "submit", submit)
+    with pytest.raises(KeyboardInterrupt):
+        aio.write(tensor, tmp_path / "x.bin")
+    monkeypatch.setattr(aio._pool, "submit", real)
+    failures: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            aio.wait()
+        except RuntimeError as error:
+            failures.append(error)
+
+    assert _finishes(wait)
+    assert "was interrupted while it was submitted (KeyboardInterrupt)" in str(failures[0])
+    assert aio.pending() == 0
+    assert _finishes(lambda: tensor.untyped_storage().resize_(0))
+    assert _finishes(aio.close)
+
+
+def test_a_poll_that_timed_out_leaves_the_failure_to_wait(tmp_path: pathlib.Path) -> None:
+    # result(timeout=...) marked the request as taken before it waited: when the poll timed
+    # out, wait() later neither counted nor raised the request's failure.
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(4096))
+    with AsyncIO(queue_depth=1) as aio:
+        gate = threading.Event()
+        aio._pool.submit(gate.wait, 30)  # the engine's one thread is busy until the gate
+        fd = os.open(path, os.O_RDONLY)  # a write through it fails (EBADF)
+        try:
+            request = aio.write(torch.ones(1024), fd)
+            with pytest.raises(TimeoutError):
+                request.result(timeout=0.01)
+            gate.set()
+            with pytest.raises(OSError, match="Bad file descriptor"):
+                aio.wait()
+        finally:
+            gate.set()
+            os.close(fd)
+
+
+def test_requests_taken_with_result_are_not_kept(tmp_path: pathlib.Path) -> None:
+    # Every request stayed in the engine until a wait() that a caller using result() alone
+    # never makes (a failed one kept its storage alive through its error).
+    import gc
+    import weakref
+
+    with AsyncIO() as aio:
+        requests = []
+        for _ in range(500):
+            request = aio.write(torch.ones(16, dtype=torch.uint8), tmp_path / "x.bin")
+            assert request.result() == 16
+            requests.append(weakref.ref(request))
+        del request
+        gc.collect()
+        kept = sum(ref() is not None for ref in requests)
+        assert kept < 200, kept
+
+
+def test_a_bool_is_no_file_descriptor(tmp_path: pathlib.Path) -> None:
+    # aio.write(t, True) wrote to standard output (descriptor 1).
+    with AsyncIO() as aio, pytest.raises(TypeError, match="got bool True"):
+        aio.write(torch.ones(4, dtype=torch.uint8), True)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # starts an interpreter, which forks a hundred times
+def test_children_forked_as_requests_end_keep_their_descriptors(tmp_path: pathlib.Path) -> None:
+    # A request's descriptors were closed before it left the engine's set: a child forked
+    # in between closed those numbers again, which the parent may have reused (the child's
+    # own pipe here), or failed in the fork hook and left storages unresizable (resize_ hung).
+    path = tmp_path / "data.bin"
+    path.write_bytes(bytes(1 << 20))
+    result = _run(
+        f"""
+        import os, signal, threading, torch
+        from accel.io import AsyncIO
+        aio = AsyncIO(queue_depth=2, block_size=4096)
+        x = torch.zeros(8192, dtype=torch.uint8)
+        stop = False
+
+        def pump():
+            while not stop:
+                for _ in range(20):
+                    aio.read(x, {str(path)!r})
+                aio.wait()
+
+        thread = threading.Thread(target=pump)
+        thread.start()
+        bad = []
+        for _ in range(100):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.fstat(r)
+                except OSError:
+                    os._exit(3)
+                signal.alarm(10)
+                x.untyped_storage().resize_(8192)
+                os._exit(0)
+            os.close(r)
+            os.close(w)
+            status = os.waitpid(pid, 0)[1]
+            if os.waitstatus_to_exitcode(status) != 0:
+                bad.append(os.waitstatus_to_exitcode(status))
+        stop = True
+        thread.join()
+        aio.close()
+        print("bad children:", bad)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "bad children: []", result.stderr[-3000:]

@@ -11,6 +11,7 @@ file, so a failed write can never pass for a done one.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Literal
 
@@ -267,12 +268,15 @@ def _async_argument(method: str, async_op: bool | None, keywords: dict[str, bool
     return bool(async_op)
 
 
-def _validate(buffer: torch.Tensor, filename: str, offset: int, kind: str) -> None:
+def _validate(buffer: torch.Tensor, filename: str | int, offset: int, kind: str) -> None:
     """DeepSpeed's ``validate``: the file's bytes equal the buffer's, read back plainly."""
     nbytes = buffer.numel() * buffer.element_size()
-    with open(filename, "rb") as handle:
-        handle.seek(offset)
-        on_disk = handle.read(nbytes)
+    if isinstance(filename, int):  # the caller's descriptor: read it, never close it
+        on_disk = os.pread(filename, nbytes, offset)
+    else:
+        with open(filename, "rb") as handle:
+            handle.seek(offset)
+            on_disk = handle.read(nbytes)
     if on_disk != ctypes.string_at(buffer.data_ptr(), nbytes):
         raise OSError(f"{filename}: validation after {kind} failed: file and buffer differ")
 

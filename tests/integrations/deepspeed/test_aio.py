@@ -153,3 +153,21 @@ def test_alignment_is_deepspeeds_so_its_io_buffers_take_its_sizes(tmp_path: path
     handle.free_cpu_locked_tensor(pinned)
     assert written == data.numel()
     assert path.read_bytes() == data.numpy().tobytes()
+
+
+def test_validating_through_a_descriptor_leaves_it_open(tmp_path: pathlib.Path) -> None:
+    # validate=True opened the "file name" with open(), which closes a descriptor it is
+    # given: the caller's descriptor was closed, its number free for the next open().
+    handle = op_builders.AsyncIOBuilder().load().aio_handle(1 << 16, 4, False, True, 1)
+    path = tmp_path / "v.swp"
+    path.write_bytes(bytes(4096))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        data = torch.arange(1024, dtype=torch.int32)
+        assert handle.pwrite(data, fd, True, False) == 1
+        back = torch.empty_like(data)
+        assert handle.pread(back, fd, True, False) == 1
+        assert torch.equal(back, data)
+        os.fstat(fd)  # still open
+    finally:
+        os.close(fd)
