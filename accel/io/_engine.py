@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 from typing_extensions import override
 
-from accel._validate import check_memory_holds_values
+from accel._validate import check_memory_holds_values, check_writable
 from accel.io import _lifetime
 
 ALIGNMENT = 4096
@@ -141,7 +141,7 @@ class _Transfer:
             os.close(fd)
 
 
-def _check_tensor(tensor: object) -> torch.Tensor:
+def _check_tensor(tensor: object, kind: Kind) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type != "cpu":
@@ -151,6 +151,8 @@ def _check_tensor(tensor: object) -> torch.Tensor:
     if tensor.layout != torch.strided or not tensor.is_contiguous():
         raise ValueError("tensor must be dense and contiguous (call .contiguous() first)")
     check_memory_holds_values(tensor, "tensor")
+    if kind == "read":
+        check_writable(tensor, "tensor")  # as torch's own in-place updates
     return tensor
 
 
@@ -418,7 +420,7 @@ class AsyncIO:
         self, kind: Kind, tensor: torch.Tensor, path: PathLike | int, offset: int
     ) -> IORequest:
         self._check_usable()
-        tensor = _check_tensor(tensor)
+        tensor = _check_tensor(tensor, kind)
         offset = _check_offset(offset)
         nbytes = tensor.numel() * tensor.element_size()
         if offset + nbytes > _LAST_FILE_BYTE:

@@ -688,3 +688,21 @@ def test_children_forked_as_requests_end_keep_their_descriptors(tmp_path: pathli
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "bad children: []", result.stderr[-3000:]
+
+
+def test_a_read_into_an_inference_tensor_is_refused_as_torch_refuses_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Accepted, the read updated in place a tensor torch refuses to update outside
+    # inference_mode().
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(16))
+    with torch.inference_mode():
+        frozen = torch.ones(16, dtype=torch.uint8)
+    with AsyncIO() as aio:
+        with pytest.raises(ValueError, match="tensor is an inference tensor"):
+            aio.read(frozen, path)
+        assert torch.equal(frozen, torch.ones(16, dtype=torch.uint8))
+        assert aio.write(frozen, path).result() == 16  # reading it is fine
+        with torch.inference_mode():
+            assert aio.read(frozen, path).result() == 16
