@@ -159,6 +159,8 @@ def _check_tensor(tensor: object, kind: Kind) -> torch.Tensor:
 def _check_fd(fd: int, kind: Kind) -> int:
     """``fd``'s status flags, if a positional transfer can use it: open, and not in append
     mode (where the kernel puts every write at the end, whatever the offset)."""
+    if not 0 <= fd < 2**31:
+        raise ValueError(f"file descriptor must be an int in [0, 2**31), got {fd}")
     try:
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as error:
@@ -385,6 +387,8 @@ class AsyncIO:
         self._in_flight = set()
 
     def _open(self, kind: Kind, path: str, aligned: bool) -> tuple[int | None, int]:
+        if "\0" in os.fsdecode(path):  # a bytes path too
+            raise ValueError(f"path {path!r} holds a NUL character, which no file name has")
         with contextlib.suppress(OSError):  # a missing file: open() says so below
             mode = os.stat(path).st_mode
             if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):

@@ -639,6 +639,20 @@ def test_a_bool_is_no_file_descriptor(tmp_path: pathlib.Path) -> None:
         aio.write(torch.ones(4, dtype=torch.uint8), True)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [("x\0y", r"path 'x\\x00y' holds a NUL character"),
+     (b"x\0y", r"path b'x\\x00y' holds a NUL character"),
+     (-1, r"file descriptor must be an int in \[0, 2\*\*31\), got -1"),
+     (2**40, r"file descriptor must be an int in \[0, 2\*\*31\), got 1099511627776")],
+)  # fmt: skip
+def test_impossible_paths_and_descriptors_are_named(path: object, message: str) -> None:
+    # Python's own errors named neither ("embedded null byte", "Python int too large to
+    # convert to C int").
+    with AsyncIO() as aio, pytest.raises(ValueError, match=message):
+        aio.write(torch.ones(4, dtype=torch.uint8), path)  # type: ignore[arg-type]
+
+
 @pytest.mark.slow  # starts an interpreter, which forks a hundred times
 def test_children_forked_as_requests_end_keep_their_descriptors(tmp_path: pathlib.Path) -> None:
     # A request's descriptors were closed before it left the engine's set: a child forked
