@@ -156,6 +156,28 @@ def _check_tensor(tensor: object, kind: Kind) -> torch.Tensor:
     return tensor
 
 
+def _readable_size(fd: int) -> int | None:
+    """The bytes a read at offsets can find in ``fd``'s file: a regular file's size, a
+    block device's (its ``st_size`` is 0); ``None`` where no size says it (a character
+    device such as ``/dev/zero``, a ``/proc`` file): a read past the end then fails as it
+    runs, "the file ended"."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) and not _is_procfs(fd):
+        return os.fstat(fd).st_size
+    if stat.S_ISBLK(mode):
+        return os.lseek(fd, 0, os.SEEK_END)  # positional reads ignore the position
+    return None
+
+
+def _is_procfs(fd: int) -> bool:
+    # /proc and /sys files are regular files of size 0 (or 4096) whatever they hold.
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc to ask: take the size as it is
+        return False
+    return where.startswith(("/proc/", "/sys/"))
+
+
 def _check_fd(fd: int, kind: Kind) -> int:
     """``fd``'s status flags, if a positional transfer can use it: open, and not in append
     mode (where the kernel puts every write at the end, whatever the offset)."""
@@ -458,8 +480,8 @@ class AsyncIO:
             direct_fd, buffered_fd = self._open(kind, name, aligned)
             owned = (buffered_fd,) if direct_fd is None else (direct_fd, buffered_fd)
         if kind == "read" and nbytes:
-            size = os.fstat(buffered_fd).st_size
-            if offset + nbytes > size:
+            size = _readable_size(buffered_fd)
+            if size is not None and offset + nbytes > size:
                 for fd in owned:
                     os.close(fd)
                 raise EOFError(

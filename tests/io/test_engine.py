@@ -720,3 +720,17 @@ def test_a_read_into_an_inference_tensor_is_refused_as_torch_refuses_it(
         assert aio.write(frozen, path).result() == 16  # reading it is fine
         with torch.inference_mode():
             assert aio.read(frozen, path).result() == 16
+
+
+def test_files_whose_size_says_nothing_are_read_as_far_as_they_go() -> None:
+    # /dev/zero and /proc files report size 0: every read of them was refused at submission
+    # ("the file has 0"), where os.pread reads them.
+    with AsyncIO() as aio:
+        zeros = torch.ones(4096, dtype=torch.uint8)
+        assert aio.read(zeros, "/dev/zero").result() == 4096
+        assert int(zeros.sum()) == 0
+        status = torch.empty(5, dtype=torch.uint8)
+        assert aio.read(status, "/proc/self/status").result() == 5
+        assert bytes(status.tolist()) == b"Name:"
+        with pytest.raises(OSError, match="the file ended"):  # past its end: as it runs
+            aio.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status").result()
