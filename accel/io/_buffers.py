@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -34,15 +35,29 @@ def aligned_empty(
         ValueError: ``alignment`` is not a power of two or not a multiple of ``dtype``'s
             size, or ``shape`` holds something other than non-negative ints.
     """
-    if not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):  # pyright: ignore[reportUnnecessaryIsInstance]
+    checked = cast(object, alignment)  # callers without a type checker pass anything
+    if (
+        isinstance(checked, bool)
+        or not isinstance(checked, int)
+        or alignment < 1
+        or (alignment & (alignment - 1))
+    ):
         raise ValueError(f"alignment must be a power of two, got {alignment!r}")
-    if not isinstance(dtype, torch.dtype):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if not isinstance(cast(object, dtype), torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    if any(not isinstance(d, int) or d < 0 for d in dims):  # pyright: ignore[reportUnnecessaryIsInstance]
+    if not isinstance(cast(object, pin_memory), bool):
+        raise TypeError(f"pin_memory must be True or False, got {pin_memory!r}")
+    given = cast(object, shape)
+    if isinstance(given, (str, bytes)) or not isinstance(given, (int, Sequence)):
+        raise ValueError(f"shape must be an int or a sequence of them, got {shape!r}")
+    dims: tuple[object, ...] = (
+        (given,) if isinstance(given, int) else tuple(cast("Sequence[object]", given))
+    )
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims):
         raise ValueError(f"shape must be non-negative integers, got {shape!r}")
+    sizes = cast(tuple[int, ...], dims)
     numel = 1
-    for d in dims:
+    for d in sizes:
         numel *= d
     itemsize = torch.empty(0, dtype=dtype).element_size()
     if alignment % itemsize:
@@ -53,4 +68,4 @@ def aligned_empty(
 
         raw = get_accelerator().pin_memory(raw)
     skip = -raw.data_ptr() % alignment
-    return raw[skip : skip + numel * itemsize].view(dtype).view(dims)
+    return raw[skip : skip + numel * itemsize].view(dtype).view(sizes)

@@ -187,6 +187,11 @@ def _check_fd(fd: int, kind: Kind) -> int:
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as error:
         raise OSError(error.errno, f"file descriptor {fd} is not open: {error.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise ValueError(
+            f"file descriptor {fd} is a pipe or socket; accel.io reads and writes files at offsets"
+        )
     if kind == "write" and flags & os.O_APPEND:
         raise ValueError(
             f"file descriptor {fd} was opened with O_APPEND, where every write lands at the "

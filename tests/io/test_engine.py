@@ -345,6 +345,19 @@ def test_aligned_empty(no_leaks: object) -> None:
         aligned_empty(4, alignment=3000)
     with pytest.raises(ValueError, match="non-negative"):
         aligned_empty((-1,))
+    # Each gave a bare Python or torch error ("'float' object is not iterable"), or took a
+    # bool for an int.
+    bad: list[tuple[dict[str, object], type[Exception], str]] = [
+        ({"shape": 2.0}, ValueError, "shape must be an int or a sequence of them, got 2.0"),
+        ({"shape": "ab"}, ValueError, "shape must be an int or a sequence of them, got 'ab'"),
+        ({"shape": True}, ValueError, "shape must be non-negative integers, got True"),
+        ({"shape": (2, True)}, ValueError, r"shape must be non-negative integers, got \(2, True\)"),
+        ({"shape": 4, "alignment": True}, ValueError, "alignment must be a power of two, got True"),
+        ({"shape": 4, "pin_memory": "no"}, TypeError, "pin_memory must be True or False, got 'no'"),
+    ]
+    for kwargs, error, message in bad:
+        with pytest.raises(error, match=message):
+            aligned_empty(**kwargs)  # type: ignore[arg-type]
 
 
 def test_builders_list_async_io_on_every_backend() -> None:
@@ -734,3 +747,16 @@ def test_files_whose_size_says_nothing_are_read_as_far_as_they_go() -> None:
         assert bytes(status.tolist()) == b"Name:"
         with pytest.raises(OSError, match="the file ended"):  # past its end: as it runs
             aio.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status").result()
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_a_pipe_descriptor_is_refused_at_submission(kind: str) -> None:
+    # A write through one failed only later, from result() (ESPIPE); a read said "the file
+    # has 0".
+    r, w = os.pipe()
+    try:
+        with AsyncIO() as aio, pytest.raises(ValueError, match="is a pipe or socket"):
+            getattr(aio, kind)(torch.ones(4, dtype=torch.uint8), w if kind == "write" else r)
+    finally:
+        os.close(r)
+        os.close(w)
