@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from accel._validate import check_tensor
 from accel.io._buffers import aligned_empty
 
 logger = logging.getLogger("accel")
@@ -137,7 +138,7 @@ def is_locked(tensor: torch.Tensor) -> bool:
     Returns:
         ``True`` for a CPU tensor inside one buffer (a slice of one counts), else ``False``.
     """
-    if not tensor.is_cpu:
+    if not check_tensor(tensor).is_cpu:
         return False
     start = tensor.data_ptr()
     end = start + tensor.numel() * tensor.element_size()
@@ -154,7 +155,7 @@ def is_pinned_or_locked(tensor: torch.Tensor) -> bool:
     Returns:
         ``True`` when ``tensor.is_pinned()`` or :func:`is_locked` says so.
     """
-    return _torch_pinned(tensor) or is_locked(tensor)
+    return _torch_pinned(check_tensor(tensor)) or is_locked(tensor)
 
 
 def locked_bytes() -> int:

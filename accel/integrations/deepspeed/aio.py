@@ -17,6 +17,7 @@ from typing import Literal
 
 import torch
 
+from accel._validate import check_tensor
 from accel.integrations.deepspeed.kernels import DeepSpeedModule
 from accel.io import AsyncIO, locked
 
@@ -218,12 +219,14 @@ class aio_handle:
         """A page-aligned, page-locked 1-D buffer, kept until :meth:`free_cpu_locked_tensor`
         (by this or any handle) as DeepSpeed keeps it; ``num_elem`` not an ``int`` >= 0 is a
         ``ValueError``."""
-        return locked.new_locked_tensor(num_elem, example_tensor.dtype)
+        return locked.new_locked_tensor(
+            num_elem, check_tensor(example_tensor, "example_tensor").dtype
+        )
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
         """Release a buffer from :meth:`new_cpu_locked_tensor` of any handle (its memory
         returns when the last reference goes): ``True`` if ``tensor`` starts one, else ``False``."""
-        return locked.free_locked(tensor.data_ptr())
+        return locked.free_locked(check_tensor(tensor).data_ptr())
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
         """Whether ``buffer`` is page-locked memory, as DeepSpeed's handle answers it:
@@ -235,7 +238,7 @@ class aio_handle:
         pinned, whatever its address: ZeRO-Infinity would write an empty file in place of that
         state.
         """
-        if not buffer.is_cpu:
+        if not check_tensor(buffer, "buffer").is_cpu:
             return False
         return locked.is_pinned_or_locked(buffer)
 

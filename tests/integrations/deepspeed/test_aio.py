@@ -171,3 +171,19 @@ def test_validating_through_a_descriptor_leaves_it_open(tmp_path: pathlib.Path) 
         os.fstat(fd)  # still open
     finally:
         os.close(fd)
+
+
+def test_what_is_no_tensor_is_named_where_a_buffer_goes() -> None:
+    # Each was an AttributeError ("'NoneType' object has no attribute 'dtype'").
+    from accel.io import locked
+
+    handle = op_builders.AsyncIOBuilder().load().aio_handle(1 << 16, 4, False, True, 1)
+    calls: list[tuple[Any, str]] = [
+        (lambda: handle.new_cpu_locked_tensor(4, None), "example_tensor must be a torch.Tensor"),
+        (lambda: handle.free_cpu_locked_tensor(123), "tensor must be a torch.Tensor, got int"),
+        (lambda: handle.is_pinned("x"), "buffer must be a torch.Tensor, got str"),
+        (lambda: locked.is_locked(None), "tensor must be a torch.Tensor, got NoneType"),
+    ]
+    for call, message in calls:
+        with pytest.raises(TypeError, match=message):
+            call()
