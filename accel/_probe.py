@@ -28,6 +28,7 @@ import threading
 import time
 from typing import IO, TextIO, cast
 
+from accel._fork_safe import ForkSafeLock
 from accel.backends.base import Availability, BackendClass
 
 PROBE_TIMEOUT_ENV = "ACCEL_PROBE_TIMEOUT"
@@ -185,14 +186,12 @@ def running_probe() -> str | None:
 
 # Workers waiting for a probe; a worker whose probe overran never comes back here.
 _idle: list[_Worker] = []
-_idle_lock = threading.Lock()
+_idle_lock = ForkSafeLock()
 
 
 def _forget_workers() -> None:
     # A forked child has none of its parent's threads: its probes need threads of its own.
-    global _idle_lock
     _idle.clear()
-    _idle_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_workers)

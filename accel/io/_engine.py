@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 from typing_extensions import override
 
-from accel._validate import check_memory_holds_values, check_writable
+from accel._validate import check_memory_holds_values, check_tensor, check_writable
 from accel.io import _lifetime
 
 ALIGNMENT = 4096
@@ -141,9 +141,8 @@ class _Transfer:
             os.close(fd)
 
 
-def _check_tensor(tensor: object, kind: Kind) -> torch.Tensor:
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+def _check_tensor(value: object, kind: Kind) -> torch.Tensor:
+    tensor = check_tensor(value)
     if tensor.device.type != "cpu":
         raise ValueError(
             f"tensor must be on the CPU (file I/O is host-side), got one on {tensor.device}"
