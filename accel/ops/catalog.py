@@ -62,11 +62,13 @@ _DS = "accel.integrations.deepspeed"
 _POSIX_FILE_IO = OSFunctions(("pwrite", "preadv"), needed_by="accel.io")
 
 
-def _cpu_optimizer(
-    builder: str, op_name: str, summary: str, *, host: bool, build_var: str, kernels: str
-) -> PrebuiltOp:
+def _cpu_optimizer(builder: str, op_name: str, summary: str, *, host: bool) -> PrebuiltOp:
     """A row of accel's CPU optimizer kernels, standing in for DeepSpeed's builder of the
-    same op name with ``kernels``, a class of :mod:`accel.integrations.deepspeed.kernels`."""
+    same op name. DeepSpeed names each optimizer builder's ``BUILD_VAR``
+    ``DS_BUILD_<OP_NAME>``; the module API is ``<Name>Kernels`` for ``<Name>Builder`` in
+    :mod:`accel.integrations.deepspeed.kernels`."""
+    build_var = f"DS_BUILD_{op_name.upper()}"
+    kernels = builder.removesuffix("Builder") + "Kernels"
     return PrebuiltOp(
         builder, op_name, summary, native_module=_CPU_OPTIM, module=_CPU_OPTIM_API, host=host,
         deepspeed=DeepSpeedOp(op_name, build_var, f"{_DS}.kernels:{kernels}"),
@@ -83,27 +85,18 @@ PREBUILT_OPS: tuple[PrebuiltOp, ...] = (
         requires=(_POSIX_FILE_IO,),
     ),
     _cpu_optimizer(
-        "CPUAdamBuilder", "cpu_adam", "Adam and AdamW steps on the CPU (ZeRO-Offload).",
-        host=True, build_var="DS_BUILD_CPU_ADAM", kernels="CPUAdamKernels",
+        "CPUAdamBuilder", "cpu_adam", "Adam and AdamW steps on the CPU (ZeRO-Offload).", host=True
     ),
-    _cpu_optimizer(
-        "CPUAdagradBuilder", "cpu_adagrad", "Adagrad steps on the CPU.",
-        host=True, build_var="DS_BUILD_CPU_ADAGRAD", kernels="CPUAdagradKernels",
-    ),
-    _cpu_optimizer(
-        "CPULionBuilder", "cpu_lion", "Lion steps on the CPU.",
-        host=True, build_var="DS_BUILD_CPU_LION", kernels="CPULionKernels",
-    ),
+    _cpu_optimizer("CPUAdagradBuilder", "cpu_adagrad", "Adagrad steps on the CPU.", host=True),
+    _cpu_optimizer("CPULionBuilder", "cpu_lion", "Lion steps on the CPU.", host=True),
     _cpu_optimizer(
         "FusedAdamBuilder", "fused_adam",
-        "DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel.",
-        host=False, build_var="DS_BUILD_FUSED_ADAM", kernels="FusedAdamKernels",
+        "DeepSpeed's FusedAdam on the CPU: the same multi-tensor Adam kernel.", host=False
     ),
     _cpu_optimizer(
         "FusedLionBuilder", "fused_lion",
         "Multi-tensor Lion on the CPU (lion_step takes every tensor in one call), the CPU "
-        "kernel DeepSpeed's FusedLion lacks.",
-        host=False, build_var="DS_BUILD_FUSED_LION", kernels="FusedLionKernels",
+        "kernel DeepSpeed's FusedLion lacks.", host=False
     ),
     PrebuiltOp(
         "PinMemoryBuilder", "pin_memory",
