@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from torch.optim.optimizer import ParamsT
@@ -37,10 +37,14 @@ class CPUOptimizer(torch.optim.Optimizer):
     """
 
     state_names: tuple[str, ...] = ()
+    torch_flags: ClassVar[dict[str, bool | None]] = {"maximize": False}
+    """The flags torch's optimizer of the same algorithm keeps in each param group, at
+    torch's defaults: every group gets them, so ``torch.optim`` loads this ``state_dict()``."""
     unsupported_flags: tuple[str, ...] = ("maximize",)
+    """The flags a group may not set (to a true value): the step does not implement them."""
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
-        super().__init__(params, defaults)
+        super().__init__(params, {**defaults, **self.torch_flags})
 
     def initial_state(self, group: dict[str, Any], param: torch.Tensor) -> dict[str, torch.Tensor]:
         """Fresh fp32 state tensors for ``param`` (zeros unless overridden)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.optim.optimizer import ParamsT
@@ -29,6 +29,9 @@ class CPUAdagrad(CPUOptimizer):
     """
 
     state_names = ("sum",)
+    torch_flags: ClassVar[dict[str, bool | None]] = {
+        "foreach": None, "maximize": False, "differentiable": False, "fused": None,
+    }  # fmt: skip
     unsupported_flags = ("maximize", "differentiable")
 
     def __init__(
@@ -40,19 +43,13 @@ class CPUAdagrad(CPUOptimizer):
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
     ) -> None:
-        defaults: dict[str, Any] = {
-            **hyperparameters.checked(
-                lr=lr,
-                lr_decay=lr_decay,
-                weight_decay=weight_decay,
-                initial_accumulator_value=initial_accumulator_value,
-                eps=eps,
-            ),
-            "foreach": None,
-            "maximize": False,
-            "differentiable": False,
-            "fused": None,
-        }
+        defaults = hyperparameters.checked(
+            lr=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+        )
         super().__init__(params, defaults)
 
     @override

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
@@ -34,6 +34,10 @@ class CPUAdam(CPUOptimizer):
     """
 
     state_names = ("exp_avg", "exp_avg_sq")
+    torch_flags: ClassVar[dict[str, bool | None]] = {
+        "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
+        "differentiable": False, "fused": None,
+    }  # fmt: skip
     unsupported_flags = ("amsgrad", "maximize", "differentiable")
 
     def __init__(
@@ -50,13 +54,6 @@ class CPUAdam(CPUOptimizer):
             **hyperparameters.checked(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay),
             "decoupled_weight_decay": hyperparameters.check_flag(adamw_mode, "adamw_mode"),
             "bias_correction": hyperparameters.check_flag(bias_correction, "bias_correction"),
-            # torch's own keys, so that torch.optim.Adam(W) can load this state_dict.
-            "amsgrad": False,
-            "maximize": False,
-            "foreach": None,
-            "capturable": False,
-            "differentiable": False,
-            "fused": None,
         }
         super().__init__(params, defaults)
 

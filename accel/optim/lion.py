@@ -37,11 +37,9 @@ class CPULion(CPUOptimizer):
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
     ) -> None:
-        defaults: dict[str, Any] = {
-            **hyperparameters.checked(lr=lr, betas=betas, weight_decay=weight_decay),
-            "maximize": False,
-        }
-        super().__init__(params, defaults)
+        super().__init__(
+            params, hyperparameters.checked(lr=lr, betas=betas, weight_decay=weight_decay)
+        )
 
     @override
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
