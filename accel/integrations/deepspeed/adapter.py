@@ -133,17 +133,10 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         """True on devices without streams (the CPU): work is done when a call returns."""
         return self.accel.is_synchronized_device()
 
-    def use_host_timers(self) -> bool:
-        """Time with the host clock on synchronized devices (DeepSpeed's rule)."""
-        return self.accel.is_synchronized_device()
-
-    def resolves_data_dependency(self) -> bool:
-        """Synchronized devices order work by themselves (DeepSpeed's rule)."""
-        return self.accel.is_synchronized_device()
-
-    def handles_memory_backpressure(self) -> bool:
-        """Synchronized devices cannot run ahead of memory (DeepSpeed's rule)."""
-        return self.accel.is_synchronized_device()
+    # DeepSpeed's rule, as its own backends have it: a synchronized device times with the host
+    # clock, orders its work by itself and cannot run ahead of memory.
+    use_host_timers = resolves_data_dependency = is_synchronized_device
+    handles_memory_backpressure = is_synchronized_device
 
     # Devices ------------------------------------------------------------------------
     def device_name(self, device_index: int | None = None) -> str:
@@ -277,22 +270,6 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
         """The backend's :meth:`~accel.protocols.MemoryStatsAPI.max_memory_allocated`."""
         return self.accel.max_memory_allocated(device_index)
 
-    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
-        """The backend's ``reset_peak_memory_stats`` (torch made this an alias of it)."""
-        self.accel.reset_peak_memory_stats(device_index)
-
-    def memory_cached(self, device_index: int | None = None) -> int:
-        """The backend's ``memory_reserved`` (torch's old name for it)."""
-        return self.accel.memory_reserved(device_index)
-
-    def max_memory_cached(self, device_index: int | None = None) -> int:
-        """The backend's ``max_memory_reserved`` (torch's old name for it)."""
-        return self.accel.max_memory_reserved(device_index)
-
-    def reset_max_memory_cached(self, device_index: int | None = None) -> None:
-        """The backend's ``reset_peak_memory_stats`` (an alias, as in torch)."""
-        self.accel.reset_peak_memory_stats(device_index)
-
     def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
         """A new ``dict`` of the backend's :meth:`~accel.protocols.MemoryStatsAPI.memory_stats`."""
         return dict(self.accel.memory_stats(device_index))
@@ -308,6 +285,11 @@ class AccelDeepSpeedAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]
     def max_memory_reserved(self, device_index: int | None = None) -> int:
         """The backend's :meth:`~accel.protocols.MemoryStatsAPI.max_memory_reserved`."""
         return self.accel.max_memory_reserved(device_index)
+
+    # torch's old names, aliases of the new ones in torch as here.
+    memory_cached = memory_reserved
+    max_memory_cached = max_memory_reserved
+    reset_max_memory_allocated = reset_max_memory_cached = reset_peak_memory_stats
 
     def total_memory(self, device_index: int | None = None) -> int:
         """The backend's :meth:`~accel.protocols.MemoryUsageAPI.total_memory`."""

@@ -270,3 +270,27 @@ def test_capabilities_the_backend_has_are_forwarded() -> None:
         ("capture_to_graph", ("create_graph", "pool", "s")),
         ("replay_graph", ("create_graph",)),
     ]
+
+
+def test_torchs_old_memory_names_answer_as_the_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = CPUAccelerator()
+    calls: list[tuple[str, int | None]] = []
+    for name, answer in (
+        ("memory_reserved", 11),
+        ("max_memory_reserved", 13),
+        ("reset_peak_memory_stats", None),
+    ):
+        monkeypatch.setattr(
+            backend, name, lambda i=None, n=name, a=answer: calls.append((n, i)) or a
+        )
+    adapter = AccelDeepSpeedAccelerator(backend)
+    assert adapter.memory_cached(1) == 11
+    assert adapter.max_memory_cached(1) == 13
+    adapter.reset_max_memory_allocated(1)
+    adapter.reset_max_memory_cached(None)
+    assert calls == [
+        ("memory_reserved", 1),
+        ("max_memory_reserved", 1),
+        ("reset_peak_memory_stats", 1),
+        ("reset_peak_memory_stats", None),
+    ]
