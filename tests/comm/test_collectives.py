@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 import accel.comm
 from accel.comm import all_reduce_
-from tests.support.shm import PLANTED, SHM, shm_names
+from tests.support.shm import PLANTED, SHM, left_behind, shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -279,7 +279,7 @@ def test_sums_match_gloo_bitwise_under_either_launcher(tmp_path: Path, launcher:
     assert [r["try_placed"] for r in reports] == [True, True]
     assert [r["try_empty"] for r in reports] == [True, True]
     assert [r["shm"] for r in reports] == [True, True]
-    assert shm_names() <= before  # nothing left in /dev/shm
+    assert not left_behind(before)  # nothing left in /dev/shm
 
 
 def test_a_dead_peer_is_reported_within_seconds_and_leaves_nothing(tmp_path: Path) -> None:
@@ -292,7 +292,7 @@ def test_a_dead_peer_is_reported_within_seconds_and_leaves_nothing(tmp_path: Pat
     # Noticed within moments of the peer's exit 0.2 s into the call (generous for a busy
     # machine), long before the 60 s timeout.
     assert float(survivor["seconds"]) < 10.0  # type: ignore[arg-type]
-    assert shm_names() <= before
+    assert not left_behind(before)
 
 
 @pytest.mark.parametrize("scenario", ["killed", "killed-pooled"])
@@ -301,7 +301,7 @@ def test_a_killed_peer_leaves_nothing_in_dev_shm(tmp_path: Path, scenario: str) 
     survivor = _spawn(tmp_path, scenario)[0]
     assert survivor["shm"] is True
     assert "exited while rank 0 waited" in str(survivor["error"])
-    assert shm_names() <= before
+    assert not left_behind(before)
 
 
 def test_a_hung_peer_times_out_with_a_clear_error(tmp_path: Path) -> None:
@@ -336,7 +336,7 @@ def test_the_segment_has_no_name_and_a_foreign_session_is_refused() -> None:
     owner = _shm_comm.Communicator("", True, 0, 2, 4096, 1234, pids)
     path = owner.path()
     assert path.startswith(f"/proc/{os.getpid()}/fd/")
-    assert shm_names() <= before  # anonymous: nothing in /dev/shm, ever
+    assert not left_behind(before)  # anonymous: nothing in /dev/shm, ever
     with pytest.raises(RuntimeError, match="does not belong to this job"):
         _shm_comm.Communicator(path, False, 1, 2, 4096, 9999, pids)
     peer = _shm_comm.Communicator(path, False, 1, 2, 4096, 1234, pids)
@@ -389,7 +389,7 @@ def test_a_segment_whose_mapping_fails_is_an_error_and_leaves_nothing() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert "mmap of the shared segment failed" in result.stdout, result.stderr
-    assert shm_names() <= before
+    assert not left_behind(before)
 
 
 def test_ranks_that_disagree_from_the_first_call_agree_on_the_path(tmp_path: Path) -> None:
@@ -474,7 +474,7 @@ def test_a_rank_killed_at_any_step_of_the_setup_leaves_nothing_and_no_hang(
     assert time.monotonic() - started < 100  # the survivor gave up (gloo saw its peer die)
     assert [r["rank"] for r in reports] == [1 - int(victim)] or reports == []
     assert all(r["error"] is not None for r in reports)
-    assert shm_names() <= before
+    assert not left_behind(before)
 
 
 def test_one_rank_that_cannot_attach_makes_every_rank_fall_back(tmp_path: Path) -> None:

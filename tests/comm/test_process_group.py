@@ -18,7 +18,7 @@ import torch.distributed as dist
 import accel.process_group
 from tests.support import ROOT
 from tests.support.once import once_per_session
-from tests.support.shm import shm_names
+from tests.support.shm import left_behind, shm_names
 
 # Every test here starts other processes (ranks, launchers, CLIs): `-m "not slow"`
 # leaves them out for a quick run.
@@ -74,7 +74,7 @@ def test_every_collective_matches_gloo_and_ddp_and_fsdp_losses_match(ranks: int)
     # Some examples were tensors in the segment's pools (hypothesis draws which): those
     # went straight between the ranks' tensors, with gloo's results.
     assert all(calls > 0 for calls in facts["pooled_calls"].values()), facts["pooled_calls"]
-    assert shm_names() <= shm_before
+    assert not left_behind(shm_before)
 
 
 @pytest.fixture(scope="session")

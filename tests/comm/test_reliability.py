@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.shm import shm_names
+from tests.support.shm import left_behind, shm_names
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
             proc.kill()
     said = "\n".join(f"rank {r}: {out[-3000:]}" for r, out in enumerate(outputs))
     assert [p.returncode for p in procs] == [0, 0], said
-    assert shm_names() <= before
+    assert not left_behind(before)
     return [json.loads((folder / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 SHM = Path("/dev/shm")
@@ -25,3 +26,19 @@ def shm_names() -> set[str]:
     """
     names = {path.name for path in SHM.iterdir()} if SHM.is_dir() else set()
     return {name for name in names if not name.startswith(OTHER_WORKERS)}
+
+
+def left_behind(before: set[str], *, settle_s: float = 2.0) -> set[str]:
+    """The names :func:`shm_names` gives now and in every look for up to ``settle_s``
+    seconds that were not in ``before``: what a job left in /dev/shm.
+
+    A name another worker makes and removes meanwhile (torch's ``share_memory_()`` files
+    live for microseconds) is not in every look; a leaked one is. Returns at once when
+    nothing new is there.
+    """
+    staying = shm_names() - before
+    deadline = time.monotonic() + settle_s
+    while staying and time.monotonic() < deadline:
+        time.sleep(0.05)
+        staying &= shm_names()
+    return staying
