@@ -1,6 +1,7 @@
 """pytest integration (registered as the ``pytest11`` entry point ``accel``).
 
-- ``pytest --accel=NAME`` runs the session against backend NAME (any registered backend);
+- ``pytest --accel=NAME`` runs the session against backend NAME (any registered backend),
+  and sets ``ACCEL_BACKEND=NAME`` for the processes its tests start;
 - the ``accelerator`` fixture is the session's accelerator;
 - ``@requires(GraphAPI, ...)`` (``from accel.pytest_plugin import requires``) or
   ``@pytest.mark.requires("GraphAPI", ...)`` skips a test when the backend lacks a
@@ -13,6 +14,8 @@ Kept import-light: pytest loads it in every session of an environment with accel
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -80,7 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Raises:
         pytest.UsageError: ``--accel`` names no registered backend, or one that failed to
-            load, is not available here or failed to start.
+            load, is not available here or failed to start; ``ACCEL_BACKEND`` is set to
+            another name (the processes the tests start would run on that one).
     """
     config.addinivalue_line(
         "markers",
@@ -92,8 +96,16 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from accel._probe import raised
     from accel._registry import available
+    from accel._selection import BACKEND_ENV
 
     source = f"--accel {name!r}"
+    inherited = os.environ.get(BACKEND_ENV)
+    if inherited is not None and inherited.strip() != name.strip():
+        raise pytest.UsageError(
+            f"{source} and {BACKEND_ENV}={inherited!r} name different backends, and the "
+            f"processes the tests start would run on {BACKEND_ENV}'s: unset it or give both "
+            "the same name"
+        )
     try:
         backend = available(name.strip(), source)  # as ACCEL_BACKEND is read
     except (ValueError, RuntimeError) as error:
@@ -107,6 +119,18 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{source}: backend {name.strip()!r} failed to start: {raised(error)}"
         ) from None
     accel.set_accelerator(started)
+    os.environ[BACKEND_ENV] = name.strip()
+    config.add_cleanup(_restore_env(BACKEND_ENV, inherited))
+
+
+def _restore_env(name: str, value: str | None) -> Callable[[], None]:
+    def restore() -> None:
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+    return restore
 
 
 @pytest.fixture(scope="session")

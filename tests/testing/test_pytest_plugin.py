@@ -4,17 +4,23 @@ process (pytester's in-process run; the selection is reset around each)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support import Installer
 
 TESTS = """
+import os
 import pytest
 from accel.protocols import GraphAPI, ProfilerAPI, StreamAPI
 from accel.pytest_plugin import requires
 
 def test_fixture_is_the_selected_backend(accelerator):
     assert type(accelerator).__name__ == "CPUAccelerator"
+
+def test_processes_the_tests_start_select_it_too():
+    assert os.environ["ACCEL_BACKEND"] == "cpu"
 
 @requires(GraphAPI)
 def test_needs_graphs(accelerator):
@@ -35,10 +41,40 @@ def test_needs_ranges(accelerator):
 def test_accel_option_fixture_and_requires_marker(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(TESTS)
     result = pytester.runpytest_subprocess("--accel=cpu", "-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, skipped=2)
+    result.assert_outcomes(passed=3, skipped=2)
     result.stdout.fnmatch_lines(
         ["*CPUAccelerator lacks GraphAPI*", "*CPUAccelerator lacks StreamAPI*"]
     )
+
+
+def test_the_option_sets_accel_backend_for_the_session_only(
+    pytester: pytest.Pytester, fresh_selection: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    pytester.makepyfile(
+        """
+        import os
+        def test_x():
+            assert os.environ["ACCEL_BACKEND"] == "cpu"
+        """
+    )
+    result = pytester.runpytest_inprocess("--accel= cpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "ACCEL_BACKEND" not in os.environ
+
+
+def test_an_accel_backend_naming_another_backend_is_a_usage_error(
+    pytester: pytest.Pytester, fresh_selection: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was ignored, and the processes the tests started ran on what it named.
+    monkeypatch.setenv("ACCEL_BACKEND", "cdua")
+    pytester.makepyfile(TESTS)
+    result = pytester.runpytest_inprocess("--accel=cpu", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--accel 'cpu' and ACCEL_BACKEND='cdua' name different backends*unset it*"]
+    )
+    assert os.environ["ACCEL_BACKEND"] == "cdua"
 
 
 def test_unknown_backend_is_a_usage_error(pytester: pytest.Pytester, fresh_selection: None) -> None:
