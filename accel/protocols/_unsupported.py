@@ -156,6 +156,13 @@ class AbsentMembers:
         # (RuntimeEnvMixin: whether it is a StreamAPI).
         super().__init_subclass__(**kwargs)
 
+    @override
+    def __dir__(self) -> list[str]:
+        # A member switched off over a later base's implementation is a class attribute
+        # (the descriptor): still not a name of the instance.
+        absent = type(self)._accel_absent_members
+        return [name for name in super().__dir__() if name not in absent]
+
     # Hidden from type checkers: a __getattr__ would make every name an attribute to them.
     if not TYPE_CHECKING:
 

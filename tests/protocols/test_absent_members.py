@@ -98,8 +98,11 @@ def test_the_first_of_declaration_and_implementation_decides() -> None:
     assert not isinstance(SwitchedOff(), StreamAPI)
     with pytest.raises(CapabilityError, match=r"^SwitchedOff has no Stream: "):
         SwitchedOff().Stream  # noqa: B018
+    assert not hasattr(SwitchedOff(), "Stream")
+    assert "Stream" not in dir(SwitchedOff())
     assert isinstance(Implemented(), StreamAPI)
     assert callable(Implemented().Stream)
+    assert "Stream" in dir(Implemented())
     for protocol in USER_PROTOCOLS[:2]:
         assert isinstance(Implemented(), protocol)
 
