@@ -93,9 +93,10 @@ class Registered:
         return _distribution(self.source)
 
     @property
-    def priority(self) -> int:
-        """The class's declared priority (``-1`` for a plugin that failed to load)."""
-        return cast(BackendClass, self.backend).priority if self.backend is not None else -1
+    def priority(self) -> int | None:
+        """The class's declared priority; ``None`` for a plugin that failed to load (its
+        class, which declares it, was never made)."""
+        return cast(BackendClass, self.backend).priority if self.backend is not None else None
 
     def availability(self) -> Availability:
         """The probe's answer, asked once; a failure of any kind is 'not available'.
@@ -242,7 +243,8 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
             )
             raise DuplicateBackendError(f"accel backend name {name!r} is registered by {described}")
     loaded = [_load(next(iter(sources.values()))) for sources in by_name.values()]
-    loaded.sort(key=lambda r: (-r.priority, r.name))
+    # Highest priority first; plugins that failed to load (no priority) last.
+    loaded.sort(key=lambda r: (r.priority is None, -(r.priority or 0), r.name))
     return {registered.name: registered for registered in loaded}
 
 

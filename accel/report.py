@@ -24,7 +24,8 @@ class BackendRow:
 
     name: str
     distribution: str
-    priority: int
+    priority: int | None
+    """None: the plugin failed to load, so its declared priority is unknown."""
     available: bool
     reason: str
     capabilities: dict[str, bool | None]
@@ -270,7 +271,11 @@ def render(report: Report, width: int | None = None) -> str:
         backends.add_column(column)
     for row in report.backends:
         backends.add_row(
-            row.name, str(row.priority), _mark(row.available), row.reason, row.distribution
+            row.name,
+            "-" if row.priority is None else str(row.priority),
+            _mark(row.available),
+            row.reason,
+            row.distribution,
         )
     console.print(backends)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -47,7 +48,7 @@ def test_builtins_register_through_entry_points() -> None:
     assert {"cpu", "cuda", "xpu", "mps", "npu", "hpu", "privateuse1"} <= set(entries)
     assert entries["cpu"].distribution == "accel"
     assert entries["cpu"].backend is CPUAccelerator
-    assert list(entries) == sorted(entries, key=lambda n: (-entries[n].priority, n))
+    assert list(entries) == sorted(entries, key=lambda n: (-(entries[n].priority or 0), n))
 
 
 def test_installed_plugin_is_discovered_and_selected_by_env(
@@ -490,10 +491,17 @@ def test_a_plugin_that_exits_while_imported_is_skipped_not_the_end_of_the_host(
     assert entry.backend is None
     assert entry.error == error
     assert entry.availability().reason == f"failed to load: {error}"
+    assert entry.priority is None  # its class never loaded: no priority to show
+    assert list(_registry.registry())[-1] == "quitter"
     from accel import cli
 
     assert cli.main(["report", "--json"]) == 0
-    assert f"failed to load: {error}" in capsys.readouterr().out
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["backends"] if r["name"] == "quitter"]
+    assert row["reason"] == f"failed to load: {error}"
+    assert row["priority"] is None
+    assert cli.main(["report"]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] == ["quitter"]]
+    assert line.split()[:3] == ["quitter", "-", "no"]
 
 
 def test_a_plugin_interrupted_while_imported_lets_the_interrupt_through(
