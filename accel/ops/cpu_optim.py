@@ -2,9 +2,10 @@
 
 Every argument is checked here before any pointer reaches C++: tensors must be dense,
 contiguous CPU tensors of supported dtypes (float32, bfloat16, float16), states the size of
-their parameter and all of one parameter's states of one dtype, nothing may overlap, and
-hyper-parameters must be in range. Errors name the argument, the offending index and what
-was expected.
+their parameter and all of one parameter's states of one dtype, nothing written may share
+memory with another tensor of the call (gradients, only read, may share memory with each
+other, and may be inference tensors), and hyper-parameters must be in range. Errors name
+the argument, the offending index and what was expected.
 
 Every step function takes ``params`` (updated in place), their ``grads`` (one per
 parameter), its states (one tensor per parameter each, updated in place), ``steps`` where
@@ -17,8 +18,9 @@ bfloat16/float16 tensor that receives the updated parameter, rounded, in the sam
   or float16; a ``param_copies`` entry is not bfloat16 or float16;
 - ``ValueError``: a list's length differs from ``params``'; a gradient is ``None``; a
   tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's or
-  copy's element count, differs from its parameter's; two tensors overlap in memory; a
-  ``steps`` entry is below 1; a hyper-parameter is out of range (each must be an ``int``
+  copy's element count, differs from its parameter's; a tensor written (a parameter, a
+  state, a copy) overlaps another tensor of the call in memory; a ``steps`` entry is
+  below 1; a hyper-parameter is out of range (each must be an ``int``
   or ``float``, not a ``bool``, finite and at most float32's largest value: learning rates
   and decays >= 0, betas in [0, 1), epsilons > 0);
 - ``ImportError``: this install has no compiled CPU optimizer kernels.
@@ -103,8 +105,9 @@ class _Batch(NamedTuple):
         }  # fmt: skip
 
 
-def _dense_cpu(tensor: object, kind: str, index: int) -> torch.Tensor:
-    """``tensor`` if the kernels may use its memory, else the error naming ``kind[index]``."""
+def _dense_cpu(tensor: object, kind: str, index: int, *, written: bool = True) -> torch.Tensor:
+    """``tensor`` if the kernels may use its memory (and update it in place, if ``written``),
+    else the error naming ``kind[index]``."""
     # The common case in one expression, without formatting a name: a step checks every
     # tensor of the group on each call (`benchmarks/optim_step.py --case "150 tensors"`).
     if (
@@ -112,7 +115,7 @@ def _dense_cpu(tensor: object, kind: str, index: int) -> torch.Tensor:
         and tensor.layout == torch.strided
         and tensor.is_cpu
         and tensor.is_contiguous()
-        and not (tensor.is_neg() or tensor.is_conj() or tensor.is_inference())
+        and not (tensor.is_neg() or tensor.is_conj() or (written and tensor.is_inference()))
         and tensor.storage_offset() * tensor.element_size() + tensor.nbytes
         <= tensor.untyped_storage().nbytes()
     ):
@@ -124,7 +127,8 @@ def _dense_cpu(tensor: object, kind: str, index: int) -> torch.Tensor:
     if not tensor.is_contiguous():
         raise ValueError(f"{what} must be contiguous (call .contiguous())")
     check_memory_holds_values(tensor, what)
-    check_writable(tensor, what)
+    if written:
+        check_writable(tensor, what)
     return tensor
 
 
@@ -159,15 +163,16 @@ def _batch(
     codes = _codes()
     batch = _Batch([], [], {name: [] for name in states}, [], [], [], [], [], [], [], [])
     # Every buffer of the call: the kernels update them in place in parallel and promise
-    # the compiler that none alias (__restrict), so a shared byte anywhere in the call
-    # would give nondeterministic results.
-    spans: list[Span] = []  # all marked written: no two may share memory, grads included
+    # the compiler that none alias (__restrict), so a byte written that another buffer
+    # shares would give nondeterministic results. Gradients are only read: they may share
+    # memory with each other.
+    spans: list[Span] = []
     names: list[tuple[str, int]] = []
     for i, (param, grad, copy) in enumerate(zip(params, grads, copies, strict=True)):
         param = _dense_cpu(param, "params", i)
         if grad is None:
             raise ValueError(f"grads[{i}] is None: parameter {i} has no gradient")
-        grad = _dense_cpu(grad, "grads", i)
+        grad = _dense_cpu(grad, "grads", i, written=False)
         if param.dtype not in codes:
             raise TypeError(f"params[{i}] must be {dtype_list(codes)}, got {param.dtype}")
         if grad.dtype not in codes:
@@ -177,7 +182,7 @@ def _batch(
                 f"grads[{i}] has shape {tuple(grad.shape)}, params[{i}] {tuple(param.shape)}"
             )
         _add_span(spans, names, param, "params", i)
-        _add_span(spans, names, grad, "grads", i)
+        _add_span(spans, names, grad, "grads", i, written=False)
         state_dtype: torch.dtype | None = None  # the first state's; the others must match
         first_state = ""
         for name, tensors in states.items():
@@ -231,10 +236,12 @@ def _add_span(
     tensor: torch.Tensor,
     kind: str,
     index: int,
+    *,
+    written: bool = True,
 ) -> None:
     if tensor.numel():  # contiguous, checked: its bytes are its extent
         start = tensor.data_ptr()
-        spans.append((start, start + tensor.nbytes, len(names), True))
+        spans.append((start, start + tensor.nbytes, len(names), written))
         names.append((kind, index))
 
 

@@ -191,15 +191,27 @@ void check_dtype(int dtype, bool allow_none, const char* what, size_t i) {
 struct Span {
   uintptr_t begin, end;
   std::string what;
+  bool written;
 };
 
-// The kernels promise __restrict: no two buffers of one call may share a byte, across
-// parameters as well as within one. Sorting makes the check O(n log n).
+// The kernels promise __restrict and run parameters on several threads: no buffer written
+// may share a byte with any other buffer of the call, across parameters as well as within
+// one. Gradients are only read, so they may share memory with each other (restrict allows
+// that: nothing reached through them is modified). One sweep over the sorted spans: a span
+// clashes with an earlier one exactly when it starts before the farthest end so far, of
+// every span if it is written, of the written ones if it is read.
 void require_disjoint(std::vector<Span> spans) {
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-  for (size_t k = 1; k < spans.size(); ++k) {
-    require(spans[k].begin >= spans[k - 1].end,
-            spans[k - 1].what + " and " + spans[k].what + " overlap in memory; each tensor needs its own storage");
+  const Span* farthest = nullptr;
+  const Span* farthest_written = nullptr;
+  for (const Span& span : spans) {
+    const Span* clash = span.written ? farthest : farthest_written;
+    require(clash == nullptr || span.begin >= clash->end,
+            (clash ? clash->what : std::string()) + " and " + span.what +
+                " overlap in memory; each tensor needs its own storage");
+    if (farthest == nullptr || span.end > farthest->end) farthest = &span;
+    if (span.written && (farthest_written == nullptr || span.end > farthest_written->end))
+      farthest_written = &span;
   }
 }
 
@@ -226,17 +238,17 @@ void validate(const Batch& b, bool two_states) {
             "null param_copies buffer for parameter " + std::to_string(i));
   }
   std::vector<Span> spans;
-  const auto add = [&](uintptr_t base, int64_t numel, int dtype, const char* what, size_t i) {
+  const auto add = [&](uintptr_t base, int64_t numel, int dtype, const char* what, size_t i, bool written) {
     if (numel > 0)
       spans.push_back({base, base + static_cast<uintptr_t>(numel * element_size(dtype)),
-                       std::string(what) + "[" + std::to_string(i) + "]"});
+                       std::string(what) + "[" + std::to_string(i) + "]", written});
   };
   for (size_t i = 0; i < n; ++i) {
-    add(b.params[i], b.numels[i], b.param_dtypes[i], "params", i);
-    add(b.grads[i], b.numels[i], b.grad_dtypes[i], "grads", i);
-    add(b.state1[i], b.numels[i], b.state_dtypes[i], "state", i);
-    if (two_states) add(b.state2[i], b.numels[i], b.state_dtypes[i], "second state", i);
-    if (b.copy_dtypes[i] != kNone) add(b.copies[i], b.numels[i], b.copy_dtypes[i], "param_copies", i);
+    add(b.params[i], b.numels[i], b.param_dtypes[i], "params", i, true);
+    add(b.grads[i], b.numels[i], b.grad_dtypes[i], "grads", i, false);
+    add(b.state1[i], b.numels[i], b.state_dtypes[i], "state", i, true);
+    if (two_states) add(b.state2[i], b.numels[i], b.state_dtypes[i], "second state", i, true);
+    if (b.copy_dtypes[i] != kNone) add(b.copies[i], b.numels[i], b.copy_dtypes[i], "param_copies", i, true);
   }
   require_disjoint(std::move(spans));
 }

@@ -136,6 +136,36 @@ def test_aliased_tensors_are_rejected() -> None:
         _adam(params=[shared[:4]], exp_avgs=[shared[2:6]])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_may_share_memory_with_each_other(dtype: torch.dtype) -> None:
+    # They are only read; the step was refused ("grads[0] and grads[1] overlap").
+    grad = torch.randn(64).to(dtype)
+    shared = [torch.randn(64) for _ in range(2)]
+    separate = [p.clone() for p in shared]
+    for params, grads in ((shared, [grad, grad]), (separate, [grad.clone(), grad.clone()])):
+        states = [[torch.zeros(64) for _ in range(2)] for _ in range(2)]
+        cpu_optim.adam_step(params, grads, states[0], states[1], [1, 1], lr=0.1,
+                            betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, adamw=False)  # fmt: skip
+    assert all(torch.equal(a, b) for a, b in zip(shared, separate, strict=True))
+    # Still refused: a gradient that is another parameter's memory (written).
+    first, second = torch.zeros(4), torch.zeros(4)
+    with pytest.raises(ValueError, match=r"grads\[0\] and params\[1\] overlap in memory"):
+        _adam(params=[first, second], grads=[second, torch.zeros(4)], steps=[1, 1],
+              exp_avgs=[torch.zeros(4), torch.zeros(4)],
+              exp_avg_sqs=[torch.zeros(4), torch.zeros(4)])  # fmt: skip
+
+
+def test_gradients_may_be_inference_tensors() -> None:
+    # Only read: torch.optim steps with them; they were refused as if written.
+    with torch.inference_mode():
+        grad, state = torch.ones(4), torch.zeros(4)
+    param = torch.zeros(4)
+    _adam(params=[param], grads=[grad])
+    assert torch.all(param < 0)
+    with pytest.raises(ValueError, match=r"exp_avgs\[0\] is an inference tensor"):
+        _adam(exp_avgs=[state])  # written: refused, as before
+
+
 def test_the_raw_kernels_are_not_public() -> None:
     # native().adam_step([16], ...) took any integer for an address: a segfault.
     assert not hasattr(cpu_optim, "native")
@@ -163,6 +193,15 @@ def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
         lion(params=[0])
     with pytest.raises(ValueError, match=r"params\[0\] and grads\[0\] overlap in memory"):
         lion(grads=[p.data_ptr() + 4])
+    # Gradients are only read: two parameters may read one, but none may be written memory.
+    q, n = torch.zeros(4), torch.zeros(4)
+    two = {"copies": [0, 0], "numels": [4, 4], "param_dtypes": [0, 0], "grad_dtypes": [0, 0],
+           "copy_dtypes": [-1, -1], "state_dtypes": [0, 0]}  # fmt: skip
+    lion(params=[p.data_ptr(), q.data_ptr()], grads=[g.data_ptr()] * 2,
+         exp_avgs=[m.data_ptr(), n.data_ptr()], **two)  # fmt: skip
+    with pytest.raises(ValueError, match=r"grads\[0\] and params\[1\] overlap in memory"):
+        lion(params=[p.data_ptr(), g.data_ptr() + 8], grads=[g.data_ptr()] * 2,
+             exp_avgs=[m.data_ptr(), n.data_ptr()], **two)  # fmt: skip
     with pytest.raises(ValueError, match=r"states\[0\] has dtype code 7, which is none of"):
         lion(state_dtypes=[7])
     with pytest.raises(ValueError, match="one entry per parameter"):

@@ -485,3 +485,27 @@ def test_accel_implements_every_function_deepspeeds_modules_declare() -> None:
         missing = sorted(name for name in declared if name not in dir(module))
         assert missing == [], f"{builder}: {missing}"
     assert op_builders._native_names("NoSuchBuilder") == frozenset()
+
+
+def test_gradients_are_only_read_so_they_may_share_memory_or_be_inference_tensors() -> None:
+    # docs/deepspeed.md promises it; one gradient for two parameters was refused ("grads[0]
+    # and grads[1] overlap"), and so was a gradient made under torch.inference_mode().
+    grad = torch.randn(6, 6)
+    weights = [torch.randn(6, 6) for _ in range(2)]
+    apart = [w.clone() for w in weights]
+    for params, grads in ((weights, [grad, grad]), (apart, [grad.clone(), grad.clone()])):
+        exp_avgs, exp_avg_sqs = [torch.zeros(6, 6) for _ in range(2)], [torch.zeros(6, 6) for _ in range(2)]  # fmt: skip
+        kernels.FusedAdamKernels().multi_tensor_adam(
+            2048, torch.zeros(1), [grads, params, exp_avgs, exp_avg_sqs],
+            1e-2, 0.9, 0.999, 1e-8, 1, 1, 1, 0.0,
+        )  # fmt: skip
+    assert all(torch.equal(a, b) for a, b in zip(weights, apart, strict=True))
+    ops = kernels.CPUAdamKernels()
+    ops.create_adam(11, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, False)
+    p, g, m, v = _tensors(8, 0)
+    with torch.inference_mode():
+        frozen = g.clone()
+    expected = p.clone()
+    ops.adam_update(11, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, expected, g, m.clone(), v.clone())
+    ops.adam_update(11, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, True, p, frozen, m, v)
+    assert torch.equal(p, expected)
