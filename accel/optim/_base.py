@@ -44,7 +44,9 @@ class CPUOptimizer(torch.optim.Optimizer):
     """The flags a group may not set (to a true value): the step does not implement them."""
 
     def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
-        super().__init__(params, {**defaults, **self.torch_flags})
+        # A subclass's own value for a flag wins over torch's default.
+        flags = {name: value for name, value in self.torch_flags.items() if name not in defaults}
+        super().__init__(params, {**defaults, **flags})
 
     def initial_state(self, group: dict[str, Any], param: torch.Tensor) -> dict[str, torch.Tensor]:
         """Fresh fp32 state tensors for ``param`` (zeros unless overridden)."""
@@ -130,9 +132,27 @@ class CPUOptimizer(torch.optim.Optimizer):
 
         torch casts floating-point states to each parameter's dtype; for bf16 or fp16
         parameters that would round the fp32 moments this optimizer keeps (and the next
-        step would widen the rounded values back). The saved tensors are taken as they are.
+        step would widen the rounded values back). The saved tensors are taken as the
+        load pre-hooks leave them, before the post-hooks run.
         """
-        super().load_state_dict(state_dict)
+        loading: list[dict[str, Any]] = []
+
+        def seen(_: torch.optim.Optimizer, final: dict[str, Any]) -> None:
+            loading.append(final)
+
+        def keep_fp32(_: torch.optim.Optimizer) -> None:
+            self._keep_fp32(loading[-1])
+
+        # Registered around the call: the pre-hook after the user's, the post-hook before.
+        last_pre = self.register_load_state_dict_pre_hook(seen)
+        first_post = self.register_load_state_dict_post_hook(keep_fp32, prepend=True)
+        try:
+            super().load_state_dict(state_dict)
+        finally:
+            last_pre.remove()
+            first_post.remove()
+
+    def _keep_fp32(self, state_dict: dict[str, Any]) -> None:
         saved: dict[Any, dict[str, Any]] = state_dict["state"]
         ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
@@ -140,7 +160,9 @@ class CPUOptimizer(torch.optim.Optimizer):
             for name in self.state_names:
                 value = saved.get(saved_id, {}).get(name)
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
-                    self.state[param][name] = value.detach().to(torch.float32, copy=True)
+                    self.state[param][name] = value.detach().to(
+                        param.device, torch.float32, copy=True
+                    )
 
 
 def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
@@ -151,7 +173,10 @@ def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
 def _step_count(value: object, group_index: int, param_index: int) -> int:
     """A state's ``step`` as a count (torch keeps it as a float tensor), or an error
     naming it: ``int()`` of NaN raises a bare ValueError, of inf an OverflowError."""
-    number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
+    try:
+        number = float(value) if isinstance(value, torch.Tensor | int | float) else math.nan
+    except (RuntimeError, ValueError):  # a tensor of several elements
+        number = math.nan
     if not math.isfinite(number) or number < 0 or number != int(number):
         raise ValueError(
             f"param_groups[{group_index}] params[{param_index}]: state 'step' must be a whole "

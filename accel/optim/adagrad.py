@@ -54,8 +54,9 @@ class CPUAdagrad(CPUOptimizer):
 
     @override
     def initial_state(self, group: dict[str, Any], param: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``sum`` starts at ``initial_accumulator_value``."""
-        start = float(group.get("initial_accumulator_value", 0.0))
+        """``sum`` starts at the constructor's ``initial_accumulator_value``: as in
+        ``torch.optim.Adagrad``, a param group's own value is not used."""
+        start = float(self.defaults["initial_accumulator_value"])
         return {"sum": torch.full(param.shape, start, dtype=torch.float32)}
 
     @override

@@ -18,7 +18,9 @@ class CPUAdam(CPUOptimizer):
     Matches ``torch.optim.Adam``/``AdamW`` to fp32 rounding. Parameters and gradients may
     be float32, bfloat16 or float16; ``exp_avg`` and ``exp_avg_sq`` are always float32.
     Param groups carry torch's keys (``decoupled_weight_decay``, ``amsgrad`` ...), so a
-    ``state_dict()`` loads into ``torch.optim.AdamW`` and back.
+    ``state_dict()`` loads into ``torch.optim.AdamW`` and back. A group chooses AdamW with
+    ``decoupled_weight_decay`` (``adamw_mode`` in a group is refused); one loaded without
+    it (a checkpoint of an older torch) takes the constructor's ``adamw_mode``.
 
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.
@@ -59,6 +61,12 @@ class CPUAdam(CPUOptimizer):
 
     @override
     def _apply(self, group: dict[str, Any], tensors: GroupTensors) -> None:
+        if "adamw_mode" in group:  # the constructor's name; torch's key would be ignored
+            raise ValueError(
+                f"sets adamw_mode={group['adamw_mode']!r}: a param group says it with torch's "
+                "key, decoupled_weight_decay"
+            )
+        decoupled = hyper(group, self.defaults, "decoupled_weight_decay")
         cpu_optim.adam_step(
             tensors.params,
             tensors.grads,
@@ -69,6 +77,6 @@ class CPUAdam(CPUOptimizer):
             betas=group["betas"],
             eps=group["eps"],
             weight_decay=group["weight_decay"],
-            adamw=hyper(group, self.defaults, "decoupled_weight_decay"),
+            adamw=hyperparameters.check_flag(decoupled, "decoupled_weight_decay"),
             bias_correction=hyper(group, self.defaults, "bias_correction"),
         )

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from accel.ops import cpu_optim
 from accel.optim import CPUAdagrad, CPUAdam, CPULion
+from accel.optim._base import CPUOptimizer
 from tests.support.strategies import sizes
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -546,7 +547,86 @@ def test_betas_must_be_a_pair() -> None:
         CPUAdam([torch.zeros(2, requires_grad=True)], betas=(0.9,))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("step", [float("nan"), float("inf"), -1.0, 2.5])
+def test_load_state_dict_keeps_what_the_load_hooks_did() -> None:
+    # The fp32 states were taken again from the caller's state_dict after torch's load:
+    # a pre-hook's new state_dict and a post-hook's changes were lost.
+    param, optimizer = _trained_adam(torch.bfloat16)
+    saved = optimizer.state_dict()
+
+    def zero_exp_avg(_: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
+        new = copy.deepcopy(state_dict)
+        for state in new["state"].values():
+            state["exp_avg"] = torch.zeros_like(state["exp_avg"])
+        return new
+
+    def mark_exp_avg_sq(loaded: torch.optim.Optimizer) -> None:
+        seen.append(loaded.state[param]["exp_avg_sq"].dtype)
+        loaded.state[param]["exp_avg_sq"] = torch.full((1000,), 123.0)
+
+    seen: list[torch.dtype] = []
+    resumed = CPUAdam([param], lr=1e-3)
+    resumed.register_load_state_dict_pre_hook(zero_exp_avg)
+    resumed.register_load_state_dict_post_hook(mark_exp_avg_sq)
+    resumed.load_state_dict(saved)
+    assert not resumed.state[param]["exp_avg"].any()
+    assert resumed.state[param]["exp_avg"].dtype == torch.float32
+    assert seen == [torch.float32]  # the post-hook sees the fp32 states
+    assert torch.equal(resumed.state[param]["exp_avg_sq"], torch.full((1000,), 123.0))
+    resumed.load_state_dict(saved)  # the hooks of one load are not left behind
+    assert len(seen) == 2
+
+
+def test_adagrad_starts_sums_at_the_constructors_value_as_torch_does() -> None:
+    # A group's own initial_accumulator_value was used unchecked: -1 gave parameters of
+    # -1e9, and a valid 0.5 parted from torch, which uses the constructor's value.
+    results = []
+    for cls in (torch.optim.Adagrad, CPUAdagrad):
+        first, second = torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.ones(4))
+        optimizer = cls([{"params": [first], "initial_accumulator_value": 0.5}],
+                        lr=0.1, initial_accumulator_value=0.25)  # fmt: skip
+        optimizer.add_param_group({"params": [second], "initial_accumulator_value": -1.0})
+        first.grad, second.grad = torch.ones(4), torch.ones(4)
+        optimizer.step()
+        results.append((first.detach().clone(), second.detach().clone()))
+    for ours, torchs in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(ours, torchs)
+
+
+def test_a_subclass_keeps_its_own_flag_values() -> None:
+    class MaximizingLion(CPULion):
+        def __init__(self, params: Any) -> None:
+            CPUOptimizer.__init__(self, params, {"lr": 0.1, "betas": (0.9, 0.99),
+                                                 "weight_decay": 0.0, "maximize": True})  # fmt: skip
+
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    optimizer = MaximizingLion([param])
+    assert optimizer.defaults["maximize"] is True
+    with pytest.raises(ValueError, match="maximize=True, which MaximizingLion does not implement"):
+        optimizer.step()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [("adamw_mode", False, r"param_groups\[0\]: sets adamw_mode=False: a param group says it "
+                           r"with torch's key, decoupled_weight_decay"),
+     ("decoupled_weight_decay", "x", r"param_groups\[0\]: decoupled_weight_decay must be True "
+                                     r"or False \(or 1 or 0\), got 'x'")],
+)  # fmt: skip
+def test_a_groups_adam_switch_is_torchs_key_and_named(
+    key: str, value: object, message: str
+) -> None:
+    # adamw_mode in a group was ignored (AdamW ran); a bad decoupled_weight_decay was named
+    # "adamw", the kernel's argument.
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    optimizer = CPUAdam([param])
+    optimizer.param_groups[0][key] = value
+    with pytest.raises(ValueError, match=message):
+        optimizer.step()
+
+
+@pytest.mark.parametrize("step", [float("nan"), float("inf"), -1.0, 2.5, [1.0, 2.0]])
 def test_a_step_count_that_is_no_count_is_named(step: float) -> None:
     # A NaN step raised a bare "cannot convert float NaN to integer".
     param = torch.nn.Parameter(torch.zeros(4))
