@@ -67,8 +67,10 @@ from accel.comm._segment import (
     POOL_ENV,
     SLOT_BYTES,
     ShmGroup,
+    contiguous_work,
     pooled_empty,
     reduce,
+    refuse_shared_elements,
     shm_group,
     shm_timeout,
     spanning_of,
@@ -292,16 +294,22 @@ def all_reduce_(
             way, "all_reduce", _two_level.all_reduce, tensor, shm_timeout(group, timeout)
         )
     elif not tdist.outside(group, "all_reduce_"):  # a non-member does nothing
-        run_released(tdist.all_reduce, [tensor], group, tensor)  # no segment: gloo
+        work = contiguous_work(tensor)  # no segment: gloo, which takes memory as it lies
+        run_released(tdist.all_reduce, [work], group, work)
+        if work is not tensor:
+            write_back(tensor, work)
     return tensor
 
 
-def _dense(tensor: torch.Tensor) -> torch.Tensor:
+def _dense(tensor: torch.Tensor, argument: str) -> torch.Tensor:
     """``tensor`` if contiguous, else an uninitialised contiguous tensor of its shape to
     work in (``empty_like`` would keep a dense tensor's strides, so bytes written through
-    a flat view of it would land out of order)."""
+    a flat view of it would land out of order); ``ValueError``, named ``argument``, before
+    anything moves for a tensor whose elements share memory (the result could not be
+    written back)."""
     if tensor.is_contiguous():
         return tensor
+    refuse_shared_elements(tensor, argument)
     return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
 
@@ -330,7 +338,7 @@ def _into_output(
     else:
         _check_world_multiple(source_name, tensor, "output", output, world)
     way = route(group, call, uneven=False)  # collective setup on every rank
-    dense = _dense(output)
+    dense = _dense(output, "output")
     tensor = tensor.contiguous()
     if gather and tensor.numel() and _two_level.shares_bytes(dense, tensor):
         # The input may be this rank's block of the output; anywhere else in it, the
@@ -441,7 +449,7 @@ def broadcast_(
         raise ValueError(f"src {src} is not a rank of the group (its global ranks: {members})")
     root = dist.get_group_rank(group, src) if group is not None else src
     way = route(group, "broadcast_")  # collective setup on every rank
-    dense = _dense(tensor)
+    dense = _dense(tensor, "tensor")
     if dense is not tensor:
         dense.copy_(tensor)
     if isinstance(way, Spanning):

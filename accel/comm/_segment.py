@@ -503,15 +503,22 @@ def refuse_shared_elements(tensor: torch.Tensor, argument: str) -> None:
         )
 
 
+def contiguous_work(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` where a collective can work in its memory as it lies (gloo and the
+    segment both do), else a contiguous copy to work in and :func:`write_back`;
+    ``ValueError`` before anything moves for a tensor whose elements share memory."""
+    if tensor.layout == torch.strided and not tensor.is_contiguous():
+        refuse_shared_elements(tensor, "tensor")
+        return tensor.contiguous()
+    return tensor
+
+
 def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
     """Sum through the segment if every rank can, else ``dist.all_reduce`` on every rank
     (on a contiguous copy: gloo takes a tensor's memory as it lies)."""
     code = shm.codes.get(tensor.dtype)
     eligible = summable(tensor, code)
-    work = tensor
-    if tensor.layout == torch.strided and not tensor.is_contiguous():
-        refuse_shared_elements(tensor, "tensor")
-        work = tensor.contiguous()
+    work = contiguous_work(tensor)
     # Positional: pybind11 matches keywords by name, a measurable share of a small call.
     done = shm.communicator.all_reduce(
         work.data_ptr() if eligible else 0, work.numel(),

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from accel.comm import _local
 from accel.comm._link import Link
-from accel.comm._segment import summable_codes, write_back
+from accel.comm._segment import contiguous_work, summable_codes, write_back
 from accel.comm._spanning import Spanning
 
 
@@ -44,7 +44,7 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
     sums, its leader all-reduces the whole tensor with the other leaders and broadcasts
     the result in the node."""
     local, size = spanning.local, spanning.local_size
-    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    flat = contiguous_work(tensor).view(-1)
     if not spanning.even:
         _local.all_reduce(flat, spanning.local_shm, local, timeout)
         if spanning.across is not None:  # this rank is its node's leader

@@ -105,6 +105,7 @@ def _check(ranks: list[dict[str, Any]]) -> None:
         assert rank["second_group_ok"], f"rank {rank['rank']}: a later group's sum failed"
         assert rank["pooled_same"], f"rank {rank['rank']}: a pooled sum gave other bits"
         assert rank["ints_ok"], f"rank {rank['rank']}: an int64 sum went wrong"
+        assert all(rank["views"].values()), rank["views"]
         for key, error in rank["errors"].items():
             assert error <= rank["bounds"][key], (key, error, rank["bounds"][key])
         # DDP on the group under test trains as DDP on flat gloo (summation order aside).

@@ -249,6 +249,34 @@ def _train(model: torch.nn.Module, rank: int) -> list[float]:
     return losses
 
 
+def _views() -> dict[str, bool]:
+    """accel.comm's collectives on views, whatever route the group takes: a strided view
+    gets the logical result and the memory between its elements stays as it was; a
+    tensor whose elements share memory (``expand``) is a ValueError on every rank before
+    anything moves (gloo, given one, writes past its storage)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    base = torch.arange(16, dtype=torch.float32) * (rank + 1)
+    strided = base[::2]
+    comm.all_reduce_(strided)
+    total = world * (world + 1) // 2
+    outcome = {
+        "strided": torch.equal(strided, torch.arange(0, 16, 2, dtype=torch.float32) * total)
+        and torch.equal(base[1::2], torch.arange(1, 16, 2, dtype=torch.float32) * (rank + 1)),
+    }
+    calls = {
+        "all_reduce_": comm.all_reduce_,
+        "broadcast_": lambda t: comm.broadcast_(t, 0),
+        "all_gather_into_tensor_": lambda t: comm.all_gather_into_tensor_(t, torch.ones(2)),
+    }
+    for name, call in calls.items():
+        try:
+            call(torch.ones(1).expand(2 * world))
+            outcome[f"{name} refuses expand"] = False
+        except ValueError:
+            outcome[f"{name} refuses expand"] = True
+    return outcome
+
+
 def main() -> None:
     out, backend, *then = Path(sys.argv[1]), sys.argv[2], *sys.argv[3:]
     patterns: dict[str, Any] | None = None
@@ -330,6 +358,7 @@ def main() -> None:
         "ten_reduce_scatters": _ten_reduce_scatters(backend),
         "patterns": patterns,
     }  # fmt: skip
+    record["views"] = _views()  # after "two_level" is counted: these go every route
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 
