@@ -125,9 +125,28 @@ class Link:
         prefixed = tdist.prefix_store(f"accel/link/{name}/", store)
         # Typed as Any: torch's stubs omit most of ProcessGroupGloo's methods; the two-level
         # tests run every call below against flat gloo's results.
-        self.gloo: Any = dist.ProcessGroupGloo(
+        self._gloo: Any = dist.ProcessGroupGloo(
             prefixed, self._rank, len(ranks), timedelta(seconds=timeout)
         )
+        self._closed = ""  # why, once closed
+
+    @property
+    def gloo(self) -> Any:
+        """The link's gloo context; ``RuntimeError`` once :meth:`close` dropped it."""
+        if self._gloo is None:
+            raise RuntimeError(
+                f"this group's link between ranks {list(self.ranks)} was closed after an "
+                f"earlier failure ({self._closed}); create a new process group"
+            )
+        return self._gloo
+
+    def close(self, reason: str) -> None:
+        """Drop the gloo context after a failure: its connections close, so a member
+        waiting for this rank in a call on the link raises at once ("Connection closed by
+        peer") instead of waiting out the timeout; later calls here raise naming
+        ``reason`` (the first one given)."""
+        if self._gloo is not None:
+            self._gloo, self._closed = None, reason
 
     def size(self) -> int:
         """How many ranks the link joins."""
@@ -141,44 +160,63 @@ class Link:
         """The link rank of ``global_rank``."""
         return self.ranks.index(global_rank)
 
-    def _run(self, tensors: list[torch.Tensor], call: str, *args: object) -> None:
-        with released(tensors):
-            getattr(self.gloo, call)(*args).wait()
+    # Each call takes ``timeout``: the seconds to wait for a silent member, None for the
+    # link's own (its parent group's). gloo honours it per call, in its options.
 
-    def all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
+    def _run(
+        self, tensors: list[torch.Tensor], call: str, options: Any, timeout: float | None,
+        *args: object,
+    ) -> None:  # fmt: skip
+        if timeout is not None:
+            options.timeout = timedelta(seconds=timeout)
+        with released(tensors):
+            getattr(self.gloo, call)(*args, options).wait()
+
+    def all_reduce(
+        self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, *, timeout: float | None = None
+    ) -> None:
         """Reduce ``tensor`` in place over the link."""
         options = dist.AllreduceOptions()
         options.reduceOp = op
-        self._run([tensor], "allreduce", [tensor], options)
+        self._run([tensor], "allreduce", options, timeout, [tensor])
 
-    def all_gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+    def all_gather(
+        self, outputs: list[torch.Tensor], tensor: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """Every member's ``tensor`` into ``outputs``."""
-        self._run(
-            [tensor, *outputs], "allgather", [outputs], [tensor], tdist.options.AllgatherOptions()
-        )
+        options = tdist.options.AllgatherOptions()
+        self._run([tensor, *outputs], "allgather", options, timeout, [outputs], [tensor])
 
-    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
+    def all_gather_single(
+        self, output: torch.Tensor, tensor: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """Every member's ``tensor`` concatenated into ``output``."""
         options = tdist.options.AllgatherOptions()
-        self._run([output, tensor], "_allgather_base", output, tensor, options)
+        self._run([output, tensor], "_allgather_base", options, timeout, output, tensor)
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor) -> None:
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """The sum of every member's ``input``; this member's block into ``output``."""
         options = dist.ReduceScatterOptions()
-        self._run([output, input], "_reduce_scatter_base", output, input, options)
+        self._run([output, input], "_reduce_scatter_base", options, timeout, output, input)
 
-    def broadcast(self, tensor: torch.Tensor, root: int) -> None:
+    def broadcast(self, tensor: torch.Tensor, root: int, *, timeout: float | None = None) -> None:
         """Member ``root``'s ``tensor`` to every member."""
         options = dist.BroadcastOptions()
         options.rootRank = root
-        self._run([tensor], "broadcast", [tensor], options)
+        self._run([tensor], "broadcast", options, timeout, [tensor])
 
-    def exchange(self, send: torch.Tensor, to: int, receive: torch.Tensor, source: int) -> None:
+    def exchange(
+        self, send: torch.Tensor, to: int, receive: torch.Tensor, source: int,
+        *, timeout: float | None = None,
+    ) -> None:  # fmt: skip
         """Send ``send`` to member ``to`` while receiving ``receive`` from ``source``."""
+        wait = () if timeout is None else (timedelta(seconds=timeout),)
         with released([send, receive]):
             sending = self.gloo.send([send], to, 0)
-            self.gloo.recv([receive], source, 0).wait()
-            sending.wait()
+            self.gloo.recv([receive], source, 0).wait(*wait)
+            sending.wait(*wait)
             # The work holds ``send`` for as long as it lives: kept past here, it would make
             # ``released`` wait its whole limit (1 s) on every exchange.
             del sending

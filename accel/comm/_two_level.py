@@ -26,14 +26,35 @@ def named_ranks(
     spanning: Spanning, name: str, collective: Callable[..., None], *args: object
 ) -> None:
     """Run a two-level collective; a peer's death or timeout raises ``RuntimeError`` with
-    the global ranks behind the node-local ranks the error names."""
+    the global ranks behind the node-local ranks the error names and the ranks of the
+    link between nodes, after this rank left both levels.
+
+    A rank that fails on one level would otherwise leave the peers that wait for it on
+    the other waiting out their timeout: its node's segment is stopped (node peers are
+    told at once) and its links closed (a member waiting on one gets "Connection closed
+    by peer" at once). The group is unusable from then on; later calls raise, naming
+    this failure."""
     try:
         collective(spanning, *args)
     except RuntimeError as error:
-        raise RuntimeError(
+        across = "" if spanning.across is None else (
+            f"; the link between nodes joins global ranks {list(spanning.across.ranks)}"
+        )  # fmt: skip
+        message = (
             f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
-            f"are global ranks {list(spanning.node)}]"
-        ) from error
+            f"are global ranks {list(spanning.node)}{across}]"
+        )
+        _leave(spanning, message)
+        raise RuntimeError(message) from error
+
+
+def _leave(spanning: Spanning, reason: str) -> None:
+    """Tell every peer this rank will not go on: stop the node's segment, close the links."""
+    if spanning.local_shm is not None:
+        spanning.local_shm.communicator.stop(reason)
+    spanning.local.close(reason)
+    if spanning.across is not None:
+        spanning.across.close(reason)
 
 
 def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None:
@@ -48,7 +69,7 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
     if not spanning.even:
         _local.all_reduce(flat, spanning.local_shm, local, timeout)
         if spanning.across is not None:  # this rank is its node's leader
-            spanning.across.all_reduce(flat)
+            spanning.across.all_reduce(flat, timeout=timeout)
         _local.broadcast(flat, local.member(spanning.node[0]), spanning.local_shm, local, timeout)
     else:
         share = math.ceil(flat.numel() / size)
@@ -66,7 +87,7 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
         mine = padded[here * share : (here + 1) * share] if in_place else flat.new_empty(share)
         _local.reduce_scatter_tensor(mine, padded, spanning.local_shm, local, timeout)
         assert spanning.across is not None  # every rank has a share to send, when even
-        spanning.across.all_reduce(mine)
+        spanning.across.all_reduce(mine, timeout=timeout)
         _local.all_gather_into_tensor(padded, mine, spanning.local_shm, local, timeout)
         if padded is not flat:
             flat.copy_(padded[: flat.numel()])
@@ -83,7 +104,7 @@ def broadcast(spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float
         position = source_node.index(src)
         if spanning.node[position] == dist.get_rank():  # one of the ranks at that position
             assert across is not None  # every rank has one, when even
-            across.broadcast(tensor, across.member(src))
+            across.broadcast(tensor, across.member(src), timeout=timeout)
         _local.broadcast(
             tensor, local.member(spanning.node[position]), spanning.local_shm, local, timeout
         )
@@ -91,7 +112,7 @@ def broadcast(spanning: Spanning, tensor: torch.Tensor, src: int, timeout: float
     if source_node == spanning.node:  # the whole node (its leader too) takes it from src
         _local.broadcast(tensor, local.member(src), spanning.local_shm, local, timeout)
     if across is not None:  # the leaders pass it from src's node's leader
-        across.broadcast(tensor, across.member(source_node[0]))
+        across.broadcast(tensor, across.member(source_node[0]), timeout=timeout)
     if source_node != spanning.node:
         _local.broadcast(tensor, local.member(spanning.node[0]), spanning.local_shm, local, timeout)
 
@@ -125,7 +146,7 @@ def all_gather_into_tensor(
     part = rows[here * nodes : (here + 1) * nodes].reshape(-1) if in_place else None
     across = part if part is not None else mine.new_empty(nodes * mine.numel())
     assert spanning.across is not None  # every rank has a position link, when even
-    spanning.across.all_gather_single(across, mine)
+    spanning.across.all_gather_single(across, mine, timeout=timeout)
     _local.all_gather_into_tensor(rows.view(-1), across, spanning.local_shm, local, timeout)
     _permute_rows(rows, spanning.block_order)
 
@@ -179,11 +200,11 @@ def reduce_scatter_tensor(
     assert across is not None  # every rank has a position link, when even
     partial = output.new_empty(across.size() * count)
     _local.reduce_scatter_tensor(partial, staged, spanning.local_shm, local, timeout)
-    mine = _ring_reduce_scatter(partial.view(across.size(), count), across)
+    mine = _ring_reduce_scatter(partial.view(across.size(), count), across, timeout)
     output.copy_(mine.view_as(output))
 
 
-def _ring_reduce_scatter(chunks: torch.Tensor, link: Link) -> torch.Tensor:
+def _ring_reduce_scatter(chunks: torch.Tensor, link: Link, timeout: float | None) -> torch.Tensor:
     """Sum row ``j`` of ``chunks`` over ``link`` (this rank is its member ``j``) and return
     it: in step s, this rank passes on its running sum of row j-1-s to the next member and
     adds the previous member's sum of row j-2-s."""
@@ -193,6 +214,6 @@ def _ring_reduce_scatter(chunks: torch.Tensor, link: Link) -> torch.Tensor:
     for step in range(count - 1):
         sent, received = chunks[(rank - 1 - step) % count], chunks[(rank - 2 - step) % count]
         if incoming.numel():
-            link.exchange(sent, following, incoming, preceding)
+            link.exchange(sent, following, incoming, preceding, timeout=timeout)
             received += incoming
     return chunks[rank]

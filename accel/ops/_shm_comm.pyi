@@ -73,6 +73,11 @@ class Communicator:
     def release(self) -> None:
         """Close the creating rank's descriptor (the mappings stay)."""
 
+    def stop(self, reason: str) -> None:
+        """Leave after an error outside the segment (the other level of a collective over
+        several nodes): later calls raise naming ``reason`` (the first one given), and
+        peers waiting for this rank at a step are told at once."""
+
     def all_reduce(self, data: int, numel: int, dtype: int, eligible: bool, timeout: float) -> bool:
         """Sum a buffer across the ranks in place; False (nothing done) if any rank is not
         eligible. A size or dtype mismatch between ranks raises on every rank. When every

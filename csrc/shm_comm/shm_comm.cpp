@@ -492,6 +492,15 @@ class Communicator {
     fd_ = -1;
   }
 
+  // Leave after an error outside the segment (the other level of a collective over
+  // several nodes), as after an error inside it: this communicator is unusable from now
+  // on, and a peer waiting for this rank at a step is told at once instead of waiting out
+  // its timeout. The first failure's reason is the one later calls name.
+  void stop(const std::string& reason) {
+    if (broken_.empty()) broken_ = reason.empty() ? std::string("stopped") : reason;
+    control(rank_).stopped.store(std::max<uint64_t>(sequence_, 1), std::memory_order_release);
+  }
+
   // Sum `numel` elements of `dtype` at `data` across the ranks, in place. `eligible` false
   // says this rank's tensor cannot go through the segment (data is then not read). Every
   // rank first checks that all ranks pass the same numel and dtype (an error on every rank
@@ -1185,6 +1194,9 @@ PYBIND11_MODULE(_shm_comm, m) {
                              "How many calls of each collective went straight between pooled tensors.")
       .def("path", &Communicator::path, "Where peers open the segment (/proc/<pid>/fd/<fd>; rank 0 only).")
       .def("release", &Communicator::release, "Close the creating rank's descriptor (the mappings stay).")
+      .def("stop", &Communicator::stop, py::arg("reason"),
+           "Leave after an error outside the segment: later calls raise naming reason, and "
+           "peers waiting for this rank are told at once.")
       .def("all_reduce", &Communicator::all_reduce, py::arg("data"), py::arg("numel"), py::arg("dtype"),
            py::arg("eligible"), py::arg("timeout"),
            "Sum a buffer across the ranks in place; False (nothing done) if any rank is not eligible.")

@@ -32,7 +32,7 @@ def main() -> None:
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for count in (0, 1, 7, 4099):
             mine = _rows(rank, world, count, dtype)
-            summed = _ring_reduce_scatter(mine.clone(), link)
+            summed = _ring_reduce_scatter(mine.clone(), link, None)
             everyone = torch.stack([_rows(r, world, count, dtype).double() for r in range(world)])
             exact, largest = everyone.sum(0)[rank], everyone.abs().sum(0)[rank]
             # One rounding in the dtype per addition at worst.
