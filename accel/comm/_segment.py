@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from accel.comm import _torch_dist as tdist
 from accel.comm._link import Members, TorchGroup
-from accel.comm._nodes import node_identity
+from accel.comm._nodes import NODE_ENV, node_identity
 from accel.comm._spanning import Spanning, build, placement
 from accel.ops._dtypes import dtype_codes
 
@@ -227,6 +227,9 @@ def _group_timeout(process_group: dist.ProcessGroup) -> float:
         return dist.default_pg_timeout.total_seconds()
 
 
+_NO_NODE = "!"  # a rank whose node identity is invalid (a valid one is never "!")
+
+
 def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
     members = TorchGroup(group)
     world = members.size()
@@ -238,8 +241,20 @@ def _setup(group: dist.ProcessGroup | None) -> ShmGroup | Spanning | None:
     # Rank 0's token names the links of a group that spans nodes (every rank takes it
     # from rank 0's identity), so no other group's links share their store keys.
     token = secrets.token_hex(8)
-    identities = _gather_text(f"{node_identity()} {os.getpid()} {token}", members)
+    try:
+        node, bad_node = node_identity(), None
+    except ValueError as error:  # told to every rank first: alone, it would leave them waiting
+        node, bad_node = _NO_NODE, error
+    identities = _gather_text(f"{node} {os.getpid()} {token}", members)
     nodes = [identity.rsplit(" ", 2)[0] for identity in identities]
+    if bad_node is not None:
+        raise bad_node
+    bad = [rank for rank, node in enumerate(nodes) if node == _NO_NODE]
+    if bad:
+        raise ValueError(
+            f"environment variable {NODE_ENV} is not usable on group rank(s) {bad} (their own "
+            "error names the value): every rank of a group needs a valid value or none"
+        )
     pids = [int(identity.rsplit(" ", 2)[1]) for identity in identities]
     if any(node != nodes[0] for node in nodes):
         # Ranks on several nodes: one segment cannot reach them all; one per node can.

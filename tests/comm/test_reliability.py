@@ -176,6 +176,14 @@ def test_a_bad_pool_size_on_one_rank_is_named_on_every_rank(
     assert "group rank(s) [1]" in good
 
 
+def test_a_bad_node_id_on_one_rank_is_named_on_every_rank(reports: list[dict[str, Any]]) -> None:
+    # The others waited out the group's timeout in the set-up's exchange.
+    good, bad = (report["bad_node"]["error"] for report in reports)
+    assert bad.startswith("ValueError: ACCEL_NODE_ID='bad id': expected 1 to 128 printable")
+    assert good.startswith("ValueError: environment variable ACCEL_NODE_ID is not usable")
+    assert "group rank(s) [1]" in good
+
+
 def test_a_pool_size_past_the_address_space_is_refused_on_every_rank(
     reports: list[dict[str, Any]],
 ) -> None:

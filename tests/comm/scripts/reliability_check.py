@@ -265,6 +265,21 @@ def a_bad_pool_size_on_one_rank(rank: int) -> dict[str, Any]:
         os.environ.pop(_segment.POOL_ENV, None)
 
 
+def a_bad_node_id_on_one_rank(rank: int) -> dict[str, Any]:
+    group = dist.new_group([0, 1], timeout=SHORT)
+    before = os.environ.get(NODE_ENV)
+    if rank == 1:
+        os.environ[NODE_ENV] = "bad id"
+    node_identity.cache_clear()
+    try:
+        return {"error": _error(lambda: comm.all_reduce_(torch.ones(4), group=group))}
+    finally:
+        os.environ.pop(NODE_ENV, None)
+        if before is not None:
+            os.environ[NODE_ENV] = before
+        node_identity.cache_clear()
+
+
 def a_pool_size_past_the_address_space(rank: int) -> dict[str, Any]:
     group = dist.new_group([0, 1], timeout=SHORT)
     os.environ[_segment.POOL_ENV] = str(2**63 - 4096)
@@ -404,6 +419,7 @@ def main() -> None:
         "copies": lambda: copies_written_back_and_overlapping_inputs(rank),
         "outside": lambda: a_rank_outside_the_group(rank),
         "bad_pool": lambda: a_bad_pool_size_on_one_rank(rank),
+        "bad_node": lambda: a_bad_node_id_on_one_rank(rank),
         "huge_pool": lambda: a_pool_size_past_the_address_space(rank),
         "compile": lambda: first_use_inside_torch_compile(rank),
         "then_callbacks": lambda: collectives_inside_then_callbacks(rank),
