@@ -249,7 +249,12 @@ def _insert_import(chunks: list[str], newline: str, names: set[str]) -> list[str
             after = index
     result = list(chunks)
     if after == -1:
-        return [line + newline, *result]
+        # Above the first statement, below the comments that lead the file: a "#!" line
+        # and a PEP 263 coding line must stay on lines 1-2.
+        first = next((i for i, chunk in enumerate(result) if is_statement(chunk)), len(result))
+        if first and not result[first - 1].endswith(("\n", "\r")):
+            result[first - 1] += newline
+        return [*result[:first], line + newline, *result[first:]]
     body = result[after].rstrip()
     rest = result[after][len(body) :]
     first_end = re.match(r"[ \t]*(\r\n|\n|\r)", rest)

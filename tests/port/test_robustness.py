@@ -78,9 +78,13 @@ def test_porting_by_statement_equals_porting_the_whole_module(parts: list[str]) 
         # Old Mac line ends (used to get a stray LF).
         ("import torch\r" + CUDA_LINE.replace("\n", "\r"),
          "import torch\rfrom accel import get_accelerator\r" + PORTED_LINE.replace("\n", "\r")),
+        # No leading import: the import went above the "#!" and coding lines (the file no
+        # longer decoded, and ran under the shell).
+        ("#!/usr/bin/env python\n# -*- coding: latin-1 -*-\n\ntry:\n    import torch\nexcept ImportError:\n    pass\n" + CUDA_LINE,
+         "#!/usr/bin/env python\n# -*- coding: latin-1 -*-\n\nfrom accel import get_accelerator\ntry:\n    import torch\nexcept ImportError:\n    pass\n" + PORTED_LINE),
     ],
     ids=["docstring-future-imports", "no-imports", "comment-header", "crlf", "no-final-newline",
-         "semicolon-joined-use", "semicolon-joined-imports", "cr-only"],
+         "semicolon-joined-use", "semicolon-joined-imports", "cr-only", "shebang-coding-no-import"],
 )  # fmt: skip
 def test_the_import_goes_below_the_leading_imports(source: str, expected: str) -> None:
     assert port_source(source).source == expected
