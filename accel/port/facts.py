@@ -37,6 +37,13 @@ DEVICE_FIRST = frozenset(
     {"to", "set_device", "device", "set_default_device", "autocast", "GradScaler"}
 )
 INT_DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+# torch.cuda functions whose argument at this position (or ``device=``) is a device of any
+# kind, where accel's method of the same name takes an index (``device_index``).
+DEVICE_ARGUMENT = {
+    "synchronize": 0, "memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
+    "max_memory_reserved": 0, "memory_stats": 0, "reset_peak_memory_stats": 0,
+    "get_rng_state": 0, "set_rng_state": 1,
+}  # fmt: skip
 DDP_NAME = "DistributedDataParallel"
 
 
@@ -304,6 +311,13 @@ class _Collector(ast.NodeVisitor):
         candidates = [k.value for k in node.keywords if k.arg in INT_DEVICE_KEYWORDS]
         if node.args and name in ("to", "device", "cuda") and isinstance(function, ast.Attribute):
             candidates.append(node.args[0])
+        position = DEVICE_ARGUMENT.get(name)
+        if (
+            position is not None
+            and len(node.args) > position
+            and isinstance(function, ast.Attribute)
+        ):
+            candidates.append(node.args[position])
         for value in candidates:
             self.int_candidates.append((self._current(), value, value.lineno))
         if name in self.facts.ddp_names:

@@ -51,6 +51,7 @@ from typing_extensions import override
 from accel.port.facts import (
     BRACE_FORMATS,
     DDP_NAME,
+    DEVICE_ARGUMENT,
     DEVICE_KEYWORDS,
     PERCENT_FORMATS,
     ModuleFacts,
@@ -565,10 +566,13 @@ class PortTransformer(cst.CSTTransformer):
             self._manual(original, f"torch.cuda.{name}(): " + STREAM_ADVICE.format(name=name))
             return None
         if self._is_torch_cuda(func.value) and name in DIRECT:
+            args = self._direct_arguments(original, updated, name)
+            if args is None:
+                return None
             self._note(
                 original, f"torch.cuda.{name}() -> get_accelerator().{name}()", rule="direct"
             )
-            return self._accelerator_call(name, updated.args)
+            return self._accelerator_call(name, args)
         owner = func.value
         if isinstance(owner, cst.Attribute) and self._is_torch_cuda(owner.value):
             if owner.attr.value == "nvtx" and name in NVTX:
@@ -580,6 +584,54 @@ class PortTransformer(cst.CSTTransformer):
             if owner.attr.value == "amp" and name in ("GradScaler", "autocast"):
                 return self._rewrite_amp(original, updated, name)
         return None
+
+    def _direct_arguments(
+        self, original: cst.Call, updated: cst.Call, name: str
+    ) -> list[cst.Arg] | None:
+        """``torch.cuda.<name>(...)``'s arguments as accel's method of the same name takes
+        them, or None (reported for a person) where they cannot be: torch takes a device
+        of any kind (``DEVICE_ARGUMENT``) where accel takes an index, and accel's
+        ``is_bf16_supported`` takes no ``including_emulation``."""
+        args = list(updated.args)
+        position = DEVICE_ARGUMENT.get(name)
+        if args and name == "is_bf16_supported":
+            self._manual(
+                original, "torch.cuda.is_bf16_supported(including_emulation=...): "
+                "get_accelerator().is_bf16_supported() takes no arguments: rewrite it by hand",
+            )  # fmt: skip
+            return None
+        if any(arg.star for arg in args):
+            self._manual(
+                original, f"torch.cuda.{name}(*...): accel port cannot see the arguments, and "
+                f"get_accelerator().{name}() takes a device index where torch takes any device",
+            )  # fmt: skip
+            return None
+        if position is None:
+            return args
+        found = next(
+            (i for i, arg in enumerate(args) if arg.keyword is not None and arg.keyword.value == "device"),
+            position if len(args) > position and args[position].keyword is None else None,
+        )  # fmt: skip
+        if found is None:
+            return args
+        value = args[found].value
+        if isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda":
+            return args[:found] + args[found + 1 :]  # the current device: accel's default
+        index = self._device_index(value)
+        if index is None and (self._is_int(value) or m.matches(value, m.Name("None"))):
+            index = value
+        if index is None:
+            self._manual(
+                original, f"torch.cuda.{name}(...): its device may be a torch.device or a "
+                f"string, where get_accelerator().{name}() takes a device index (an int, or "
+                "None for the current device): pass torch.device(d).index",
+            )  # fmt: skip
+            return None
+        keyword = cst.Name("device_index") if args[found].keyword is not None else None
+        args[found] = args[found].with_changes(
+            value=index, keyword=keyword, equal=_EQUAL if keyword else cst.MaybeSentinel.DEFAULT
+        )
+        return args
 
     def _rewrite_function(
         self, original: cst.Call, updated: cst.Call, name: str, function: str

@@ -974,3 +974,43 @@ def test_a_torch_cuda_function_referenced_not_called_is_reported() -> None:
     assert sorted(manual) == [3, 4, 6]
     assert "referenced, not called" in manual[3]
     assert "StreamAPI" in manual[4]
+
+
+def test_a_torch_device_argument_becomes_an_index_or_is_reported() -> None:
+    # The arguments went over unchanged: torch.cuda.synchronize(device) with a torch.device
+    # and synchronize(device=i) failed in the ported code on every backend, and so did
+    # is_bf16_supported(including_emulation=False).
+    source = """
+        import torch
+        def measure(device, rank: int):
+            torch.cuda.synchronize(device)
+            a = torch.cuda.max_memory_allocated(device)
+            torch.cuda.synchronize(rank)
+            torch.cuda.synchronize(device=rank)
+            torch.cuda.synchronize("cuda")
+            torch.cuda.synchronize(None)
+            b = torch.cuda.memory_allocated("cuda:0")
+            c = torch.cuda.is_bf16_supported(including_emulation=False)
+            d = torch.cuda.is_bf16_supported()
+            state = torch.cuda.get_rng_state()
+            torch.cuda.set_rng_state(new_state=state, device=rank)
+            return a, b, c, d
+        """
+    ported = _ported(source)
+    assert "torch.cuda.synchronize(device)" in ported
+    assert "a = torch.cuda.max_memory_allocated(device)" in ported
+    assert "get_accelerator().synchronize(rank)" in ported
+    assert "get_accelerator().synchronize(device_index=rank)" in ported
+    assert "get_accelerator().synchronize()\n" in ported
+    assert "get_accelerator().synchronize(None)" in ported
+    assert "b = get_accelerator().memory_allocated(0)" in ported
+    assert "c = torch.cuda.is_bf16_supported(including_emulation=False)" in ported
+    assert "d = get_accelerator().is_bf16_supported()" in ported
+    assert "get_accelerator().set_rng_state(new_state=state, device_index=rank)" in ported
+    assert _manual_lines(source) == [4, 5, 11]
+    # What was rewritten runs on the CPU backend.
+    runnable = "\n".join(
+        line for line in ported.splitlines()
+        if "torch.cuda" not in line and "return" not in line and "def " not in line
+    )  # fmt: skip
+    exec(textwrap.dedent(runnable.replace("\n    ", "\n")), {"rank": 0})
