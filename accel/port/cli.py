@@ -37,20 +37,36 @@ class Skipped(Exception):
     """A path that is not ported, with the reason (reported, not fatal)."""
 
 
-def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped]:
+@dataclass(frozen=True)
+class NotWalked:
+    """A path a directory walk leaves out on purpose (a link, a virtual environment, a
+    hidden directory): reported on stderr, not an error."""
+
+    reason: str
+
+
+# Directory names a walk does not enter: installed packages and tool caches are not the
+# project's code (a virtual environment is also recognised by its pyvenv.cfg).
+_NOT_WALKED = frozenset({"site-packages", "dist-packages", "__pycache__", "node_modules"})
+
+
+def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped | NotWalked]:
     """The ``.py`` files named or found under ``paths``; a ``Skipped`` for each that is not.
 
     Directories are walked without following symbolic links (a link could lead out of
-    the tree, or loop); links found there are skipped and reported. A link named on the
-    command line is ported at its target.
+    the tree, or loop) and without entering hidden directories (``.git``, ``.venv``),
+    virtual environments (a ``pyvenv.cfg``) or ``site-packages``, ``dist-packages``,
+    ``__pycache__`` and ``node_modules``: each is reported, not an error. A link named on
+    the command line is ported at its target.
 
     Args:
         paths: Files and directories, as named on the command line.
 
     Yields:
         Each file to port (a directory's in sorted walk order); a :class:`Skipped` for a
-        name that is neither a file nor a directory, and for each symbolic link to a
-        directory or ``.py`` file found in a directory.
+        name that is neither a file nor a directory; a :class:`NotWalked` for each
+        symbolic link to a directory or ``.py`` file, and each directory, left out of a
+        walk.
     """
     for name in paths:
         path = Path(name)
@@ -62,19 +78,25 @@ def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped]:
             yield Skipped(f"{name}: no such file or directory")
 
 
-def _walk(root: Path) -> Iterator[Path | Skipped]:
-    found: list[Path | Skipped] = []
+def _walk(root: Path) -> Iterator[Path | NotWalked]:
+    found: list[Path | NotWalked] = []
     for directory, subdirectories, files in os.walk(root, followlinks=False):
-        subdirectories.sort()
-        for name in subdirectories:
-            if os.path.islink(os.path.join(directory, name)):
-                found.append(Skipped(f"{Path(directory, name)}: symbolic link not followed"))
+        entered = []
+        for name in sorted(subdirectories):
+            path = Path(directory, name)
+            if path.is_symlink():
+                found.append(NotWalked(f"{path}: symbolic link not followed"))
+            elif name.startswith(".") or name in _NOT_WALKED or (path / "pyvenv.cfg").is_file():
+                found.append(NotWalked(f"{path}: not walked (hidden, or installed packages)"))
+            else:
+                entered.append(name)
+        subdirectories[:] = entered
         for name in sorted(files):
             path = Path(directory, name)
             if not name.endswith(".py"):
                 continue
             if path.is_symlink():
-                found.append(Skipped(f"{path}: symbolic link not followed"))
+                found.append(NotWalked(f"{path}: symbolic link not followed"))
             else:
                 found.append(path)
     yield from found
@@ -174,6 +196,9 @@ def run(
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     status = 0
     for path in python_files(paths):
+        if isinstance(path, NotWalked):
+            print(path.reason, file=sys.stderr)
+            continue
         try:
             if isinstance(path, Skipped):
                 raise path
