@@ -73,6 +73,8 @@ class ModuleFacts:
     lines: set[int] = field(default_factory=set[int])
     """Lines holding an int device position or a DDP call: worth parsing though they may
     not mention "cuda"."""
+    syntax_error: SyntaxError | None = None
+    """Python's own error where the module does not parse (it is then not ported)."""
 
     def local_name(self, name: str) -> str:
         """What the ported module calls accel's ``name`` by: ``name`` itself, or where the
@@ -101,7 +103,8 @@ class ModuleFacts:
 
 
 def analyse(source: str) -> ModuleFacts:
-    """The facts of ``source``; empty (local rules only) if too large or unparsable.
+    """The facts of ``source``; empty (local rules only) if too large or unparsable, with
+    Python's own ``SyntaxError`` where it does not parse.
 
     Args:
         source: A module's source text.
@@ -114,7 +117,9 @@ def analyse(source: str) -> ModuleFacts:
         return ModuleFacts()
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except SyntaxError as error:
+        return ModuleFacts(syntax_error=error)
+    except (ValueError, RecursionError, MemoryError):
         return ModuleFacts()  # the rewriter reports the problem with its own position
     facts = ModuleFacts(torch_names=set(), bound_names=set())
     try:

@@ -20,7 +20,7 @@ from libcst.metadata import MetadataWrapper
 
 from accel.port.facts import ModuleFacts, analyse
 from accel.port.rules import RULES, Finding, PortTransformer
-from accel.port.split import Chunk, top_level_chunks, with_import
+from accel.port.split import Chunk, SourceError, top_level_chunks, with_import
 
 __all__ = ["MAX_LINE_TOKENS", "RULES", "Finding", "PortError", "PortResult", "port_source"]
 
@@ -64,6 +64,13 @@ class PortError(ValueError):
     """A statement the rewriter cannot process; the message names its line."""
 
 
+def _at_pythons_position(error: SyntaxError | None) -> PortError | None:
+    """``error`` (Python's own) as a :class:`PortError` naming its line, or None."""
+    if error is None or error.lineno is None:
+        return None
+    return PortError(f"line {error.lineno}: {error.msg} (Python cannot run this file)")
+
+
 def port_source(source: str) -> PortResult:
     """Port one module's source text.
 
@@ -79,17 +86,32 @@ def port_source(source: str) -> PortResult:
     Raises:
         SourceError: The source does not tokenize, or nests brackets or indentation deeper
             than CPython compiles (a ``ValueError``; the message names the line).
-        PortError: A statement a rule may match has a syntax error, a logical line of more
-            than ``MAX_LINE_TOKENS`` tokens, or an expression nested deeper than the
-            rewriter parses safely (a ``ValueError``; the message names the line).
+        PortError: The module has a syntax error (Python's own, naming its line; a module
+            over ``ANALYSIS_LIMIT`` characters is not parsed whole, and only the statements
+            a rule may match are checked), a logical line of more than ``MAX_LINE_TOKENS``
+            tokens, or an expression nested deeper than the rewriter parses safely (a
+            ``ValueError``; the message names the line).
     """
     if "\r" in source and "\n" not in source:
         # Old Mac line ends: Python reads them as line ends, the tokenizer and libcst do
         # not. Port the text with "\n" and give the file its own line ends back.
         result = port_source(source.replace("\r", "\n"))
         return PortResult(result.source.replace("\n", "\r"), result.findings)
-    chunks = top_level_chunks(source)
     facts = analyse(source)
+    try:
+        chunks = top_level_chunks(source)
+    except SourceError as error:
+        # The tokenizer stops where a bracket or a string is still open (often the end of
+        # the file); Python's own parser names where the error is.
+        found = facts.syntax_error
+        if found is None or found.lineno is None:
+            raise
+        raise SourceError(found.lineno, found.msg) from error
+    if facts.syntax_error is not None:
+        # Python would not run it: ported, the statements that parse would hide that.
+        raise _at_pythons_position(facts.syntax_error) or PortError(
+            f"a syntax error: {facts.syntax_error}"
+        )
     triggers = TRIGGERS + facts.triggers
     pieces: list[str] = []
     findings: list[Finding] = []

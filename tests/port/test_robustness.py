@@ -316,3 +316,28 @@ def test_a_file_with_several_hard_links_is_left_alone(
     assert (
         path.read_text() == (tmp_path / "other_name.py").read_text() == "import torch\n" + CUDA_LINE
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        # A syntax error in a statement no rule looks at: the file was "ported" (exit 0),
+        # the statements around it rewritten, with the import under an alias.
+        ("import torch\nx = = 1\n" + CUDA_LINE, "PortError: line 2: invalid syntax"),
+        ('import torch\nprint "hello"\n' + CUDA_LINE, "PortError: line 2: Missing parentheses"),
+        ("import torch\nif True:\n\tx = 1\n        " + CUDA_LINE,
+         "PortError: line 4: inconsistent use of tabs and spaces"),
+        # Lines the tokenizer gave: the end of the file, past it, or the next statement.
+        ("import torch\n\n\ndef f():\n    x = 1\n    y = (2,\n    " + CUDA_LINE + "    return x +* y\n",
+         "SourceError: line 6: '(' was never closed"),
+        ("import torch\n\n\ndef f(:\n    " + CUDA_LINE, "SourceError: line 4: invalid syntax"),
+    ],
+    ids=["assignment", "python2-print", "tabs-and-spaces", "unclosed-bracket", "bad-signature"],
+)  # fmt: skip
+def test_a_file_python_cannot_parse_is_refused_at_pythons_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, message: str
+) -> None:
+    path = _write(tmp_path, "broken.py", source)
+    assert main(["port", str(path)]) == 2
+    assert path.read_text() == source
+    assert f"{path}: cannot be ported: {message}" in capsys.readouterr().err

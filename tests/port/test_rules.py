@@ -207,7 +207,7 @@ def test_cli_reports_unparsable_and_missing_files(
 ) -> None:
     broken = _write(tmp_path, "broken.py", "def f(:\n")
     assert main(["port", str(broken)]) == 2
-    assert f"{broken}: cannot be ported: SourceError: line 2: does not tokenize" in (
+    assert f"{broken}: cannot be ported: SourceError: line 1: invalid syntax" in (
         capsys.readouterr().err
     )
     assert main(["port", str(tmp_path / "absent.py")]) == 2
