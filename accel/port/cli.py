@@ -81,7 +81,7 @@ def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped | NotWalked]:
 def _walk(root: Path) -> Iterator[Path | NotWalked]:
     found: list[Path | NotWalked] = []
     for directory, subdirectories, files in os.walk(root, followlinks=False):
-        entered = []
+        entered: list[str] = []
         for name in sorted(subdirectories):
             path = Path(directory, name)
             if path.is_symlink():

@@ -64,6 +64,9 @@ _EQUAL = cst.AssignEqual(
 # Text that ends in a device type "cuda:" (not "xcuda:"), which an index completes.
 _CUDA_PREFIX = re.compile(r"(?<!\w)cuda:$")
 # Strings that make "cuda:<index>" of one argument with % or str.format.
+# Code that names CUDA: a string with "cuda" in it, torch.cuda, or the name cuda (not a
+# name that merely contains it, such as use_cuda, nor an attribute such as args.cuda).
+_NAMES_CUDA = re.compile(r"""["'][^"'\n]*\bcuda|\btorch\.cuda\b|(?<![\w.])cuda\b""")
 
 # torch.cuda functions with the same name and meaning on every accel backend.
 DIRECT = frozenset({
@@ -203,6 +206,7 @@ class PortTransformer(cst.CSTTransformer):
         self.facts = facts or ModuleFacts()
         self.scope: list[str] = []
         self._called: set[int] = set()  # ids of the func nodes of calls
+        self._owners: set[int] = set()  # ids of the nodes whose attribute is read
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -308,6 +312,8 @@ class PortTransformer(cst.CSTTransformer):
             self.scope.append(node.name.value)
         if isinstance(node, cst.Call):
             self._called.add(id(node.func))  # torch.cuda.<name> here is called, not passed
+        if isinstance(node, cst.Attribute):
+            self._owners.add(id(node.value))  # torch.cuda.nvtx.<name>: nvtx is an owner
         return super().on_visit(node)
 
     @override
@@ -548,7 +554,7 @@ class PortTransformer(cst.CSTTransformer):
         ``torch.device("cuda", r)``... A person makes it ``get_accelerator().device_name(i)``
         with ``i`` an int. ``now`` is the node as the inner rules left it, where they
         rewrote part of it (``f"cuda:{torch.cuda.current_device()}"``)."""
-        if "cuda" in cst.Module([]).code_for_node(now or node):
+        if _NAMES_CUDA.search(cst.Module([]).code_for_node(now or node)):
             self._manual(node, "this names a CUDA device in a way accel port cannot prove "
                          "is one index; use get_accelerator().device_name(i) with i an int")  # fmt: skip
 
@@ -981,6 +987,17 @@ class PortTransformer(cst.CSTTransformer):
             return self._accelerator_call("default_generator", [cst.Arg(index)])
         return updated_node
 
+    def _note_nvtx_member(self, node: cst.Attribute) -> None:
+        """Report ``torch.cuda.nvtx.<name>`` where its call is not rewritten: a member accel
+        has no equivalent of (``range``, ``mark``), or ``range_push/pop`` not called."""
+        name = node.attr.value
+        if name not in NVTX:
+            self._manual(node, f"torch.cuda.nvtx.{name} has no accel equivalent (ProfilerAPI "
+                         "has range_push/range_pop); left as it is")  # fmt: skip
+        elif id(node) not in self._called:
+            self._manual(node, f"torch.cuda.nvtx.{name} is referenced, not called: use "
+                         f"get_accelerator().{name} (ProfilerAPI)")  # fmt: skip
+
     @override
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
@@ -997,12 +1014,24 @@ class PortTransformer(cst.CSTTransformer):
             self._manual(original_node, ".is_cuda guards CUDA-only code as often as it asks "
                          "where a tensor is: use get_accelerator().on_accelerator(t) where the "
                          "code behind it runs on every accelerator (the CPU backend's included)")  # fmt: skip
+        owner = original_node.value
+        if (
+            isinstance(owner, cst.Attribute)
+            and owner.attr.value == "nvtx"
+            and self._is_torch_cuda(owner.value)
+        ):
+            self._note_nvtx_member(original_node)
         if self._is_torch_cuda(original_node.value):
             name = original_node.attr.value
             if name in GRAPH_NAMES:
                 self._manual(original_node, f"torch.cuda.{name}: {GRAPH_ADVICE}")
+            elif name == "nvtx":
+                if id(original_node) not in self._owners:
+                    self._manual(
+                        original_node, "torch.cuda.nvtx is referenced: use "
+                        "get_accelerator().range_push/range_pop (ProfilerAPI)",
+                    )  # fmt: skip
             elif name not in DIRECT | STREAM_NAMES | FUNCTIONS.keys() and name not in (
-                "nvtx",
                 "default_generators",
             ):
                 self._manual(

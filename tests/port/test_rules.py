@@ -1014,3 +1014,36 @@ def test_a_torch_device_argument_becomes_an_index_or_is_reported() -> None:
         if "torch.cuda" not in line and "return" not in line and "def " not in line
     )  # fmt: skip
     exec(textwrap.dedent(runnable.replace("\n    ", "\n")), {"rank": 0})
+
+
+def test_nvtx_calls_are_rewritten_once_and_the_rest_of_nvtx_reported() -> None:
+    # Each ported range_push/pop was also reported as "torch.cuda.nvtx is referenced, not
+    # called: use get_accelerator().nvtx" (no such member), so --strict could never pass;
+    # torch.cuda.nvtx.range(...) was left unreported.
+    source = """
+        import torch
+        torch.cuda.nvtx.range_push("step")
+        torch.cuda.nvtx.range_pop()
+        with torch.cuda.nvtx.range("x"):
+            pass
+        push = torch.cuda.nvtx.range_push
+        """
+    ported = _ported(source)
+    assert 'get_accelerator().range_push("step")' in ported
+    assert "get_accelerator().range_pop()" in ported
+    assert _manual_lines(source) == [5, 7]
+
+
+def test_a_name_that_merely_contains_cuda_is_not_a_cuda_device() -> None:
+    # use_cuda in a ported device position was reported as naming a CUDA device, so the
+    # ported mnist example could never pass --check --strict.
+    source = """
+        import torch
+        use_cuda = torch.cuda.is_available()
+        device = torch.device("cuda" if use_cuda else "cpu")
+        a = torch.zeros(1, device="cpu" if not use_cuda else "cuda:0")
+        """
+    ported = _ported(source)
+    assert 'torch.device(get_accelerator().device_name() if use_cuda else "cpu")' in ported
+    assert _manual_lines(source) == []
+    assert _manual_lines(ported) == []
