@@ -20,6 +20,7 @@ and the member where no honest answer exists.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -77,29 +78,39 @@ def _lacks(acc: Accelerator, member: str, protocol: type, reason: str) -> Capabi
     return capability_error(type(acc).__name__, member, protocol.__name__, "", reason, acc)
 
 
+def _no_device(device: object) -> bool:
+    """Whether ``device`` is a negative ``int``, which torch's device selection takes as
+    "leave the current device" (``torch.cuda.set_device(-1)``, ``torch.accelerator.
+    set_device_index(-1)``, ``torch.cuda.device(-1)``: Megatron's RNG code passes it)."""
+    return isinstance(device, int) and not isinstance(device, bool) and device < 0
+
+
 def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> None:
-    """Make ``device`` current.
+    """Make ``device`` current; a negative index does nothing, as in torch.
 
     On devices whose names carry no index (the CPU), a name without one names every device
     slot and leaves the current one as it is; elsewhere it is a ``ValueError``. The
-    backend's ``set_device`` receives the index as an ``int``, which every backend takes.
+    backend's ``set_device`` receives the index as an ``int``, which every backend takes
+    (and which its own ``set_device`` refuses when negative).
 
     Args:
         device: An index, ``"<type>:<index>"`` or a ``torch.device``.
 
     Raises:
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
-        ValueError: ``device`` is negative, an unparsable string, a device of another type,
-            or a name without an index where names carry one; or the backend's
-            ``set_device`` refuses the index (the built-in ones: past ``device_count()``).
+        ValueError: ``device`` is an unparsable string, a device of another type, or a name
+            without an index where names carry one; or the backend's ``set_device`` refuses
+            the index (the built-in ones: past ``device_count()``).
     """
-    select_device(_resolve(accelerator), device)
+    if not _no_device(device):
+        select_device(_resolve(accelerator), device)
 
 
 def device_index(
-    device: DeviceLike, accelerator: Accelerator | None = None
+    device: DeviceLike | None, accelerator: Accelerator | None = None
 ) -> AbstractContextManager[None]:
     """Make ``device`` current inside a ``with`` block; the previous device comes back after.
+    ``None`` or a negative index leaves the current device, as in torch.
 
     Args:
         device: An index, ``"<type>:<index>"`` or a ``torch.device``.
@@ -108,6 +119,8 @@ def device_index(
         The context manager. ``device`` is checked when the block is entered, and raises
         there what :func:`set_device` raises.
     """
+    if device is None or _no_device(device):
+        return contextlib.nullcontext()
     return device_scope(_resolve(accelerator), device)
 
 
@@ -265,7 +278,7 @@ def set_device_index(device: DeviceLike, accelerator: Accelerator | None = None)
 
     Raises:
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
-        ValueError: What :func:`set_device` raises (a negative index, one at or beyond
+        ValueError: What :func:`set_device` raises (an index at or beyond
             ``device_count()`` on the built-in backends, a device of another type).
     """
     set_device(device, accelerator)

@@ -131,6 +131,17 @@ def test_the_functions_answer_as_torch_would_on_the_cpu(fresh_selection: None) -
     assert accel.current_device_index() == acc.current_device()
     accel.set_device_index(1)
     assert accel.current_device_index() == 1
+    # A negative index (and None, for the context manager) leaves the current device, as
+    # in torch.accelerator and torch.cuda; it was a ValueError (ported Megatron code, whose
+    # RNG helpers pass device=-1, failed).
+    accel.set_device_index(-1)
+    accel.set_device(-1)
+    for device in (-1, None):
+        with accel.device_index(device):
+            assert accel.current_device_index() == 1
+    assert accel.current_device_index() == 1
+    with pytest.raises(ValueError, match="non-negative"):
+        acc.set_device(-1)  # the protocol member keeps its contract
     assert accel.current_accelerator() == torch.device("cpu")
     assert accel.current_accelerator(check_available=True) == torch.device("cpu")
     dtypes = accel.get_device_capability()["supported_dtypes"]
