@@ -86,8 +86,9 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 @check(DeviceAPI, "device_name/set_device")
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
     """``device_name``, ``set_device`` and ``accel.set_device`` reject bad indices with an error
-    naming ``device_index``; on a backend that names its devices by index, ``set_device``
-    rejects ``device_count()`` too.
+    naming ``device_index`` (``accel.set_device`` takes a negative index as torch does: it
+    leaves the current device); on a backend that names its devices by index,
+    ``set_device`` rejects ``device_count()`` too.
     """
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
         raises(error, "device_index", functools.partial(ill_typed(acc).device_name, bad))
@@ -103,9 +104,10 @@ def bad_device_index_is_rejected(acc: Accelerator) -> None:
     for not_an_index in ("0", True, 1.0):
         raises((TypeError, ValueError), "device_index",
                functools.partial(ill_typed(acc).set_device, not_an_index))  # fmt: skip
-    # accel.set_device takes every form torch does, for every backend.
+    # accel.set_device takes every form torch does, for every backend (a negative index is
+    # torch's "leave the current device": functions.set_device does not reach the backend).
     wrong: tuple[tuple[object, type[Exception]], ...] = (
-        (-1, ValueError), ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
+        ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
         (True, TypeError), (1.0, TypeError),
     )  # fmt: skip
     for value, expected in wrong:
