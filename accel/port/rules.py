@@ -400,6 +400,32 @@ class PortTransformer(cst.CSTTransformer):
         return updated_node
 
     @override
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement:
+        # `if torch.cuda.is_available(): model.cuda(args.gpu)`: ported, the guard is true on
+        # every accelerator (the CPU backend's included), and the branch, still CUDA's own,
+        # would run where it did not. The guard stays until the branch is ported.
+        if updated_node.test is original_node.test:
+            return updated_node
+        guards = [
+            call for call in m.findall(original_node.test, m.Call(func=m.Attribute(attr=m.Name("is_available"))))
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+            and self._is_torch_cuda(call.func.value)
+        ]  # fmt: skip
+        code = cst.Module([]).code_for_node
+        body = code(updated_node.body) + (code(updated_node.orelse) if updated_node.orelse else "")
+        if not guards or not (_NAMES_CUDA.search(body) or ".cuda(" in body):
+            return updated_node
+        for guard in guards:
+            where = self._position(guard)
+            self.findings = [
+                f for f in self.findings if (f.line, f.column) != where or f.rule != "direct"
+            ]
+            self._manual(guard, "torch.cuda.is_available() guards code still written for CUDA: "
+                         "ported, the guard would be true on every accelerator (the CPU "
+                         "backend's included); port the branch, then the guard")  # fmt: skip
+        return updated_node.with_changes(test=original_node.test)
+
+    @override
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
         # `'cuda' if 'cuda' in device else 'cpu'`, the device type of a known device: on any
         # other accelerator it would say "cpu". torch.device(device).type is right on all.

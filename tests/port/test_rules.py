@@ -1047,3 +1047,26 @@ def test_a_name_that_merely_contains_cuda_is_not_a_cuda_device() -> None:
     assert 'torch.device(get_accelerator().device_name() if use_cuda else "cpu")' in ported
     assert _manual_lines(source) == []
     assert _manual_lines(ported) == []
+
+
+def test_an_availability_guard_stays_while_its_branch_is_cudas_own() -> None:
+    # Ported, `if torch.cuda.is_available(): model.cuda(args.gpu)` ran the CUDA-only branch
+    # on the CPU backend ("Torch not compiled with CUDA enabled").
+    source = """
+        import torch
+        def place(model, x, gpu):
+            if torch.cuda.is_available():
+                model.cuda(gpu)
+            if not torch.cuda.is_available():
+                pass
+            else:
+                x = x.cuda(gpu, non_blocking=True)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            return model, x
+        """
+    ported = _ported(source)
+    assert ported.count("if torch.cuda.is_available():") == 1
+    assert "if not torch.cuda.is_available():" in ported
+    assert "if get_accelerator().is_available():\n        get_accelerator().synchronize()" in ported
+    assert _manual_lines(source) == [4, 5, 6, 9]
