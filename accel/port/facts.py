@@ -12,8 +12,9 @@
   then provably a device (or backend) and may be rewritten;
 - where an ``int`` provably reaches a device position: a literal (``.to(0)``,
   ``map_location=0``), a variable whose every binding in its scope is an ``int`` literal,
-  ``int(...)``, ``range(...)``'s item or a parameter annotated ``int``, or ``self.x``
-  where every ``self.x = ...`` in the module assigns such a value. torch reads an int
+  ``int(...)``, ``range(...)``'s item or a parameter annotated ``int``, or ``self.x`` in
+  a class's methods where every ``self.x = ...`` in that class assigns such a value and
+  the class body binds no ``x`` itself. torch reads an int
   device as ``cuda:<int>``, which fails on every other device;
 - the calls of ``DistributedDataParallel`` (however it is imported) and their lines.
 
@@ -61,8 +62,11 @@ class ModuleFacts:
     int_device_uses: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
     """(scope of the use, name) of variables that are provably ``int`` where a device
     position uses them."""
-    int_attributes: set[str] = field(default_factory=set[str])
-    """``x`` of every ``self.x`` that is provably an ``int`` (see the module docstring)."""
+    int_attributes: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
+    """(class, ``x``) of every ``self.x`` that is provably an ``int`` in that class's methods
+    (see the module docstring)."""
+    class_scopes: set[Scope] = field(default_factory=set[Scope])
+    """The scope of every class the module defines (``("Trainer",)``)."""
     ddp_names: set[str] = field(default_factory=lambda: {DDP_NAME})
     """Names ``DistributedDataParallel`` is called by (``DDP`` after ``import ... as DDP``)."""
     bound_names: set[str] | None = None
@@ -187,6 +191,8 @@ class _Collector(ast.NodeVisitor):
         self.scope.append(name)
         self.kinds.append(kind)
         self.scope_kinds[self._current()] = list(self.kinds)
+        if kind == "class":
+            self.facts.class_scopes.add(self._current())
         if arguments is not None:
             every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
             for argument in every:
@@ -359,16 +365,20 @@ class _Collector(ast.NodeVisitor):
         return kinds == {"int"}
 
     def _resolve_ints(self) -> None:
-        stores: dict[str, list[tuple[Scope, ast.expr]]] = {}
+        # self.x is the class's: an attribute of one class says nothing of another's self.x
+        # (a property or class attribute of the same name there). A name the class body
+        # binds itself (a method, a property, a class attribute) is not provably an int.
+        stores: dict[tuple[Scope, str], list[tuple[Scope, ast.expr]]] = {}
         for scope, attribute, value in self.attribute_stores:
-            stores.setdefault(attribute, []).append((scope, value))
-        for attribute, values in stores.items():
-            if all(
+            owner = class_of(scope, self.facts.class_scopes)
+            stores.setdefault((owner, attribute), []).append((scope, value))
+        for (owner, attribute), values in stores.items():
+            if attribute not in self.assigned.get(owner, set()) and all(
                 _is_int_literal_or_call(value)
                 or (isinstance(value, ast.Name) and self._is_int_name(scope, value.id))
                 for scope, value in values
             ):
-                self.facts.int_attributes.add(attribute)
+                self.facts.int_attributes.add((owner, attribute))
         for scope, value, line in self.int_candidates:
             if _is_int_literal(value):
                 self.facts.lines.add(line)
@@ -379,9 +389,19 @@ class _Collector(ast.NodeVisitor):
                 isinstance(value, ast.Attribute)
                 and isinstance(value.value, ast.Name)
                 and value.value.id == "self"
-                and value.attr in self.facts.int_attributes
+                and (class_of(scope, self.facts.class_scopes), value.attr)
+                in self.facts.int_attributes
             ):
                 self.facts.lines.add(line)
+
+
+def class_of(scope: Scope, class_scopes: set[Scope]) -> Scope:
+    """The innermost class around ``scope`` (whose methods' ``self`` it is); ``()`` when
+    none is."""
+    for depth in range(len(scope), 0, -1):
+        if scope[:depth] in class_scopes:
+            return scope[:depth]
+    return ()
 
 
 def _is_int_literal(node: ast.expr) -> bool:

@@ -55,6 +55,7 @@ from accel.port.facts import (
     DEVICE_KEYWORDS,
     PERCENT_FORMATS,
     ModuleFacts,
+    class_of,
 )
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)
@@ -866,7 +867,8 @@ class PortTransformer(cst.CSTTransformer):
             isinstance(node, cst.Attribute)
             and isinstance(node.value, cst.Name)
             and node.value.value == "self"
-            and node.attr.value in self.facts.int_attributes
+            and (class_of(tuple(self.scope), self.facts.class_scopes), node.attr.value)
+            in self.facts.int_attributes
         )
 
     def _is_ddp(self, func: cst.BaseExpression) -> bool:

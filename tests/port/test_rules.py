@@ -1070,3 +1070,37 @@ def test_an_availability_guard_stays_while_its_branch_is_cudas_own() -> None:
     assert "if not torch.cuda.is_available():" in ported
     assert "if get_accelerator().is_available():\n        get_accelerator().synchronize()" in ported
     assert _manual_lines(source) == [4, 5, 6, 9]
+
+
+def test_an_int_attribute_is_one_classs_not_every_classs() -> None:
+    # self.device = local_rank in one class made another class's self.device (a property
+    # returning torch.device("cpu"), or a class attribute) an int: it became
+    # device_name(self.device), a TypeError.
+    source = """
+        import torch
+        class RankWorker:
+            def __init__(self, local_rank: int):
+                self.device = local_rank
+            def load(self, x):
+                return x.to(self.device)
+        class Evaluator:
+            @property
+            def device(self):
+                return torch.device("cpu")
+            def run(self, x):
+                return x.to(self.device)
+        class Config:
+            device = "cpu"
+            def __init__(self):
+                self.device = 0
+            def place(self, x):
+                return x.to(self.device)
+        """
+    ported = _ported(source)
+    assert "return x.to(get_accelerator().device_name(self.device))" in ported
+    assert ported.count("return x.to(self.device)") == 2
+    namespace: dict[str, object] = {}
+    exec(ported, namespace)
+    evaluator = namespace["Evaluator"]
+    assert callable(evaluator)
+    assert torch.equal(evaluator().run(torch.ones(2)), torch.ones(2))
