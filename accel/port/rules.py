@@ -65,6 +65,8 @@ _EQUAL = cst.AssignEqual(
 # Text that ends in a device type "cuda:" (not "xcuda:"), which an index completes.
 _CUDA_PREFIX = re.compile(r"(?<!\w)cuda:$")
 # Strings that make "cuda:<index>" of one argument with % or str.format.
+# A string that is a CUDA device ("cuda", "cuda:1") or a CUDA tensor type's name.
+_CUDA_STRING = re.compile(r"cuda(:\d+)?|torch\.cuda\.\w*Tensor")
 # Code that names CUDA: a string with "cuda" in it, torch.cuda, or the name cuda (not a
 # name that merely contains it, such as use_cuda, nor an attribute such as args.cuda).
 _NAMES_CUDA = re.compile(r"""["'][^"'\n]*\bcuda|\btorch\.cuda\b|(?<![\w.])cuda\b""")
@@ -208,6 +210,10 @@ class PortTransformer(cst.CSTTransformer):
         self.scope: list[str] = []
         self._called: set[int] = set()  # ids of the func nodes of calls
         self._owners: set[int] = set()  # ids of the nodes whose attribute is read
+        # 'cuda', 'cuda:N' and 'torch.cuda.*Tensor' strings seen: reported at the end where
+        # no rule took their line (a default, an attribute, a container: places the rules
+        # cannot prove hold a device).
+        self._cuda_strings: list[cst.SimpleString] = []
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -383,6 +389,30 @@ class PortTransformer(cst.CSTTransformer):
             updated_node.target, original_node.value, updated_node.value
         )
         return updated_node if replacement is None else updated_node.with_changes(value=replacement)
+
+    @override
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        value = node.evaluated_value
+        if isinstance(value, str) and _CUDA_STRING.fullmatch(value):
+            self._cuda_strings.append(node)
+
+    @override
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        taken = {finding.line for finding in self.findings}
+        for node in self._cuda_strings:
+            line, _ = self._position(node)
+            if line in taken:
+                continue  # rewritten, or reported, with what is around it
+            taken.add(line)
+            value = node.evaluated_value
+            if isinstance(value, str) and value.startswith("torch."):
+                self._manual(node, f"{value!r} is a CUDA tensor type: use the CPU type "
+                             "(torch.FloatTensor, ...) with device=get_accelerator().device_name()")  # fmt: skip
+            else:
+                self._manual(node, f"{value!r} is left as it is: accel port cannot prove it "
+                             "names a device here (a default, an attribute, a container); if "
+                             "it does, use get_accelerator().device_name()")  # fmt: skip
+        return updated_node
 
     @override
     def leave_Comparison(

@@ -131,7 +131,7 @@ def test_the_import_is_added_once_and_porting_is_idempotent(ported: str) -> None
 
 
 def test_code_without_cuda_is_untouched() -> None:
-    source = "import torch\nx = torch.ones(2, device='cpu')\nprint('cuda')\n"
+    source = "import torch\nx = torch.ones(2, device='cpu')\nprint('no cuda here')\n"
     result = port_source(source)
     assert result.source == source
     assert result.findings == []
@@ -1104,3 +1104,32 @@ def test_an_int_attribute_is_one_classs_not_every_classs() -> None:
     evaluator = namespace["Evaluator"]
     assert callable(evaluator)
     assert torch.equal(evaluator().run(torch.ones(2)), torch.ones(2))
+
+
+def test_a_cuda_string_no_rule_takes_is_reported() -> None:
+    # Left as they were with no finding, so --check --strict passed on code that still
+    # failed on the CPU ("Torch not compiled with CUDA enabled").
+    source = """
+        import torch
+        from dataclasses import dataclass
+        def make_batch(n, device="cuda"):
+            return torch.zeros(n, device=device)
+        @dataclass
+        class Config:
+            device: str = "cuda:0"
+        class Model:
+            def __init__(self):
+                self.device = "cuda"
+        devices = [torch.zeros(1, device=d) for d in ["cuda", "cpu"]]
+        torch.set_default_tensor_type("torch.cuda.FloatTensor")
+        x = torch.ones(2, device="cuda")
+        if x.device.type == "cuda":
+            pass
+        """
+    result = port_source(textwrap.dedent(source))
+    manual = {(f.line, f.message.split(" is ")[0]) for f in result.findings if not f.rewritten}
+    assert manual == {
+        (4, "'cuda'"), (8, "'cuda:0'"), (11, "'cuda'"), (12, "'cuda'"),
+        (13, "'torch.cuda.FloatTensor'"), (15, "a comparison with 'cuda'"),
+    }  # fmt: skip
+    assert "x = torch.ones(2, device=get_accelerator().device_name())" in result.source
