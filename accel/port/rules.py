@@ -635,7 +635,7 @@ class PortTransformer(cst.CSTTransformer):
             self._note(
                 original, f"torch.cuda.{name}() -> get_accelerator().{name}()", rule="direct"
             )
-            return self._accelerator_call(name, args)
+            return updated.with_changes(func=self._accelerator_call(name).func, args=args)
         owner = func.value
         if isinstance(owner, cst.Attribute) and self._is_torch_cuda(owner.value):
             if owner.attr.value == "nvtx" and name in NVTX:
@@ -643,7 +643,7 @@ class PortTransformer(cst.CSTTransformer):
                     original, f"torch.cuda.nvtx.{name}() -> get_accelerator().{name}() (ProfilerAPI)",
                     rule="nvtx",
                 )  # fmt: skip
-                return self._accelerator_call(name, updated.args)
+                return updated.with_changes(func=self._accelerator_call(name).func)
             if owner.attr.value == "amp" and name in ("GradScaler", "autocast"):
                 return self._rewrite_amp(original, updated, name)
         return None
@@ -711,7 +711,7 @@ class PortTransformer(cst.CSTTransformer):
         self.imports.add(function)
         local = self._accel_name(function)
         self._note(original, f"torch.cuda.{name}() -> accel's {function}()", rule="function")
-        return cst.Call(func=local, args=args)
+        return updated.with_changes(func=local, args=args)  # its parentheses' comments kept
 
     def _rewrite_amp(
         self, original: cst.Call, updated: cst.Call, name: str

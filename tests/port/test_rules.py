@@ -1133,3 +1133,22 @@ def test_a_cuda_string_no_rule_takes_is_reported() -> None:
         (13, "'torch.cuda.FloatTensor'"), (15, "a comparison with 'cuda'"),
     }  # fmt: skip
     assert "x = torch.ones(2, device=get_accelerator().device_name())" in result.source
+
+
+def test_comments_inside_a_rewritten_calls_parentheses_are_kept() -> None:
+    # The call was built anew: the comments after its "(" were lost.
+    source = """
+        import torch
+        torch.cuda.manual_seed_all(  # seed every GPU
+            1234,
+        )
+        torch.cuda.set_device(  # the local GPU
+            0
+        )
+        torch.cuda.nvtx.range_push(  # a range
+            "x")
+        """
+    ported = _ported(source)
+    for comment in ("# seed every GPU", "# the local GPU", "# a range"):
+        assert comment in ported
+    assert "get_accelerator().manual_seed_all(  # seed every GPU" in ported
