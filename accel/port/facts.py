@@ -396,8 +396,15 @@ class _Collector(ast.NodeVisitor):
 
 
 def class_of(scope: Scope, class_scopes: set[Scope]) -> Scope:
-    """The innermost class around ``scope`` (whose methods' ``self`` it is); ``()`` when
-    none is."""
+    """The innermost class around ``scope``: the class whose instance a method's ``self`` is.
+
+    Args:
+        scope: A scope of the module (``("Trainer", "step")``).
+        class_scopes: The module's classes (:attr:`ModuleFacts.class_scopes`).
+
+    Returns:
+        That class's scope (``("Trainer",)``), or ``()`` when no class encloses ``scope``.
+    """
     for depth in range(len(scope), 0, -1):
         if scope[:depth] in class_scopes:
             return scope[:depth]
