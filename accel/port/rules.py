@@ -404,14 +404,14 @@ class PortTransformer(cst.CSTTransformer):
             if line in taken:
                 continue  # rewritten, or reported, with what is around it
             taken.add(line)
-            value = node.evaluated_value
-            if isinstance(value, str) and value.startswith("torch."):
-                self._manual(node, f"{value!r} is a CUDA tensor type: use the CPU type "
-                             "(torch.FloatTensor, ...) with device=get_accelerator().device_name()")  # fmt: skip
-            else:
-                self._manual(node, f"{value!r} is left as it is: accel port cannot prove it "
-                             "names a device here (a default, an attribute, a container); if "
-                             "it does, use get_accelerator().device_name()")  # fmt: skip
+            value = str(node.evaluated_value)
+            advice = (
+                "is a CUDA tensor type: use the CPU type (torch.FloatTensor, ...) with "
+                "device=get_accelerator().device_name()" if value.startswith("torch.") else
+                "is left as it is: accel port cannot prove it names a device here (a default, "
+                "an attribute, a container); if it does, use get_accelerator().device_name()"
+            )  # fmt: skip
+            self._manual(node, f"{value!r} {advice}")
         return updated_node
 
     @override
