@@ -215,8 +215,12 @@ class Link:
         wait = () if timeout is None else (timedelta(seconds=timeout),)
         with released([send, receive]):
             sending = self.gloo.send([send], to, 0)
-            self.gloo.recv([receive], source, 0).wait(*wait)
-            sending.wait(*wait)
-            # The work holds ``send`` for as long as it lives: kept past here, it would make
-            # ``released`` wait its whole limit (1 s) on every exchange.
-            del sending
+            try:
+                self.gloo.recv([receive], source, 0).wait(*wait)
+                sending.wait(*wait)
+            finally:
+                # The work holds ``send`` (and the gloo context) for as long as it lives:
+                # kept past here, it would make ``released`` wait its whole limit (1 s) on
+                # every exchange, and, held by a raised error's traceback, keep the
+                # connections :meth:`close` drops open.
+                sending = None

@@ -45,9 +45,10 @@ class NotWalked:
     reason: str
 
 
-# Directory names a walk does not enter: installed packages and tool caches are not the
-# project's code (a virtual environment is also recognised by its pyvenv.cfg).
-_NOT_WALKED = frozenset({"site-packages", "dist-packages", "__pycache__", "node_modules"})
+# Directory names a walk does not enter: installed packages are not the project's code (a
+# virtual environment is also recognised by its pyvenv.cfg). __pycache__ holds no sources:
+# left out without a word.
+_INSTALLED = frozenset({"site-packages", "dist-packages", "node_modules"})
 
 
 def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped | NotWalked]:
@@ -55,8 +56,9 @@ def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped | NotWalked]:
 
     Directories are walked without following symbolic links (a link could lead out of
     the tree, or loop) and without entering hidden directories (``.git``, ``.venv``),
-    virtual environments (a ``pyvenv.cfg``) or ``site-packages``, ``dist-packages``,
-    ``__pycache__`` and ``node_modules``: each is reported, not an error. A link named on
+    virtual environments (a ``pyvenv.cfg``), ``site-packages``, ``dist-packages`` and
+    ``node_modules``: each is reported, not an error (``__pycache__``, which holds no
+    sources, is left out silently). A link named on
     the command line is ported at its target.
 
     Args:
@@ -86,8 +88,14 @@ def _walk(root: Path) -> Iterator[Path | NotWalked]:
             path = Path(directory, name)
             if path.is_symlink():
                 found.append(NotWalked(f"{path}: symbolic link not followed"))
-            elif name.startswith(".") or name in _NOT_WALKED or (path / "pyvenv.cfg").is_file():
-                found.append(NotWalked(f"{path}: not walked (hidden, or installed packages)"))
+            elif name == "__pycache__":
+                continue
+            elif name.startswith("."):
+                found.append(NotWalked(f"{path}: hidden directory not walked"))
+            elif (path / "pyvenv.cfg").is_file():
+                found.append(NotWalked(f"{path}: virtual environment not walked"))
+            elif name in _INSTALLED:
+                found.append(NotWalked(f"{path}: installed packages not walked"))
             else:
                 entered.append(name)
         subdirectories[:] = entered

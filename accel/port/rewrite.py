@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import bisect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -68,7 +69,10 @@ def _at_pythons_position(error: SyntaxError | None) -> PortError | None:
     """``error`` (Python's own) as a :class:`PortError` naming its line, or None."""
     if error is None or error.lineno is None:
         return None
-    return PortError(f"line {error.lineno}: {error.msg} (Python cannot run this file)")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return PortError(
+        f"line {error.lineno}: {error.msg} (neither Python {version} nor libcst parse it)"
+    )
 
 
 def port_source(source: str) -> PortResult:
@@ -107,17 +111,18 @@ def port_source(source: str) -> PortResult:
         if found is None or found.lineno is None:
             raise
         raise SourceError(found.lineno, found.msg) from error
-    if facts.syntax_error is not None:
-        # Python would not run it: ported, the statements that parse would hide that.
-        raise _at_pythons_position(facts.syntax_error) or PortError(
-            f"a syntax error: {facts.syntax_error}"
-        )
     triggers = TRIGGERS + facts.triggers
     pieces: list[str] = []
     findings: list[Finding] = []
     imports: set[str] = set()
     batch: list[Chunk] = []
     marked = sorted(facts.lines)
+    refused = facts.syntax_error
+    if refused is not None and refused.lineno is not None:
+        # The statement this Python refuses is parsed whatever it holds: libcst (whose
+        # grammar follows newer Pythons: `type X = int`) takes newer syntax, and a real
+        # syntax error is refused with Python's own line and message, never ported around.
+        marked = sorted({*marked, refused.lineno})
 
     def flush() -> None:
         if batch:
@@ -127,6 +132,39 @@ def port_source(source: str) -> PortResult:
             imports.update(batch_imports)
             batch.clear()
 
+    try:
+        _port_chunks(chunks, triggers, marked, batch, pieces, flush)
+    except PortError as failure:
+        if refused is None:
+            raise
+        raise _at_pythons_position(refused) or failure from failure
+    findings.sort(key=lambda f: (f.line, f.column))
+    ported = "".join(pieces)
+    call = f"{facts.local_name('get_accelerator')}()"
+    if ported.count(call) > source.count(call):
+        imports.add("get_accelerator")  # a rule wrote a call to it
+    if imports:
+        # Under an alias where the module binds the name itself (ModuleFacts.local_name).
+        specs = {
+            name if local == name else f"{name} as {local}"
+            for name, local in ((name, facts.local_name(name)) for name in imports)
+        }
+        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n", specs)
+        ported = "".join(pieces)
+    return PortResult(ported, findings)
+
+
+def _port_chunks(
+    chunks: list[Chunk],
+    triggers: tuple[str, ...],
+    marked: list[int],
+    batch: list[Chunk],
+    pieces: list[str],
+    flush: Callable[[], None],
+) -> None:
+    """Batch the chunks a rule may match (they hold a trigger or a marked line), after the
+    checks that keep libcst's parser safe, and copy the others to ``pieces`` as they are;
+    ``flush`` ports the batch into ``pieces``."""
     for chunk in chunks:
         if any(trigger in chunk.text for trigger in triggers) or _holds_a_line(chunk, marked):
             if chunk.longest > MAX_LINE_TOKENS:
@@ -143,20 +181,6 @@ def port_source(source: str) -> PortResult:
             flush()
             pieces.append(chunk.text)
     flush()
-    findings.sort(key=lambda f: (f.line, f.column))
-    ported = "".join(pieces)
-    call = f"{facts.local_name('get_accelerator')}()"
-    if ported.count(call) > source.count(call):
-        imports.add("get_accelerator")  # a rule wrote a call to it
-    if imports:
-        # Under an alias where the module binds the name itself (ModuleFacts.local_name).
-        specs = {
-            name if local == name else f"{name} as {local}"
-            for name, local in ((name, facts.local_name(name)) for name in imports)
-        }
-        pieces = with_import(pieces, "\r\n" if "\r\n" in source else "\n", specs)
-        ported = "".join(pieces)
-    return PortResult(ported, findings)
 
 
 def _holds_a_line(chunk: Chunk, marked: list[int]) -> bool:

@@ -67,9 +67,8 @@ _CUDA_PREFIX = re.compile(r"(?<!\w)cuda:$")
 # Strings that make "cuda:<index>" of one argument with % or str.format.
 # A string that is a CUDA device ("cuda", "cuda:1") or a CUDA tensor type's name.
 _CUDA_STRING = re.compile(r"cuda(:\d+)?|torch\.cuda\.\w*Tensor")
-# Code that names CUDA: a string with "cuda" in it, torch.cuda, or the name cuda (not a
-# name that merely contains it, such as use_cuda, nor an attribute such as args.cuda).
-_NAMES_CUDA = re.compile(r"""["'][^"'\n]*\bcuda|\btorch\.cuda\b|(?<![\w.])cuda\b""")
+# Text of a string (or an f-string's literal part) that names a CUDA device or type.
+_CUDA_TEXT = re.compile(r"cuda(:|$)|torch\.cuda\.")
 
 # torch.cuda functions with the same name and meaning on every accel backend.
 DIRECT = frozenset({
@@ -214,6 +213,7 @@ class PortTransformer(cst.CSTTransformer):
         # no rule took their line (a default, an attribute, a container: places the rules
         # cannot prove hold a device).
         self._cuda_strings: list[cst.SimpleString] = []
+        self._consumed: set[int] = set()  # ids of original nodes a rule took away
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -401,7 +401,7 @@ class PortTransformer(cst.CSTTransformer):
         taken = {finding.line for finding in self.findings}
         for node in self._cuda_strings:
             line, _ = self._position(node)
-            if line in taken:
+            if line in taken or id(node) in self._consumed:
                 continue  # rewritten, or reported, with what is around it
             taken.add(line)
             value = str(node.evaluated_value)
@@ -442,9 +442,8 @@ class PortTransformer(cst.CSTTransformer):
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
             and self._is_torch_cuda(call.func.value)
         ]  # fmt: skip
-        code = cst.Module([]).code_for_node
-        body = code(updated_node.body) + (code(updated_node.orelse) if updated_node.orelse else "")
-        if not guards or not (_NAMES_CUDA.search(body) or ".cuda(" in body):
+        branches = [updated_node.body, *([updated_node.orelse] if updated_node.orelse else [])]
+        if not guards or not any(self._names_cuda(branch) for branch in branches):
             return updated_node
         for guard in guards:
             where = self._position(guard)
@@ -454,7 +453,44 @@ class PortTransformer(cst.CSTTransformer):
             self._manual(guard, "torch.cuda.is_available() guards code still written for CUDA: "
                          "ported, the guard would be true on every accelerator (the CPU "
                          "backend's included); port the branch, then the guard")  # fmt: skip
-        return updated_node.with_changes(test=original_node.test)
+        # Only the guards go back; whatever else the test held stays ported.
+        ported_guard = m.Call(
+            func=m.Attribute(
+                value=m.Call(func=m.Name(self.facts.local_name("get_accelerator")), args=[]),
+                attr=m.Name("is_available"),
+            ),
+            args=[],
+        )
+        test = m.replace(updated_node.test, ported_guard, guards[0])
+        assert isinstance(test, cst.BaseExpression)
+        return updated_node.with_changes(test=test)
+
+    def _names_cuda(self, node: cst.CSTNode) -> bool:
+        """Whether ``node``, as the rules left it, still holds CUDA code: a string naming a
+        CUDA device or type (``'cuda'``, ``f'cuda:{r!s}'``, not ``'training on cuda'``),
+        ``torch.cuda``, the name ``cuda``, or a ``.cuda(...)`` call (``use_cuda`` and
+        ``args.cuda`` are not)."""
+        attribute_names: set[int] = set()
+        calls = {id(call.func) for call in m.findall(node, m.Call()) if isinstance(call, cst.Call)}
+        for found in m.findall(node, m.Attribute(attr=m.Name("cuda"))):
+            assert isinstance(found, cst.Attribute)
+            attribute_names.add(id(found.attr))
+            if id(found) in calls or self._is_torch_cuda(found):
+                return True
+        for found in m.findall(node, m.SimpleString() | m.FormattedStringText() | m.Name("cuda")):
+            if isinstance(found, cst.Name):
+                if id(found) not in attribute_names:
+                    return True
+                continue
+            if isinstance(found, cst.SimpleString):
+                text: object = found.evaluated_value
+            elif isinstance(found, cst.FormattedStringText):
+                text = found.value
+            else:
+                continue
+            if isinstance(text, str) and _CUDA_TEXT.match(text):
+                return True
+        return False
 
     @override
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
@@ -611,7 +647,7 @@ class PortTransformer(cst.CSTTransformer):
         ``torch.device("cuda", r)``... A person makes it ``get_accelerator().device_name(i)``
         with ``i`` an int. ``now`` is the node as the inner rules left it, where they
         rewrote part of it (``f"cuda:{torch.cuda.current_device()}"``)."""
-        if _NAMES_CUDA.search(cst.Module([]).code_for_node(now or node)):
+        if self._names_cuda(now or node):
             self._manual(node, "this names a CUDA device in a way accel port cannot prove "
                          "is one index; use get_accelerator().device_name(i) with i an int")  # fmt: skip
 
@@ -663,14 +699,14 @@ class PortTransformer(cst.CSTTransformer):
                 "get_accelerator().is_bf16_supported() takes no arguments: rewrite it by hand",
             )  # fmt: skip
             return None
+        if position is None:
+            return args
         if any(arg.star for arg in args):
             self._manual(
                 original, f"torch.cuda.{name}(*...): accel port cannot see the arguments, and "
                 f"get_accelerator().{name}() takes a device index where torch takes any device",
             )  # fmt: skip
             return None
-        if position is None:
-            return args
         found = next(
             (i for i, arg in enumerate(args) if arg.keyword is not None and arg.keyword.value == "device"),
             position if len(args) > position and args[position].keyword is None else None,
@@ -678,8 +714,14 @@ class PortTransformer(cst.CSTTransformer):
         if found is None:
             return args
         value = args[found].value
+        self._consumed.add(id(original.args[found].value))  # no stray 'cuda' left to report
         if isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda":
-            return args[:found] + args[found + 1 :]  # the current device: accel's default
+            # The current device: accel's default. The argument before it, now last, loses
+            # its comma.
+            kept = args[:found] + args[found + 1 :]
+            if found == len(args) - 1 and kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return kept
         index = self._device_index(value)
         if index is None and (self._is_int(value) or m.matches(value, m.Name("None"))):
             index = value

@@ -201,7 +201,8 @@ struct Span {
 // clashes with an earlier one exactly when it starts before the farthest end so far, of
 // every span if it is written, of the written ones if it is read.
 void require_disjoint(std::vector<Span> spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  // Stable: of two spans that start together, the one listed first is named first.
+  std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   const Span* farthest = nullptr;
   const Span* farthest_written = nullptr;
   for (const Span& span : spans) {

@@ -1152,3 +1152,36 @@ def test_comments_inside_a_rewritten_calls_parentheses_are_kept() -> None:
     for comment in ("# seed every GPU", "# the local GPU", "# a range"):
         assert comment in ported
     assert "get_accelerator().manual_seed_all(  # seed every GPU" in ported
+
+
+def test_a_kept_guard_keeps_the_rest_of_its_test_ported_and_log_text_is_no_cuda_code() -> None:
+    # The whole test went back, its other rewrites still reported and imported; a log line
+    # naming cuda kept a guard; a closing quote before `cuda_dev` read as a CUDA string.
+    source = """
+        import torch
+        def f(model, args, cuda_dev, pick):
+            if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+                model.cuda(args.gpu)
+            if torch.cuda.is_available():
+                print("training on cuda")
+            return torch.zeros(1, device=pick("a", cuda_dev))
+        """
+    ported = _ported(source)
+    assert "if torch.cuda.is_available() and get_accelerator().device_count() > 1:" in ported
+    assert 'if get_accelerator().is_available():\n        print("training on cuda")' in ported
+    assert _manual_lines(source) == [4, 5]
+
+
+def test_a_cuda_argument_a_rule_removed_is_not_reported_as_left() -> None:
+    # On a line of its own it was reported as "'cuda' is left as it is", so --strict failed.
+    source = """
+        import torch
+        torch.cuda.synchronize(
+            "cuda",
+        )
+        state = torch.cuda.get_rng_state()
+        torch.cuda.set_rng_state(state, "cuda")
+        """
+    ported = _ported(source)
+    assert "get_accelerator().set_rng_state(state)" in ported  # no comma left behind
+    assert _manual_lines(source) == []
