@@ -29,11 +29,12 @@ def named_ranks(
     the global ranks behind the node-local ranks the error names and the ranks of the
     link between nodes, after this rank left both levels.
 
-    A rank that fails on one level would otherwise leave the peers that wait for it on
-    the other waiting out their timeout: its node's segment is stopped (node peers are
-    told at once) and its links closed (a member waiting on one gets "Connection closed
-    by peer" at once). The group is unusable from then on; later calls raise, naming
-    this failure."""
+    A rank that fails on one level because of a peer (one that exited, stayed silent or
+    gave up) would otherwise leave the peers that wait for it on the other waiting out
+    their timeout: its node's segment is stopped (node peers are told at once) and its
+    links closed (a member waiting on one gets "Connection closed by peer" at once). The
+    group is unusable from then on; later calls raise, naming this failure. An error
+    every rank makes alike before any byte moves leaves the group usable."""
     try:
         collective(spanning, *args)
     except RuntimeError as error:
@@ -44,8 +45,25 @@ def named_ranks(
             f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
             f"are global ranks {list(spanning.node)}{across}]"
         )
-        _leave(spanning, message)
+        if _peer_failure(error):
+            _leave(spanning, message)
         raise RuntimeError(message) from error
+
+
+# What the errors of a peer that failed say (shared memory's and gloo's), as against an
+# error every rank makes alike before any byte moves (gloo's "Invalid scalar type" for a
+# dtype it does not sum), after which the group stays usable.
+_PEER_FAILURES = (
+    "exited", "imed out", "Connection closed", "Connection reset", "pair closure",
+    "left the collective", "gave up on it", "did not reach", "failed earlier",
+    "closed after an earlier failure",
+)  # fmt: skip
+
+
+def _peer_failure(error: RuntimeError) -> bool:
+    """Whether ``error`` says a peer exited, stayed silent or gave up (or this rank did)."""
+    text = str(error)
+    return any(marker in text for marker in _PEER_FAILURES)
 
 
 def _leave(spanning: Spanning, reason: str) -> None:

@@ -274,6 +274,14 @@ def _views() -> dict[str, bool]:
             outcome[f"{name} refuses expand"] = False
         except ValueError:
             outcome[f"{name} refuses expand"] = True
+    # A dtype gloo does not sum fails alike on every rank, and the group stays usable.
+    try:
+        comm.all_reduce_(torch.ones(8, dtype=torch.float8_e4m3fn))
+        outcome["float8 refused"] = False
+    except RuntimeError:
+        outcome["float8 refused"] = True
+    after = comm.all_reduce_(torch.ones(3))
+    outcome["usable after float8"] = bool(after.eq(world).all())
     return outcome
 
 
