@@ -31,8 +31,9 @@ warning and a call that does nothing, as with torch.distributed's own collective
 Conventions of every function here: ``group`` is the process group, ``None`` for the
 default (world) group; a collective's ``timeout`` is the seconds to wait for a silent peer,
 ``None`` (:data:`DEFAULT_TIMEOUT`) for the group's own timeout (where a collective runs on
-torch.distributed itself, with no segment or a tensor the segment does not take, the group's
-own timeout applies: torch.distributed takes none per call). Every collective raises
+torch.distributed itself, in a group on one node without a segment or with a tensor the
+segment does not take, or one rank per node, the group's own timeout applies:
+torch.distributed takes none per call). Every collective raises
 ``TypeError`` for a tensor argument that is not a ``torch.Tensor``, ``ValueError`` for a
 ``timeout`` that is not a number of seconds > 0, and ``RuntimeError`` when no process group
 is initialised, or when a peer exited or stayed silent for ``timeout`` seconds (the

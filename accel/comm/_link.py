@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
 class Members(Protocol):
     """The ranks of a group as accel's collectives use them: who they are, and the
-    synchronous gloo collectives accel falls back to."""
+    synchronous gloo collectives accel falls back to. Each collective takes ``timeout``,
+    the seconds to wait for a silent member (``None``: the group's own timeout) where the
+    members can honour one per call (a :class:`Link`; torch.distributed's calls take none).
+    """
 
     def size(self) -> int:
         """How many ranks."""
@@ -46,23 +49,31 @@ class Members(Protocol):
         """This process's rank among them (0 .. size - 1)."""
         ...
 
-    def all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
+    def all_reduce(
+        self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, *, timeout: float | None = None
+    ) -> None:
         """Reduce ``tensor`` in place over the members."""
         ...
 
-    def all_gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+    def all_gather(
+        self, outputs: list[torch.Tensor], tensor: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """Every member's ``tensor`` into ``outputs``, in member order."""
         ...
 
-    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
+    def all_gather_single(
+        self, output: torch.Tensor, tensor: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """Every member's ``tensor`` concatenated into ``output``, in member order."""
         ...
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor) -> None:
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """The sum of every member's ``input``; this member's block into ``output``."""
         ...
 
-    def broadcast(self, tensor: torch.Tensor, root: int) -> None:
+    def broadcast(self, tensor: torch.Tensor, root: int, *, timeout: float | None = None) -> None:
         """Member ``root``'s ``tensor`` to every member, in place."""
         ...
 
@@ -92,23 +103,34 @@ class TorchGroup:
         """This process's rank in the group."""
         return dist.get_rank(self.group)
 
-    def all_reduce(self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM) -> None:
+    # torch.distributed's collectives take no timeout per call: ``timeout`` is not used,
+    # and the group's own applies.
+
+    def all_reduce(
+        self, tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, *, timeout: float | None = None
+    ) -> None:
         """``dist.all_reduce`` on the group."""
         run_released(tdist.all_reduce, [tensor], self.group, tensor, op=op)
 
-    def all_gather(self, outputs: list[torch.Tensor], tensor: torch.Tensor) -> None:
+    def all_gather(
+        self, outputs: list[torch.Tensor], tensor: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """``dist.all_gather`` on the group."""
         run_released(tdist.all_gather, [tensor, *outputs], self.group, outputs, tensor)
 
-    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor) -> None:
+    def all_gather_single(
+        self, output: torch.Tensor, tensor: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """``dist.all_gather_into_tensor`` on the group."""
         run_released(tdist.all_gather_single, [output, tensor], self.group, output, tensor)
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor) -> None:
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, *, timeout: float | None = None
+    ) -> None:
         """``dist.reduce_scatter_tensor`` (``SUM``) on the group."""
         run_released(tdist.reduce_scatter_single, [output, input], self.group, output, input)
 
-    def broadcast(self, tensor: torch.Tensor, root: int) -> None:
+    def broadcast(self, tensor: torch.Tensor, root: int, *, timeout: float | None = None) -> None:
         """``dist.broadcast`` from the group's rank ``root``."""
         src = dist.get_global_rank(self.group, root) if self.group is not None else root
         run_released(tdist.broadcast, [tensor], self.group, tensor, src=src)
@@ -160,8 +182,8 @@ class Link:
         """The link rank of ``global_rank``."""
         return self.ranks.index(global_rank)
 
-    # Each call takes ``timeout``: the seconds to wait for a silent member, None for the
-    # link's own (its parent group's). gloo honours it per call, in its options.
+    # gloo honours each call's ``timeout`` (None: the link's own, its parent group's), in
+    # its options.
 
     def _run(
         self, tensors: list[torch.Tensor], call: str, options: Any, timeout: float | None,

@@ -27,7 +27,7 @@ def all_reduce(
 ) -> None:
     """Sum ``tensor`` across the members in place."""
     if shm is None:
-        members.all_reduce(tensor)
+        members.all_reduce(tensor, timeout=timeout)
     else:
         reduce(shm, tensor, shm.seconds(timeout))
 
@@ -49,7 +49,7 @@ def all_gather_into_tensor(
         eligible=eligible, timeout=shm.seconds(timeout),
     )  # fmt: skip
     if not done:
-        members.all_gather_single(output, tensor)
+        members.all_gather_single(output, tensor, timeout=timeout)
 
 
 def reduce_scatter_tensor(
@@ -72,7 +72,7 @@ def reduce_scatter_tensor(
         timeout=shm.seconds(timeout),
     )  # fmt: skip
     if not done:
-        members.reduce_scatter_single(output, input)
+        members.reduce_scatter_single(output, input, timeout=timeout)
 
 
 def _own_block_or_apart(output: torch.Tensor, input: torch.Tensor, rank: int) -> bool:
@@ -95,4 +95,4 @@ def broadcast(
         dtype=wire_code(tensor.dtype), root=root, eligible=eligible, timeout=shm.seconds(timeout),
     )  # fmt: skip
     if not done:
-        members.broadcast(tensor, root)
+        members.broadcast(tensor, root, timeout=timeout)

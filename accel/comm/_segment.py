@@ -540,7 +540,7 @@ def reduce(shm: ShmGroup, tensor: torch.Tensor, timeout: float) -> None:
         code if code is not None else wire_code(tensor.dtype), eligible, timeout,
     )  # fmt: skip
     if not done:  # some rank's tensor cannot use the segment: all ranks fall back
-        shm.members.all_reduce(work)
+        shm.members.all_reduce(work, timeout=timeout)
     if work is not tensor:
         write_back(tensor, work)
 
