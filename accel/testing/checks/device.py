@@ -118,7 +118,8 @@ def bad_device_index_is_rejected(acc: Accelerator) -> None:
 @check(DeviceAPI, "accel.set_device/accel.device_index")
 def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
     """``accel.set_device`` and ``accel.device_index`` select a device named by an index, a
-    string or a ``torch.device``; ``device_index`` restores the previous one after.
+    string or a ``torch.device``; ``device_index`` restores the previous one after; a
+    negative index (and ``device_index(None)``) leaves the current device, as in torch.
     """
     before = acc.current_device()
     indexed = acc.device_name(0) != acc.device_name()
@@ -139,6 +140,12 @@ def devices_are_selected_however_torch_names_them(acc: Accelerator) -> None:
                 f"inside device_index({device!r}), current_device() is {inside}, not {expected}"
             )
         assert acc.current_device() == start, f"device_index({device!r}) did not restore {start}"
+        # As in torch: a negative index, and device_index(None), leave the current device.
+        for nothing in (-1, None):
+            with functions.device_index(nothing, acc):
+                assert acc.current_device() == start, f"device_index({nothing!r}) changed it"
+        functions.set_device(-1, acc)
+        assert acc.current_device() == start, "accel.set_device(-1) changed the device"
         functions.set_device(device, acc)
         assert acc.current_device() == expected, f"set_device({device!r}) did not select {expected}"
 
