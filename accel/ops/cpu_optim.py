@@ -125,7 +125,13 @@ def _dense_cpu(tensor: object, kind: str, index: int, *, written: bool = True) -
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
     check_dense_cpu(tensor, what)
     if not tensor.is_contiguous():
-        raise ValueError(f"{what} must be contiguous (call .contiguous())")
+        if not written:
+            raise ValueError(f"{what} must be contiguous (call .contiguous())")
+        raise ValueError(
+            f"{what} must be contiguous: the step updates it in place, so a contiguous copy "
+            "would not do (a transposed or channels_last parameter: keep its module in "
+            "torch.contiguous_format, model.to(memory_format=torch.contiguous_format))"
+        )
     check_memory_holds_values(tensor, what)
     if written:
         check_writable(tensor, what)

@@ -60,7 +60,14 @@ class CPUOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__} does not implement"
                 )
         tensors = GroupTensors(states={name: [] for name in self.state_names})
+        seen: dict[int, int] = {}
         for param_index, param in enumerate(group["params"]):
+            first = seen.setdefault(id(param), param_index)
+            if first != param_index:  # it would be stepped twice, its states shared
+                raise ValueError(
+                    f"param_groups[{group_index}] lists one parameter twice (params[{first}] "
+                    f"and params[{param_index}])"
+                )
             if param.grad is None:
                 continue  # as torch.optim does: frozen or unused parameters are skipped
             state = self.state[param]

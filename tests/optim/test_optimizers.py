@@ -714,3 +714,22 @@ def test_a_non_contiguous_state_steps_as_its_contiguous_copy(
     assert torch.equal(ours, reference)
     for name in cls.state_names:
         assert torch.equal(our_state[name], reference_state[name]), name
+
+
+def test_a_parameter_listed_twice_and_a_transposed_one_are_named_as_such() -> None:
+    # The first was reported as "exp_avgs[0] and exp_avgs[1] overlap"; the second advised
+    # .contiguous(), which cannot help a parameter the step must update in place.
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    with pytest.warns(UserWarning, match="duplicate parameters"):  # torch's own warning
+        twice = CPUAdam([{"params": [param, param]}])
+    with pytest.raises(
+        ValueError, match=r"lists one parameter twice \(params\[0\] and params\[1\]\)"
+    ):
+        twice.step()
+    transposed = torch.nn.Parameter(torch.zeros(4, 2).t())
+    transposed.grad = torch.ones(2, 4)
+    with pytest.raises(
+        ValueError, match=r"params\[0\] must be contiguous: the step updates it in place"
+    ):
+        CPUAdam([transposed]).step()
