@@ -12,7 +12,8 @@
   then provably a device (or backend) and may be rewritten;
 - where an ``int`` provably reaches a device position: a literal (``.to(0)``,
   ``map_location=0``), a variable whose every binding in its scope is an ``int`` literal,
-  ``int(...)``, ``range(...)``'s item or a parameter annotated ``int``, or ``self.x`` in
+  ``int(...)``, ``x % <...>.device_count()``, ``range(...)``'s item or a parameter
+  annotated ``int``, or ``self.x`` in
   a class's methods where every ``self.x = ...`` in that class assigns such a value and
   the class body binds no ``x`` itself. torch reads an int
   device as ``cuda:<int>``, which fails on every other device;
@@ -418,7 +419,17 @@ def _is_int_literal(node: ast.expr) -> bool:
 
 
 def _is_int_literal_or_call(node: ast.expr) -> bool:
-    """An int literal or ``int(...)``: provably an int wherever it is assigned."""
+    """An int literal, ``int(...)``, or ``x % <...>.device_count()`` (the index of a rank's
+    device, as the DDP tutorial writes it): an int wherever it is assigned (``x % n`` with
+    ``n`` an int is an int unless ``x`` is a float, which no device position takes)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        divisor = node.right
+        return (
+            isinstance(divisor, ast.Call)
+            and isinstance(divisor.func, ast.Attribute)
+            and divisor.func.attr == "device_count"
+            and not divisor.args
+        )
     return _is_int_literal(node) or (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int"
     )

@@ -1185,3 +1185,20 @@ def test_a_cuda_argument_a_rule_removed_is_not_reported_as_left() -> None:
     ported = _ported(source)
     assert "get_accelerator().set_rng_state(state)" in ported  # no comma left behind
     assert _manual_lines(source) == []
+
+
+def test_a_ranks_device_index_modulo_the_device_count_is_an_int() -> None:
+    # The DDP tutorial's `device_id = rank % torch.cuda.device_count()`, then
+    # `.to(device_id)`: left as it was and unreported, the ported script failed on the CPU
+    # ("Cannot access accelerator device when none is available").
+    ported = _ported(
+        """
+        import torch
+        def demo(rank, model):
+            device_id = rank % torch.cuda.device_count()
+            return model.to(device_id), torch.ones(2).to(device_id)
+        """
+    )
+    assert "device_id = rank % get_accelerator().device_count()" in ported
+    assert "model.to(get_accelerator().device_name(device_id))" in ported
+    assert "torch.ones(2).to(get_accelerator().device_name(device_id))" in ported
