@@ -60,14 +60,7 @@ class CPUOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__} does not implement"
                 )
         tensors = GroupTensors(states={name: [] for name in self.state_names})
-        seen: dict[int, int] = {}
         for param_index, param in enumerate(group["params"]):
-            first = seen.setdefault(id(param), param_index)
-            if first != param_index:  # it would be stepped twice, its states shared
-                raise ValueError(
-                    f"param_groups[{group_index}] lists one parameter twice (params[{first}] "
-                    f"and params[{param_index}])"
-                )
             if param.grad is None:
                 continue  # as torch.optim does: frozen or unused parameters are skipped
             state = self.state[param]
@@ -129,6 +122,14 @@ class CPUOptimizer(torch.optim.Optimizer):
             try:
                 self._apply(group, tensors)
             except (TypeError, ValueError) as error:
+                # A parameter listed twice fails the kernels' overlap check (its states are
+                # one pair of tensors); looked for only then, off the step's hot path.
+                twice = _listed_twice(group["params"])
+                if twice is not None:
+                    raise ValueError(
+                        f"param_groups[{index}] lists one parameter twice (params[{twice[0]}] "
+                        f"and params[{twice[1]}])"
+                    ) from error
                 raise type(error)(f"param_groups[{index}]: {error}") from error
             _advance(tensors, self.state)
         return loss
@@ -170,6 +171,16 @@ class CPUOptimizer(torch.optim.Optimizer):
                     self.state[param][name] = value.detach().to(
                         param.device, torch.float32, copy=True
                     )
+
+
+def _listed_twice(params: list[torch.Tensor]) -> tuple[int, int] | None:
+    """The first two indices of one parameter listed twice in ``params``, or None."""
+    first: dict[int, int] = {}
+    for index, param in enumerate(params):
+        earlier = first.setdefault(id(param), index)
+        if earlier != index:
+            return earlier, index
+    return None
 
 
 def hyper(group: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
