@@ -15,7 +15,6 @@ Kept import-light: pytest loads it in every session of an environment with accel
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -119,18 +118,9 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{source}: backend {name.strip()!r} failed to start: {raised(error)}"
         ) from None
     accel.set_accelerator(started)
-    os.environ[BACKEND_ENV] = name.strip()
-    config.add_cleanup(_restore_env(BACKEND_ENV, inherited))
-
-
-def _restore_env(name: str, value: str | None) -> Callable[[], None]:
-    def restore() -> None:
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-    return restore
+    session_env = pytest.MonkeyPatch()  # undone when the session ends
+    session_env.setenv(BACKEND_ENV, name.strip())
+    config.add_cleanup(session_env.undo)
 
 
 @pytest.fixture(scope="session")
