@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from accel.comm._nodes import NODE_ENV, node_identity
 from accel.comm._spanning import placement
@@ -328,3 +329,27 @@ def test_a_killed_or_silent_rank_or_node_makes_every_survivor_raise(
         # With a silent peer, a call's own timeout (3 s) bounds the wait on either level.
         words = ("exited", "peer", "left the collective", "imed out")
         assert any(word in survivor["error"] for word in words), survivor
+
+
+def test_a_closed_link_names_the_failure_that_closed_it(tmp_path: Path) -> None:
+    # After a rank left a group's levels, later calls raise naming the first failure.
+    from datetime import timedelta
+
+    from accel.comm._link import Link
+
+    if dist.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        link = Link(store, "closed", (0,), timedelta(seconds=5).total_seconds())
+        total = torch.ones(2)
+        link.all_reduce(total, timeout=1.0)  # a timeout of its own per call
+        assert torch.equal(total, torch.ones(2))
+        link.close("rank 1 exited")
+        link.close("a later failure")  # the first reason stays
+        said = r"ranks \[0\] was closed after an earlier failure \(rank 1 exited\); create a new"
+        with pytest.raises(RuntimeError, match=said):
+            link.all_reduce(total)
+    finally:
+        dist.destroy_process_group()

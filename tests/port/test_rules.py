@@ -1008,6 +1008,14 @@ def test_a_torch_device_argument_becomes_an_index_or_is_reported() -> None:
     assert "d = get_accelerator().is_bf16_supported()" in ported
     assert "get_accelerator().set_rng_state(new_state=state, device_index=rank)" in ported
     assert _manual_lines(source) == [4, 5, 11]
+    starred = port_source(
+        "import torch\ntorch.cuda.synchronize(*where)\ntorch.cuda.manual_seed(*seed)\n"
+    )
+    assert "torch.cuda.synchronize(*where)" in starred.source  # a device may be in there
+    assert "get_accelerator().manual_seed(*seed)" in starred.source  # no device to convert
+    (reported,) = [f for f in starred.findings if not f.rewritten]
+    assert reported.line == 2
+    assert "accel port cannot see the arguments" in reported.message
     # What was rewritten runs on the CPU backend.
     runnable = "\n".join(
         line for line in ported.splitlines()
