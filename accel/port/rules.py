@@ -67,6 +67,8 @@ _CUDA_PREFIX = re.compile(r"(?<!\w)cuda:$")
 # Strings that make "cuda:<index>" of one argument with % or str.format.
 # A string that is a CUDA device ("cuda", "cuda:1") or a CUDA tensor type's name.
 _CUDA_STRING = re.compile(r"cuda(:\d+)?|torch\.cuda\.\w*Tensor")
+# NCCL, CUDA's collectives library, named where no rule proves a backend is expected.
+_NCCL_STRING = re.compile(r"nccl", re.IGNORECASE)
 # Text of a string (or an f-string's literal part) that names a CUDA device or type.
 _CUDA_TEXT = re.compile(r"cuda(:|$)|torch\.cuda\.")
 
@@ -99,6 +101,12 @@ GRAPH_NAMES = frozenset(
 GRAPH_ADVICE = (
     "no safe automatic rewrite; use get_accelerator().create_graph()/capture_to_graph()/"
     "replay_graph() behind `if isinstance(acc, GraphAPI)`"
+)
+
+# torch.cuda itself handed on as a value: what is called through it is not seen.
+_CUDA_MODULE_ADVICE = (
+    "{what} is used as a value (bound to a name, passed, returned): accel port does not "
+    "follow the calls made through it; use get_accelerator() in its place"
 )
 
 
@@ -319,6 +327,8 @@ class PortTransformer(cst.CSTTransformer):
             self.scope.append(node.name.value)
         if isinstance(node, cst.Call):
             self._called.add(id(node.func))  # torch.cuda.<name> here is called, not passed
+            if m.matches(node.func, m.Name("getattr") | m.Name("hasattr")) and node.args:
+                self._owners.add(id(node.args[0].value))  # a lookup on it, reported as one
         if isinstance(node, cst.Attribute):
             self._owners.add(id(node.value))  # torch.cuda.nvtx.<name>: nvtx is an owner
         return super().on_visit(node)
@@ -393,7 +403,9 @@ class PortTransformer(cst.CSTTransformer):
     @override
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         value = node.evaluated_value
-        if isinstance(value, str) and _CUDA_STRING.fullmatch(value):
+        if isinstance(value, str) and (
+            _CUDA_STRING.fullmatch(value) or _NCCL_STRING.fullmatch(value)
+        ):
             self._cuda_strings.append(node)
 
     @override
@@ -408,6 +420,10 @@ class PortTransformer(cst.CSTTransformer):
             advice = (
                 "is a CUDA tensor type: use the CPU type (torch.FloatTensor, ...) with "
                 "device=get_accelerator().device_name()" if value.startswith("torch.") else
+                "names NCCL, CUDA's collectives library, where accel port cannot prove a "
+                "backend is meant (an option's default, a comparison, a container); use "
+                "get_accelerator().communication_backend_name()" if _NCCL_STRING.fullmatch(value)
+                else
                 "is left as it is: accel port cannot prove it names a device here (a default, "
                 "an attribute, a container); if it does, use get_accelerator().device_name()"
             )  # fmt: skip
@@ -1039,8 +1055,17 @@ class PortTransformer(cst.CSTTransformer):
         return updated_node
 
     def _note_dynamic_lookup(self, call: cst.Call) -> None:
-        """``getattr(torch.cuda, name)``: which function runs is decided at run time."""
+        """``getattr(torch.cuda, name)``: which function runs is decided at run time;
+        ``getattr(torch, "cuda")`` hands out the module itself."""
         if (
+            isinstance(call.func, cst.Name)
+            and call.func.value == "getattr"
+            and len(call.args) >= 2
+            and self._is_torch(call.args[0].value)
+            and _literal(call.args[1].value) == "cuda"
+        ):
+            self._manual(call, _CUDA_MODULE_ADVICE.format(what='getattr(torch, "cuda")'))
+        elif (
             isinstance(call.func, cst.Name)
             and call.func.value in ("getattr", "hasattr")
             and call.args
@@ -1099,9 +1124,21 @@ class PortTransformer(cst.CSTTransformer):
                          f"get_accelerator().{name} (ProfilerAPI)")  # fmt: skip
 
     @override
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False  # `import torch.cuda` names the module; it is not a use of it
+
+    @override
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    @override
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
     ) -> cst.BaseExpression:
+        if self._is_torch_cuda(original_node) and id(original_node) not in self._owners:
+            # `cu = torch.cuda`, `f(torch.cuda)`: the calls made through the other name are
+            # out of every rule's sight.
+            self._manual(original_node, _CUDA_MODULE_ADVICE.format(what="torch.cuda"))
         if updated_node.attr.value == "is_cuda" and "is_cuda" in self.facts.own_methods:
             self._note_own_method(original_node, "is_cuda")
         elif updated_node.attr.value == "is_cuda" and not (

@@ -346,8 +346,23 @@ def test_explain_names_each_rule_and_strict_fails_on_manual_findings(
         "from torch.cuda import *\n",
         "f = getattr(torch.cuda, 'synchronize')\n",
         "from torch.cuda.amp import autocast\n",
+        "cu = torch.cuda\ncu.synchronize()\n",
+        "cu = getattr(torch, 'cuda')\n",
+        "def f(mod=torch.cuda):\n    mod.synchronize()\n",
+        "parser.add_argument('--backend', default='nccl')\n",
+        "use_nccl = dist.get_backend() == 'nccl'\n",
     ],
-    ids=["from-import-as", "star-import", "getattr", "submodule"],
+    ids=[
+        "from-import-as",
+        "star-import",
+        "getattr",
+        "submodule",
+        "module-bound",
+        "module-looked-up",
+        "module-passed",
+        "nccl-default",
+        "nccl-compared",
+    ],
 )
 def test_cuda_names_bound_or_looked_up_by_name_are_reported(
     tmp_path: Path, line: str, capsys: pytest.CaptureFixture[str]
@@ -357,6 +372,15 @@ def test_cuda_names_bound_or_looked_up_by_name_are_reported(
     assert main(["port", "--check", "--strict", str(path)]) == 1
     out = capsys.readouterr().out
     assert f"{path}:2:" in out, out
+
+
+def test_importing_torch_cuda_and_calling_through_it_are_not_uses_of_the_module() -> None:
+    source = (
+        "import torch.cuda\nimport torch.cuda as tc\ntorch.cuda.synchronize()\ntc.empty_cache()\n"
+    )
+    result = port_source(source)
+    assert [f for f in result.findings if not f.rewritten] == []
+    assert "get_accelerator().synchronize()" in result.source
 
 
 CUSTOM_TYPES = """\
