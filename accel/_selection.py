@@ -211,6 +211,15 @@ def _choose() -> Selection:
 def _start(name: str, backend: type[Accelerator]) -> Accelerator:
     _starting.name = name
     try:
-        return backend()
+        accelerator = backend()
+        # A constructor may return an instance of another class (one composed for the
+        # device): what it returns is held to what set_accelerator() holds an instance to.
+        missing = missing_members(accelerator)
+        if missing:
+            raise TypeError(
+                f"{backend.__qualname__}() returned {type(accelerator).__qualname__}, which does "
+                f"not satisfy accel.Accelerator; missing or not callable: {', '.join(missing)}"
+            )
+        return accelerator
     finally:
         _starting.name = None

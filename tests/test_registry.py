@@ -158,6 +158,25 @@ def test_plugin_whose_constructor_raises_gives_way_to_the_next_backend(
         accel.get_accelerator()
 
 
+@pytest.mark.parametrize("made", ["None", "object()"])
+def test_plugin_whose_constructor_returns_no_backend_gives_way_to_the_next(
+    monkeypatch: pytest.MonkeyPatch, install: Installer, made: str
+) -> None:
+    # get_accelerator() returned what __new__ made: None, or a bare object.
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    source = GOOD_PLUGIN + f"\n    def __new__(cls):\n        return {made}\n"
+    install("newdist", {"fast": "new_plugin:Fast"}, {"new_plugin": source})
+    assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    said = accel.current_selection().failed_to_start["fast"]
+    returned = "NoneType" if made == "None" else "object"
+    assert said.startswith(f"TypeError: Fast() returned {returned}, which does not satisfy "
+                           "accel.Accelerator; missing or not callable: "), said  # fmt: skip
+    monkeypatch.setenv("ACCEL_BACKEND", "fast")
+    accel.reset_accelerator()
+    with pytest.raises(RuntimeError, match=r"backend 'fast' .* failed to start: TypeError: Fast"):
+        accel.get_accelerator()
+
+
 def test_malformed_plugin_classes_are_rejected_with_the_problem(install: Installer) -> None:
     odd = GOOD_PLUGIN + (
         "\nINSTANCE = Fast()\n"
