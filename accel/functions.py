@@ -5,12 +5,13 @@ raises: ``RuntimeError`` where no backend can be selected). A ``device_index`` i
 ``"<type>:<index>"`` or a ``torch.device``, ``None`` for the current device: ``TypeError``
 where it is none of those (a ``bool`` is not an index), ``ValueError`` where it is negative,
 an unparsable string or a device of another type. A function documents these two
-parameters only where it differs. They are how
-callers use the members added to the protocols after the first release (and the device
-arguments ``DistributedDataParallel`` wants, which differ by device type): a backend that
-has such a member is asked through it, and one written before it gets an honest answer
-built from the core :class:`~accel.Accelerator` members, or an error naming the backend
-and the member where no honest answer exists.
+parameters only where it differs. They are ``torch.accelerator``'s names, each taking a
+device as torch's does (the protocols' members take an index), and how callers use the
+members added to the protocols after the first release (and the device arguments
+``DistributedDataParallel`` wants, which differ by device type): a backend that has such a
+member is asked through it, and one written before it gets an honest answer built from the
+core :class:`~accel.Accelerator` members, or an error naming the backend and the member
+where no honest answer exists.
 
     import accel
     accel.set_device("cuda:1")
@@ -39,7 +40,9 @@ from accel.protocols import (
     ForkRNGAPI,
     HostCacheAPI,
     MemoryInfoAPI,
+    MemoryStatsAPI,
     SetStreamAPI,
+    StreamAPI,
 )
 from accel.protocols._unsupported import CapabilityError, capability_error
 
@@ -49,19 +52,30 @@ if TYPE_CHECKING:
 __all__ = [
     "current_accelerator",
     "current_device_index",
+    "current_stream",
     "ddp_device_ids",
     "ddp_output_device",
+    "device_count",
     "device_index",
+    "empty_cache",
     "empty_host_cache",
     "fork_rng",
     "get_device_capability",
     "get_device_properties",
     "get_memory_info",
+    "is_available",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
     "process_group_device_id",
     "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "set_device",
     "set_device_index",
     "set_stream",
+    "synchronize",
 ]
 
 
@@ -100,7 +114,8 @@ def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> No
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or ``torch.device``.
         ValueError: ``device`` is an unparsable string, a device of another type, or a name
             without an index where names carry one; or the backend's ``set_device`` refuses
-            the index (the built-in ones: past ``device_count()``).
+            the index (the built-in ones: past ``device_count()``, except the CPU's, whose
+            indices are rank slots).
     """
     if not _no_device(device):
         select_device(_resolve(accelerator), device)
@@ -289,7 +304,8 @@ def current_device_index(accelerator: Accelerator | None = None) -> int:
     ``torch.accelerator``'s name.
 
     Returns:
-        An index in ``[0, device_count())``.
+        The backend's ``current_device()`` (see :class:`~accel.protocols.DeviceAPI`: on the
+        CPU, a rank slot that may pass ``device_count()``).
     """
     return _resolve(accelerator).current_device()
 
@@ -394,3 +410,125 @@ def set_stream(stream: torch.Stream, accelerator: Accelerator | None = None) -> 
     if not isinstance(acc, SetStreamAPI):
         raise _lacks(acc, "set_stream", SetStreamAPI, "it has no streams to make current")
     acc.set_stream(stream)
+
+
+# torch.accelerator's names for the protocols' members: the same calls, with a device given
+# in any form torch takes (the members take an index).
+
+
+def device_count(accelerator: Accelerator | None = None) -> int:
+    """The backend's ``device_count()`` (:class:`~accel.protocols.DeviceAPI`)."""
+    return _resolve(accelerator).device_count()
+
+
+def is_available(accelerator: Accelerator | None = None) -> bool:
+    """The backend's ``is_available()`` (:class:`~accel.protocols.DeviceAPI`). Unlike
+    ``torch.accelerator.is_available()``, True on the CPU backend: it is an accelerator
+    here."""
+    return _resolve(accelerator).is_available()
+
+
+def synchronize(device: DeviceLike | None = None, accelerator: Accelerator | None = None) -> None:
+    """The backend's ``synchronize`` (:class:`~accel.protocols.DeviceAPI`) of ``device``.
+
+    Args:
+        device: As ``device_index`` elsewhere here (torch's name for it).
+    """
+    acc = _resolve(accelerator)
+    acc.synchronize(_index_of(acc, device, "device"))
+
+
+def empty_cache(accelerator: Accelerator | None = None) -> None:
+    """The backend's ``empty_cache()`` (:class:`~accel.protocols.MemoryUsageAPI`)."""
+    _resolve(accelerator).empty_cache()
+
+
+def memory_allocated(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> int:
+    """The backend's ``memory_allocated`` (:class:`~accel.protocols.MemoryUsageAPI`)."""
+    acc = _resolve(accelerator)
+    return acc.memory_allocated(_index_of(acc, device_index))
+
+
+def memory_reserved(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> int:
+    """The backend's ``memory_reserved`` (:class:`~accel.protocols.MemoryUsageAPI`)."""
+    acc = _resolve(accelerator)
+    return acc.memory_reserved(_index_of(acc, device_index))
+
+
+def _with_peaks(acc: Accelerator, member: str) -> MemoryStatsAPI:
+    if not isinstance(acc, MemoryStatsAPI):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise _lacks(acc, member, MemoryStatsAPI, "its device keeps no peak memory statistics")
+    return acc
+
+
+def max_memory_allocated(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> int:
+    """The backend's ``max_memory_allocated`` (:class:`~accel.protocols.MemoryStatsAPI`).
+
+    Raises:
+        CapabilityError: The backend keeps no peaks (it is not a ``MemoryStatsAPI``).
+    """
+    acc = _resolve(accelerator)
+    return _with_peaks(acc, "max_memory_allocated").max_memory_allocated(
+        _index_of(acc, device_index)
+    )
+
+
+def max_memory_reserved(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> int:
+    """The backend's ``max_memory_reserved`` (:class:`~accel.protocols.MemoryStatsAPI`).
+
+    Raises:
+        CapabilityError: As :func:`max_memory_allocated`.
+    """
+    acc = _resolve(accelerator)
+    return _with_peaks(acc, "max_memory_reserved").max_memory_reserved(_index_of(acc, device_index))
+
+
+def memory_stats(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> dict[str, int]:
+    """The backend's ``memory_stats`` (:class:`~accel.protocols.MemoryStatsAPI`).
+
+    Raises:
+        CapabilityError: As :func:`max_memory_allocated`.
+    """
+    acc = _resolve(accelerator)
+    return _with_peaks(acc, "memory_stats").memory_stats(_index_of(acc, device_index))
+
+
+def reset_peak_memory_stats(
+    device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> None:
+    """The backend's ``reset_peak_memory_stats`` (:class:`~accel.protocols.MemoryStatsAPI`).
+
+    Raises:
+        CapabilityError: As :func:`max_memory_allocated`.
+    """
+    acc = _resolve(accelerator)
+    _with_peaks(acc, "reset_peak_memory_stats").reset_peak_memory_stats(
+        _index_of(acc, device_index)
+    )
+
+
+def current_stream(
+    device: DeviceLike | None = None, accelerator: Accelerator | None = None
+) -> torch.Stream:
+    """The backend's ``current_stream`` (:class:`~accel.protocols.StreamAPI`) of ``device``.
+
+    Args:
+        device: As ``device_index`` elsewhere here (torch's name for it).
+
+    Raises:
+        CapabilityError: The backend has no streams (it is not a ``StreamAPI``: the CPU).
+    """
+    acc = _resolve(accelerator)
+    if not isinstance(acc, StreamAPI):
+        raise _lacks(acc, "current_stream", StreamAPI, "it has no streams")
+    return acc.current_stream(_index_of(acc, device, "device"))

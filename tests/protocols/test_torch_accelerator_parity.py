@@ -39,24 +39,24 @@ MAPPED: dict[str, tuple[type | None, bool]] = {
     "Graph": (GraphObjectAPI, False),
     "current_accelerator": (None, True),
     "current_device_index": (None, True),
-    "current_stream": (StreamAPI, False),
-    "device_count": (DeviceAPI, False),
+    "current_stream": (StreamAPI, True),
+    "device_count": (DeviceAPI, True),
     "device_index": (None, True),
-    "empty_cache": (MemoryUsageAPI, False),
+    "empty_cache": (MemoryUsageAPI, True),
     "empty_host_cache": (HostCacheAPI, True),
     "get_device_capability": (DeviceCapabilityAPI, True),
     "get_memory_info": (MemoryInfoAPI, True),
-    "is_available": (DeviceAPI, False),
-    "max_memory_allocated": (MemoryStatsAPI, False),
-    "max_memory_reserved": (MemoryStatsAPI, False),
-    "memory_allocated": (MemoryUsageAPI, False),
-    "memory_reserved": (MemoryUsageAPI, False),
-    "memory_stats": (MemoryStatsAPI, False),
+    "is_available": (DeviceAPI, True),
+    "max_memory_allocated": (MemoryStatsAPI, True),
+    "max_memory_reserved": (MemoryStatsAPI, True),
+    "memory_allocated": (MemoryUsageAPI, True),
+    "memory_reserved": (MemoryUsageAPI, True),
+    "memory_stats": (MemoryStatsAPI, True),
     "reset_accumulated_memory_stats": (AccumulatedStatsAPI, True),
-    "reset_peak_memory_stats": (MemoryStatsAPI, False),
+    "reset_peak_memory_stats": (MemoryStatsAPI, True),
     "set_device_index": (None, True),
     "set_stream": (SetStreamAPI, True),
-    "synchronize": (DeviceAPI, False),
+    "synchronize": (DeviceAPI, True),
 }
 
 REASONS = {
@@ -121,6 +121,26 @@ def test_the_counterpart_takes_what_torch_takes(name: str) -> None:
         our_positional = [p for p in ours if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         assert len(our_positional) >= len(positional), (name, counterpart, theirs)
         assert keyword_only <= {p.name for p in ours}, (name, counterpart, theirs)
+
+
+# The functions whose first parameter is a device, in any form torch takes.
+DEVICE_FUNCTIONS = ["synchronize", "memory_allocated", "memory_reserved", "max_memory_allocated",
+                    "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
+                    "get_memory_info", "get_device_capability", "reset_accumulated_memory_stats"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DEVICE_FUNCTIONS)
+def test_a_device_is_taken_in_every_form_torch_takes(name: str, fresh_selection: None) -> None:
+    # The protocols' members take an index; torch.accelerator's functions a torch.device,
+    # a "type:index" string, an index or None, and so do accel's.
+    accel.set_accelerator(CPUAccelerator())
+    function = getattr(accel, name)
+    answers = [function(device) for device in (None, 0, "cpu", "cpu:0", torch.device("cpu", 0))]
+    assert all(type(answer) is type(answers[0]) for answer in answers), answers
+    with pytest.raises(ValueError, match="must be a cpu device, got 'cuda:0'"):
+        function("cuda:0")
+    with pytest.raises(TypeError):
+        function(1.0)
 
 
 def test_the_functions_answer_as_torch_would_on_the_cpu(fresh_selection: None) -> None:
