@@ -14,7 +14,6 @@ from accel import _registry, extensions
 from accel._probe import raised
 from accel._selection import current_selection
 from accel._version import __version__
-from accel.backends.torch_device import DiscoveredTorchDevice
 from accel.protocols import CAPABILITIES, Accelerator, OpBuilderAPI
 
 
@@ -152,16 +151,29 @@ def _capabilities(
     unknown: dict[str, bool | None] = {proto.__name__: None for proto in CAPABILITIES}
     if cls is None:
         return unknown, None
-    if issubclass(cls, DiscoveredTorchDevice):
-        # Streams and graphs are read from the device module, which exists only where the
-        # device does, through an instance.
+    if cls.__new__ is not object.__new__:
+        # The constructor picks the instance's class from what the device and torch have
+        # (streams and graphs from the device module, MPS's peaks from torch), which is
+        # known only where the device is, through an instance.
         if not available:
-            return unknown, None
+            # A capability every class it may pick has (or none has) is known all the same.
+            variants: tuple[type, ...] = getattr(cls, "instance_classes", lambda: ())()
+            if not variants:
+                return unknown, None
+            return {
+                proto.__name__: _all_or_none([issubclass(v, proto) for v in variants])
+                for proto in CAPABILITIES
+            }, None
         try:
             cls = type(cls())
         except Exception as error:  # the row says it: the report goes on
             return unknown, raised(error)
     return {proto.__name__: issubclass(cls, proto) for proto in CAPABILITIES}, None
+
+
+def _all_or_none(answers: list[bool]) -> bool | None:
+    """True or False where every answer is; None where they differ."""
+    return answers[0] if len(set(answers)) == 1 else None
 
 
 def _backend_rows(failed_to_start: Mapping[str, str]) -> list[BackendRow]:
@@ -280,7 +292,7 @@ def render(report: Report, width: int | None = None) -> str:
     console.print(backends)
 
     matrix = Table(
-        title="capabilities (? = read from the device's module, and the device is not here)",
+        title="capabilities (? = decided when the backend is made, and the device is not here)",
         title_justify="left",
         box=None,
     )

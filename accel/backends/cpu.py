@@ -192,8 +192,10 @@ class CPUAccelerator(
         return 0 if raw is None else parse_env_index("LOCAL_RANK", raw)
 
     def set_device(self, device_index: DeviceLike) -> None:
-        """Records the slot as current. ``"cpu"`` without an index names every slot (it is what
-        ``device_name(i)`` returns for any ``i``), so it leaves the current slot as it is."""
+        """Records the slot as current, any non-negative index (slots are ranks, not devices
+        to count: a job may run more ranks than the host has NUMA nodes). ``"cpu"`` without
+        an index names every slot (it is what ``device_name(i)`` returns for any ``i``), so
+        it leaves the current slot as it is."""
         index = check_device(device_index, "cpu")
         if index is not None:
             self._selected_device = index

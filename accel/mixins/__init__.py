@@ -14,6 +14,7 @@ from accel.mixins.device import DeviceNamingMixin, SingleDeviceMixin, TorchDevic
 from accel.mixins.dtype import DeviceCapabilityMixin, DTypeListMixin, TorchDTypeMixin
 from accel.mixins.graph import NoGraphMixin, TorchGraphMixin
 from accel.mixins.memory import (
+    AcceleratorMemoryStatsMixin,
     HostMemoryMixin,
     MemoryInfoMixin,
     NoMemoryStatsMixin,
@@ -34,6 +35,7 @@ from accel.mixins.tensor import (
 )
 
 __all__ = [
+    "AcceleratorMemoryStatsMixin",
     "CompileBackendMixin",
     "DTypeListMixin",
     "DeviceCapabilityMixin",

@@ -1,11 +1,13 @@
-"""Memory implementations: host memory (the process's RSS), torch allocators, and the
-No-mixin of devices that keep no peak statistics."""
+"""Memory implementations: host memory (the process's RSS), torch allocators (a device
+module's own, or ``torch.accelerator``'s generic statistics), and the No-mixin of devices
+that keep no peak statistics."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
+import types
 from collections.abc import Callable
 from typing import ClassVar, cast
 
@@ -14,6 +16,7 @@ from typing_extensions import Protocol
 from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_optional_index
+from accel.mixins.device import check_below_count
 from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
 from accel.protocols.memory import (
@@ -195,6 +198,80 @@ class TorchMemoryStatsMixin(_TorchMemoryIndex):
 
     def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         device_module(self.device_type).reset_peak_memory_stats(self._index(device_index))
+
+
+def accelerator_keeps_peaks(device_type: str) -> bool:
+    """Whether ``torch.accelerator``'s allocator-generic statistics answer for a device type
+    here: it is torch's current accelerator and ``memory_stats()`` reports peaks (torch
+    2.13 does for MPS; older releases raise there, or have no such function).
+
+    Args:
+        device_type: The torch device type (``"mps"``).
+    """
+    import torch
+
+    generic = getattr(torch, "accelerator", None)
+    current = getattr(generic, "current_accelerator", None)
+    stats = getattr(generic, "memory_stats", None)
+    if current is None or stats is None:
+        return False
+    try:
+        device = current()
+        return (
+            device is not None
+            and device.type == device_type
+            and "allocated_bytes.all.peak" in stats(0)
+        )
+    except RuntimeError:  # the device's allocator keeps no statistics torch can read
+        return False
+
+
+class _CountedDevices(Protocol):
+    device_type: ClassVar[str]
+
+    def device_count(self) -> int: ...
+
+
+def _checked(self: _CountedDevices, device_index: int | None) -> None:
+    index = check_optional_index(device_index)
+    if index is not None:
+        check_below_count(index, self.device_count(), self.device_type)
+
+
+def _generic() -> types.ModuleType:
+    import torch  # not at import time: torch loads on first use
+
+    return torch.accelerator
+
+
+@implements(MemoryStatsAPI, AccumulatedStatsAPI)
+class AcceleratorMemoryStatsMixin:
+    """Peak statistics from ``torch.accelerator``'s allocator-generic functions, for a
+    device type whose own module has none (MPS). Every size is in bytes."""
+
+    def max_memory_allocated(self: _CountedDevices, device_index: int | None = None) -> int:
+        _checked(self, device_index)
+        return int(_generic().max_memory_allocated(device_index))
+
+    def max_memory_reserved(self: _CountedDevices, device_index: int | None = None) -> int:
+        _checked(self, device_index)
+        return int(_generic().max_memory_reserved(device_index))
+
+    def memory_stats(self: _CountedDevices, device_index: int | None = None) -> dict[str, int]:
+        """Entries whose value is not an ``int`` are left out."""
+        _checked(self, device_index)
+        stats = _generic().memory_stats(device_index)
+        return {str(key): int(value) for key, value in stats.items() if isinstance(value, int)}
+
+    def reset_accumulated_memory_stats(
+        self: _CountedDevices, device_index: int | None = None
+    ) -> None:
+        _checked(self, device_index)
+        _generic().reset_accumulated_memory_stats(device_index)
+
+    def reset_peak_memory_stats(self: _CountedDevices, device_index: int | None = None) -> None:
+        _checked(self, device_index)
+        _generic().reset_peak_memory_stats(device_index)
 
 
 class TorchMemoryMixin(TorchMemoryUsageMixin, TorchMemoryStatsMixin):

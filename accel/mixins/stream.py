@@ -20,11 +20,14 @@ from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
 from accel.protocols.stream import SetStreamAPI, StreamAPI
 
-_WHY = "the device runs every op to completion before returning: no streams, no events"
+_WHY = (
+    "the backend has no streams or events; its work runs in call order, to completion on "
+    "the CPU and on the device's one queue on MPS"
+)
 
 
 class NoStreamMixin(AbsentMembers):
-    """The device runs every op to completion before returning: no streams, no events.
+    """The backend has no streams or events.
 
     ``is_synchronized_device()`` follows from this (see ``RuntimeEnvMixin``).
     """

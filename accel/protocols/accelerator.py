@@ -1,7 +1,8 @@
 """The core ``Accelerator`` protocol, intersections with optional capabilities, and checks.
 
 Every backend satisfies :class:`CoreAccelerator`, and every backend but those whose device
-keeps no peak memory statistics (Apple's MPS) satisfies :class:`Accelerator`, which adds
+keeps no peak memory statistics (MPS on a torch that keeps none for it) satisfies
+:class:`Accelerator`, which adds
 :class:`MemoryStatsAPI`. Streams, graphs, profiler ranges, native op builders, and every
 member added after the first release are optional: test for them with
 ``isinstance(acc, GraphAPI)`` or with the ``supports_*`` helpers below, both of which
@@ -45,8 +46,9 @@ class CoreAccelerator(DeviceAPI, RNGAPI, MemoryUsageAPI, DTypeAPI, TensorAPI, Ru
     """What every backend provides: devices, RNG, memory in use, dtypes, tensors and runtime.
 
     :class:`Accelerator` adds peak memory statistics; a backend whose device keeps none
-    (Apple's MPS) is a ``CoreAccelerator`` only. ``isinstance(acc, MemoryStatsAPI)`` and
-    :func:`supports_memory_stats` tell them apart and narrow.
+    (MPS on a torch that keeps none for it) is a ``CoreAccelerator`` only.
+    ``isinstance(acc, MemoryStatsAPI)`` and :func:`supports_memory_stats` tell them apart
+    and narrow.
     """
 
 
@@ -58,9 +60,10 @@ class Accelerator(DeviceAPI, RNGAPI, MemoryAPI, DTypeAPI, TensorAPI, RuntimeAPI,
 
     ``get_accelerator()`` is typed to return it, so that code written for the first release
     keeps type-checking. On a backend without peak memory statistics (a
-    :class:`CoreAccelerator` only: Apple's MPS) the :class:`MemoryStatsAPI` members raise
-    ``CapabilityError``, as ``torch.accelerator.max_memory_allocated`` raises there; code
-    that runs on such devices checks ``isinstance(acc, MemoryStatsAPI)`` first.
+    :class:`CoreAccelerator` only: MPS on a torch that keeps none for it) the
+    :class:`MemoryStatsAPI` members raise ``CapabilityError``, as
+    ``torch.accelerator.max_memory_allocated`` raises there; code that runs on such devices
+    checks ``isinstance(acc, MemoryStatsAPI)`` first.
     """
 
 

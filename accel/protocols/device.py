@@ -82,7 +82,9 @@ class DeviceAPI(Protocol):
         """The index of the current device.
 
         Returns:
-            An index in ``[0, device_count())``.
+            An index in ``[0, device_count())``; on a backend whose device names carry no
+            index (the CPU: every index is the host) any non-negative slot, such as the
+            process's ``LOCAL_RANK``.
         """
         ...
 

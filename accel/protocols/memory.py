@@ -2,7 +2,8 @@
 
 Every backend reports how much memory is in use (:class:`MemoryUsageAPI`); peak statistics
 (:class:`MemoryStatsAPI`) need an allocator that keeps them, which some devices' runtimes
-do not (``torch.mps``). :class:`MemoryAPI` is both, as in the first release.
+do not (``torch.mps`` before torch kept them in its generic statistics). :class:`MemoryAPI`
+is both, as in the first release.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class MemoryStatsAPI(Protocol):
     ``max_*`` values are peaks since the process started or since the last
     :meth:`reset_peak_memory_stats`, and are never below the matching current value of
     :class:`MemoryUsageAPI`. Optional since API version 3: a device whose runtime keeps no
-    peaks (Apple's MPS) declares these members absent (``accel.mixins.NoMemoryStatsMixin``).
+    peaks (MPS on a torch that keeps none for it) declares these members absent
+    (``accel.mixins.NoMemoryStatsMixin``).
     """
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:

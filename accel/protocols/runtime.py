@@ -15,10 +15,13 @@ class RuntimeAPI(Protocol):
     """How work runs on the device and how processes are set up to use it."""
 
     def is_synchronized_device(self) -> bool:
-        """Whether every op has finished when its call returns (no streams, no queues).
+        """Whether the device has no streams to order work between: each op runs to
+        completion when called (the CPU) or in call order on the device's one queue (MPS,
+        where ``synchronize()`` still waits for that queue). DeepSpeed's meaning: such a
+        device needs no stream waits and times with the host's clock.
 
         Returns:
-            ``True`` for a synchronous device.
+            ``True`` for a device without streams.
         """
         ...
 

@@ -55,6 +55,105 @@ def mps(fresh_selection: None) -> Iterator[MPSAccelerator]:
     sys.modules.pop(f"torch.{STAND_IN}", None)
 
 
+class _GenericStats:
+    """``torch.accelerator``'s generic statistics as torch 2.13 keeps them for MPS."""
+
+    def __init__(self) -> None:
+        self.peak_allocated, self.peak_reserved = 5 << 20, 6 << 20
+        self.calls: list[tuple[str, object]] = []
+
+    def memory_stats(self, device_index: object = None) -> dict[str, object]:
+        self.calls.append(("memory_stats", device_index))
+        return {
+            "allocated_bytes.all.current": 1 << 20, "allocated_bytes.all.peak": self.peak_allocated,
+            "reserved_bytes.all.current": 3 << 20, "reserved_bytes.all.peak": self.peak_reserved,
+            "fraction": 0.5,
+        }  # fmt: skip
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        generic = torch.accelerator
+        monkeypatch.setattr(generic, "current_accelerator", lambda *_: torch.device(STAND_IN))
+        monkeypatch.setattr(generic, "memory_stats", self.memory_stats)
+        monkeypatch.setattr(generic, "max_memory_allocated", lambda i=None: self.peak_allocated)
+        monkeypatch.setattr(generic, "max_memory_reserved", lambda i=None: self.peak_reserved)
+        monkeypatch.setattr(generic, "memory_reserved", lambda i=None: 3 << 20)
+        monkeypatch.setattr(generic, "reset_peak_memory_stats", self._reset_peaks)
+        monkeypatch.setattr(
+            generic, "reset_accumulated_memory_stats",
+            lambda i=None: self.calls.append(("reset_accumulated", i)),
+        )  # fmt: skip
+
+    def _reset_peaks(self, device_index: object = None) -> None:
+        self.calls.append(("reset_peaks", device_index))
+        self.peak_allocated, self.peak_reserved = 1 << 20, 3 << 20
+
+
+@pytest.fixture
+def mps_with_peaks(
+    fresh_selection: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[MPSAccelerator, _GenericStats]]:
+    torch._register_device_module(STAND_IN, fake_mps_module(STAND_IN))
+    stats = _GenericStats()
+    stats.install(monkeypatch)
+
+    class FakeMPS(MPSAccelerator):
+        device_type: ClassVar[str] = STAND_IN
+
+    yield FakeMPS(), stats
+    delattr(torch, STAND_IN)
+    sys.modules.pop(f"torch.{STAND_IN}", None)
+
+
+def test_mps_takes_peaks_from_torchs_generic_statistics_where_torch_keeps_them(
+    mps_with_peaks: tuple[MPSAccelerator, _GenericStats],
+) -> None:
+    mps, stats = mps_with_peaks
+    assert isinstance(mps, Accelerator)
+    assert isinstance(mps, MemoryStatsAPI)
+    assert supports_memory_stats(mps)
+    assert mps.max_memory_allocated() == 5 << 20
+    assert mps.max_memory_reserved(0) == 6 << 20
+    # Reserved is the allocator's own figure, so it never passes its peak.
+    assert mps.memory_reserved() == 3 << 20 <= mps.max_memory_reserved()
+    assert mps.memory_stats() == {
+        "allocated_bytes.all.current": 1 << 20, "allocated_bytes.all.peak": 5 << 20,
+        "reserved_bytes.all.current": 3 << 20, "reserved_bytes.all.peak": 6 << 20,
+    }  # fmt: skip
+    mps.reset_peak_memory_stats()
+    assert mps.max_memory_allocated() == 1 << 20
+    accel.reset_accumulated_memory_stats(accelerator=mps)
+    assert ("reset_peaks", None) in stats.calls
+    assert ("reset_accumulated", None) in stats.calls
+    expected = rf"^device_index must be below device_count\(\) = 1 for {STAND_IN}, got 1$"
+    for call in (mps.max_memory_allocated, mps.max_memory_reserved, mps.memory_stats,
+                 mps.reset_peak_memory_stats, mps.reset_accumulated_memory_stats):  # fmt: skip
+        with pytest.raises(ValueError, match=expected):
+            call(1)
+    # What is left of the budget still counts everything the Metal driver holds.
+    assert mps.available_memory() <= RECOMMENDED_MAX - (1 << 20) - DRIVER_CACHE
+
+
+def test_mps_has_no_streams_to_order_so_it_is_a_synchronized_device(mps: MPSAccelerator) -> None:
+    # One in-order queue: DeepSpeed 0.19's MPS backend answers True for the same reason.
+    assert not isinstance(mps, StreamAPI)
+    assert mps.is_synchronized_device() is True
+    with pytest.raises(CapabilityError, match="one queue on MPS"):
+        mps.Event  # noqa: B018
+
+
+def test_deepspeed_hears_what_its_own_mps_backend_says(mps: MPSAccelerator) -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.accelerator.mps_accelerator import MPS_Accelerator
+
+    from accel.integrations.deepspeed.adapter import AccelDeepSpeedAccelerator
+
+    adapter = AccelDeepSpeedAccelerator(mps)  # type: ignore[arg-type]  # a CoreAccelerator
+    native = object.__new__(MPS_Accelerator)  # its answers need no Mac
+    for name in ("is_synchronized_device", "use_host_timers", "resolves_data_dependency",
+                 "handles_memory_backpressure"):  # fmt: skip
+        assert getattr(adapter, name)() == getattr(native, name)(), name
+
+
 def test_the_stand_in_has_exactly_torchs_mps_names() -> None:
     installed = [n for n in dir(torch.mps) if not (n.startswith("__") and n.endswith("__"))]
     assert tuple(installed) == MPS_NAMES
@@ -133,8 +232,9 @@ def test_accel_report_shows_the_partial_capabilities() -> None:
     assert not row.available
     assert row.reason == "torch.mps.is_available() is False"  # no longer "lacks ..."
     assert row.capabilities["MemoryUsageAPI"] is True
-    assert row.capabilities["MemoryStatsAPI"] is False
-    assert row.capabilities["MemoryAPI"] is False
+    # Peaks are decided when the backend is made (whether torch keeps them for MPS).
+    assert row.capabilities["MemoryStatsAPI"] is None
+    assert row.capabilities["MemoryAPI"] is None
     assert row.capabilities["DeviceAPI"] is True
     assert row.capabilities["StreamAPI"] is False
     assert "MemoryStatsAPI" in render(collect())

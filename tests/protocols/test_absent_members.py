@@ -70,9 +70,10 @@ def test_reading_an_absent_member_names_the_protocol_and_the_check() -> None:
     with pytest.raises(CapabilityError) as caught:
         acc.Stream()  # type: ignore[misc]  # pyright: ignore[reportOptionalCall]
     assert str(caught.value) == (
-        "CPUAccelerator has no Stream: it is not a StreamAPI (the device runs every op to "
-        "completion before returning: no streams, no events); check isinstance(acc, StreamAPI) "
-        "or accel.protocols.supports_streams(acc) first"
+        "CPUAccelerator has no Stream: it is not a StreamAPI (the backend has no streams or "
+        "events; its work runs in call order, to completion on the CPU and on the device's "
+        "one queue on MPS); check isinstance(acc, StreamAPI) or "
+        "accel.protocols.supports_streams(acc) first"
     )
     assert isinstance(caught.value, AttributeError)
     with pytest.raises(CapabilityError, match=r"no set_stream: it is not a SetStreamAPI .*; "

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from accel import Accelerator, get_accelerator
 from accel.backends.cpu import CPUAccelerator
-from accel.backends.mps import MPSAccelerator
+from accel.backends.mps import MPSDeviceMixin
+from accel.backends.torch_device import TorchDeviceCommon
+from accel.mixins import (
+    DeviceNamingMixin,
+    GeneratorRNGMixin,
+    MemoryInfoMixin,
+    NoGraphMixin,
+    NoMemoryStatsMixin,
+    NoStreamMixin,
+)
 from accel.protocols import CoreAccelerator, GraphAPI, MemoryStatsAPI, StreamAPI
 
 acc = get_accelerator()
@@ -19,8 +28,19 @@ cpu.create_graph()  # expect-error: the marker is None, not a method
 cpu.Graph()  # expect-error: nor is the graph factory
 cpu.set_stream(get_accelerator().current_stream())  # expect-error: nor set_stream (or streams)
 
-mps: Accelerator = MPSAccelerator()  # expect-error: no peak memory statistics
-peaks: MemoryStatsAPI = MPSAccelerator()  # expect-error: its markers are None
+
+
+class MPSWithoutPeaks(
+    NoStreamMixin, NoGraphMixin, NoMemoryStatsMixin, DeviceNamingMixin, MPSDeviceMixin,
+    GeneratorRNGMixin, MemoryInfoMixin, TorchDeviceCommon,
+):  # fmt: skip
+    """MPS on a torch that keeps no peaks for it: its mixins, the statistics absent."""
+
+    device_type = "mps"
+
+
+mps: Accelerator = MPSWithoutPeaks()  # expect-error: no peak memory statistics
+peaks: MemoryStatsAPI = MPSWithoutPeaks()  # expect-error: its markers are None
 
 
 def peak(core: CoreAccelerator) -> int:
