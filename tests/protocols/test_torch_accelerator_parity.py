@@ -124,9 +124,11 @@ def test_the_counterpart_takes_what_torch_takes(name: str) -> None:
 
 
 # The functions whose first parameter is a device, in any form torch takes.
-DEVICE_FUNCTIONS = ["synchronize", "memory_allocated", "memory_reserved", "max_memory_allocated",
-                    "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
-                    "get_memory_info", "get_device_capability", "reset_accumulated_memory_stats"]  # fmt: skip
+DEVICE_FUNCTIONS = [
+    "synchronize", "memory_allocated", "memory_reserved", "max_memory_allocated",
+    "max_memory_reserved", "memory_stats", "reset_peak_memory_stats", "get_memory_info",
+    "get_device_capability", "reset_accumulated_memory_stats",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", DEVICE_FUNCTIONS)
