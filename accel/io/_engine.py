@@ -15,13 +15,15 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import logging
+import operator
 import os
 import stat
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from typing_extensions import override
@@ -37,6 +39,7 @@ Kind = Literal["read", "write"]
 PathLike = str | os.PathLike[str]
 
 _engines: weakref.WeakSet[AsyncIO] = weakref.WeakSet()
+logger = logging.getLogger("accel")
 
 
 def _after_fork_in_child() -> None:
@@ -55,8 +58,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 class IORequest(Future[int]):
     """One read or write of a tensor; a ``concurrent.futures.Future`` whose result is the
-    number of bytes moved. ``direct`` says whether O_DIRECT (no page cache) was used for
-    the aligned part of the transfer."""
+    number of bytes moved. ``direct`` says whether O_DIRECT (no page cache) moved any of
+    its bytes: the aligned part of the transfer (a request shorter than :data:`ALIGNMENT`
+    bytes has none, and moves through the page cache)."""
 
     def __init__(self, kind: Kind, path: str, offset: int, nbytes: int, direct: bool) -> None:
         super().__init__()
@@ -80,7 +84,8 @@ class IORequest(Future[int]):
             The number of bytes read or written.
 
         Raises:
-            OSError: The transfer failed.
+            OSError: The transfer failed, or closing the file after it did (for a write,
+                the bytes may not have reached the file).
             RuntimeError: A read's storage was given other memory while it ran, by a call
                 that does not wait for transfers (docs/io.md): the bytes did not reach it.
             TimeoutError: ``timeout`` passed first.
@@ -130,15 +135,33 @@ class _Transfer:
     direct_fd: int | None
     buffered_fd: int
     owned_fds: tuple[int, ...]  # opened for this request, closed when it ends
+    blocks: list[tuple[int, int, bool]]  # (start, end, O_DIRECT) in the tensor's bytes
+    claimed: list[bool]  # per block: taken by a run (each block runs once)
     remaining: int
     error: BaseException | None = None
 
-    def close(self) -> None:
+    def close(self) -> OSError | None:
+        """Close the descriptors opened for the request, each one whatever the others do.
+
+        Returns:
+            The first ``close`` failure (NFS reports a lost write-back there), else ``None``.
+        """
         # Taken first: a child forked while this runs must not close these numbers again
         # (the parent may already have reused them).
         fds, self.owned_fds = self.owned_fds, ()
-        for fd in fds:
-            os.close(fd)
+        return _close_all(fds)
+
+
+def _close_all(fds: tuple[int, ...] | list[int]) -> OSError | None:
+    """Close every descriptor in ``fds``; the first failure, else ``None``."""
+    first: OSError | None = None
+    for fd in fds:
+        try:
+            os.close(fd)  # closed even when it fails (Linux frees the number first)
+        except OSError as error:
+            if first is None:
+                first = error
+    return first
 
 
 def _check_tensor(value: object, kind: Kind) -> torch.Tensor:
@@ -177,9 +200,13 @@ def _is_procfs(fd: int) -> bool:
     return where.startswith(("/proc/", "/sys/"))
 
 
+_O_PATH: int = getattr(os, "O_PATH", 0)
+
+
 def _check_fd(fd: int, kind: Kind) -> int:
-    """``fd``'s status flags, if a positional transfer can use it: open, and not in append
-    mode (where the kernel puts every write at the end, whatever the offset)."""
+    """``fd``'s status flags, if a positional transfer can use it: open, for ``kind``'s
+    direction, and not in append mode (where the kernel puts every write at the end,
+    whatever the offset)."""
     if not 0 <= fd < 2**31:
         raise ValueError(f"file descriptor must be an int in [0, 2**31), got {fd}")
     try:
@@ -191,6 +218,22 @@ def _check_fd(fd: int, kind: Kind) -> int:
         raise ValueError(
             f"file descriptor {fd} is a pipe or socket; accel.io reads and writes files at offsets"
         )
+    access = flags & os.O_ACCMODE
+    if flags & _O_PATH:
+        raise ValueError(
+            f"file descriptor {fd} was opened with O_PATH, which allows no reads or writes; "
+            f"open it for {'reading' if kind == 'read' else 'writing'}"
+        )
+    if kind == "write" and access == os.O_RDONLY:
+        raise ValueError(
+            f"file descriptor {fd} is opened read-only; a write needs it opened with "
+            "O_WRONLY or O_RDWR"
+        )
+    if kind == "read" and access == os.O_WRONLY:
+        raise ValueError(
+            f"file descriptor {fd} is opened write-only; a read needs it opened with "
+            "O_RDONLY or O_RDWR"
+        )
     if kind == "write" and flags & os.O_APPEND:
         raise ValueError(
             f"file descriptor {fd} was opened with O_APPEND, where every write lands at the "
@@ -199,18 +242,35 @@ def _check_fd(fd: int, kind: Kind) -> int:
     return flags
 
 
-def _buffered_twin(fd: int, flags: int) -> int:
+def _buffered_twin(fd: int, flags: int, why: str) -> int:
     """A new descriptor of ``fd``'s file without O_DIRECT, for the parts of a request that
-    O_DIRECT cannot take (an unaligned buffer, offset or tail). The caller's descriptor and
-    its flags stay as they are."""
+    O_DIRECT may not take (``why``: an unaligned buffer, offset or tail, or ``direct=False``).
+    The caller's descriptor and its flags stay as they are."""
     try:
         return os.open(f"/proc/self/fd/{fd}", (flags & os.O_ACCMODE) | os.O_CLOEXEC)
     except OSError as error:
         raise OSError(
             error.errno,
-            f"file descriptor {fd} was opened with O_DIRECT and this request is not aligned "
-            f"to {ALIGNMENT} bytes; reopening it without O_DIRECT failed: {error.strerror}",
+            f"file descriptor {fd} was opened with O_DIRECT and {why}; reopening it without "
+            f"O_DIRECT failed: {error.strerror}",
         ) from None
+
+
+def _address_inside(tensor: torch.Tensor, held: _lifetime.Hold, kind: Kind, name: str) -> int:
+    """``tensor``'s data address, once its bytes are checked to lie in the memory ``held``
+    keeps: between the checks before the hold and the hold, another thread may have resized
+    or replaced the tensor's storage."""
+    address = tensor.data_ptr()
+    nbytes = tensor.numel() * tensor.element_size()
+    if not held.address <= address <= address + nbytes <= held.address + held.nbytes:
+        raise RuntimeError(
+            f"{kind} of {name!r}: the tensor's memory changed while the request was submitted "
+            f"(its storage was resized or replaced, by another thread or the path's "
+            f"__fspath__): its {nbytes} bytes at {address:#x} are not in the storage's "
+            f"{held.nbytes} bytes at {held.address:#x} that the request holds; nothing was "
+            "moved"
+        )
+    return address
 
 
 _PRUNE_AT = 64  # finished requests kept before those already taken are dropped
@@ -219,9 +279,42 @@ _LAST_FILE_BYTE = 2**63 - 1  # off_t's largest value: where any file must end
 
 
 def _check_offset(offset: object) -> int:
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+    # Any integer type (``__index__``: NumPy's too), as accel._validate.check_int takes it;
+    # a bool is a mistake, not an offset.
+    value: int | None = None
+    if not isinstance(offset, bool):
+        with contextlib.suppress(TypeError):
+            value = operator.index(offset)  # type: ignore[arg-type]
+    if value is None or value < 0:
         raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
-    return offset
+    return value
+
+
+def _target(path: object) -> tuple[str, int | None]:
+    """``path`` as ``(name, descriptor)``: a descriptor named ``<fd N>``, or a path's string
+    (``os.fspath``, which runs a path object's own code) and ``None``."""
+    if isinstance(path, bool):
+        raise TypeError(f"path must be a path or a file descriptor (int), got bool {path!r}")
+    if isinstance(path, int):
+        return f"<fd {path}>", path
+    try:
+        name = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(
+            "path must be a path (str, bytes, os.PathLike) or a file descriptor (int), got "
+            f"{type(path).__name__} {path!r}"
+        ) from None
+    return cast(str, name), None
+
+
+def _report(finished: list[IORequest]) -> int:
+    """How many of ``finished`` nobody took; raises the first failure among them."""
+    unclaimed = [request for request in finished if not request.delivered]
+    for request in unclaimed:
+        error = super(IORequest, request).exception()  # unclaimed: not IORequest's
+        if error is not None:
+            raise error
+    return len(unclaimed)
 
 
 class AsyncIO:
@@ -232,7 +325,8 @@ class AsyncIO:
     which in ``request.direct``). Lengths need no alignment: an unaligned tail goes through
     the page cache. A descriptor the caller opened with O_DIRECT is used as it is for the
     aligned part; the rest goes through a second descriptor of the same file without
-    O_DIRECT.
+    O_DIRECT (all of it, under ``direct=False``). Under ``direct=True`` a descriptor must
+    have been opened with O_DIRECT.
 
     Writes never truncate: bytes of the file outside the written range stay as they were.
     A request that fails raises from ``result()`` and from :meth:`wait`; a failed write is
@@ -243,12 +337,13 @@ class AsyncIO:
             :data:`ALIGNMENT` (which O_DIRECT needs, and which keeps tiny sizes from costing
             a system call per few bytes).
         queue_depth: System calls in flight, in ``[1, 256]``.
-        direct: ``None`` for O_DIRECT where possible; ``True`` requires it (misalignment or
-            an unsupporting file system is an error); ``False`` never uses it.
+        direct: ``None`` for O_DIRECT where possible; ``True`` requires it (misalignment,
+            an unsupporting file system or a descriptor opened without O_DIRECT is an
+            error); ``False`` never uses it.
 
     Raises:
-        ValueError: ``block_size`` is not a positive ``int``, ``queue_depth`` is out of
-            range, or ``direct`` is not ``None``, ``True`` or ``False``.
+        ValueError: ``block_size`` is not a positive ``int``, ``queue_depth`` is not an
+            ``int`` in range, or ``direct`` is not ``None``, ``True`` or ``False``.
     """
 
     def __init__(
@@ -260,9 +355,13 @@ class AsyncIO:
             or block_size < 1
         ):
             raise ValueError(f"block_size must be a positive number of bytes, got {block_size!r}")
-        if not isinstance(queue_depth, int) or not 1 <= queue_depth <= 256:  # pyright: ignore[reportUnnecessaryIsInstance]
+        if (
+            not isinstance(queue_depth, int)  # pyright: ignore[reportUnnecessaryIsInstance]
+            or isinstance(queue_depth, bool)
+            or not 1 <= queue_depth <= 256
+        ):
             raise ValueError(f"queue_depth must be an integer in [1, 256], got {queue_depth!r}")
-        if direct not in (None, True, False):
+        if direct is not None and not isinstance(direct, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"direct must be None (auto), True or False, got {direct!r}")
         self.block_size = block_size
         self._step = -(-block_size // ALIGNMENT) * ALIGNMENT  # bytes per system call
@@ -287,21 +386,24 @@ class AsyncIO:
         Args:
             tensor: A dense, contiguous CPU tensor; keep it unchanged until the request ends.
             path: A file path, or a descriptor open for writing (not with O_APPEND).
-            offset: The byte offset in the file.
+            offset: The byte offset in the file (any integer type, not a bool).
 
         Returns:
             The request, a ``concurrent.futures.Future`` of the bytes written.
 
         Raises:
-            TypeError: ``tensor`` is not a ``torch.Tensor``.
+            TypeError: ``tensor`` is not a ``torch.Tensor``, or ``path`` is neither a path
+                nor an ``int``.
             ValueError: ``tensor`` is not a dense, contiguous CPU tensor (or is a lazy
                 conjugate or negative view), ``offset`` is not an integer >= 0, ``path`` is a
-                FIFO or socket, a descriptor is open with O_APPEND, or ``direct=True`` and
-                the buffer or offset is not aligned to :data:`ALIGNMENT`.
+                FIFO or socket, a descriptor is read-only or open with O_APPEND, or
+                ``direct=True`` and the buffer or offset is not aligned to
+                :data:`ALIGNMENT` or a descriptor was opened without O_DIRECT.
             OSError: The file cannot be opened (with O_DIRECT, when required), or a descriptor
                 is not open.
             RuntimeError: The engine is closed, or was created in another process (before a
-                ``fork``).
+                ``fork``); or the tensor's storage was resized or replaced while the request
+                was submitted (by another thread, or the path's ``__fspath__``).
         """
         return self._submit("write", tensor, path, offset)
 
@@ -311,22 +413,25 @@ class AsyncIO:
         Args:
             tensor: A dense, contiguous CPU tensor to fill.
             path: A file path, or a descriptor open for reading.
-            offset: The byte offset in the file.
+            offset: The byte offset in the file (any integer type, not a bool).
 
         Returns:
             The request, a ``concurrent.futures.Future`` of the bytes read.
 
         Raises:
             EOFError: The file ends before ``offset`` + the tensor's size.
-            TypeError: ``tensor`` is not a ``torch.Tensor``.
+            TypeError: ``tensor`` is not a ``torch.Tensor``, or ``path`` is neither a path
+                nor an ``int``.
             ValueError: ``tensor`` is not a dense, contiguous CPU tensor (or is a lazy
                 conjugate or negative view), ``offset`` is not an integer >= 0, ``path`` is a
-                FIFO or socket, or ``direct=True`` and the buffer or offset is not aligned
-                to :data:`ALIGNMENT`.
+                FIFO or socket, a descriptor is write-only, or ``direct=True`` and the buffer
+                or offset is not aligned to :data:`ALIGNMENT` or a descriptor was opened
+                without O_DIRECT.
             OSError: The file cannot be opened (with O_DIRECT, when required), or a descriptor
                 is not open.
             RuntimeError: The engine is closed, or was created in another process (before a
-                ``fork``).
+                ``fork``); or the tensor's storage was resized or replaced while the request
+                was submitted (by another thread, or the path's ``__fspath__``).
         """
         return self._submit("read", tensor, path, offset)
 
@@ -349,12 +454,7 @@ class AsyncIO:
             while self._in_flight or self._ending:
                 self._idle.wait()
             finished, self._finished = self._finished, []
-        unclaimed = [request for request in finished if not request.delivered]
-        for request in unclaimed:
-            error = super(IORequest, request).exception()  # unclaimed: not IORequest's
-            if error is not None:
-                raise error
-        return len(unclaimed)
+        return _report(finished)
 
     def pending(self) -> int:
         """The requests still in flight.
@@ -366,7 +466,15 @@ class AsyncIO:
             return len(self._in_flight)
 
     def close(self) -> None:
-        """Wait for requests in flight, then stop the threads (idempotent)."""
+        """Wait for requests in flight, stop the threads, then raise the first failure no
+        :meth:`wait` reported and no ``result()``/``exception()`` took, as :meth:`wait` does
+        (idempotent: a second call does nothing).
+
+        Raises:
+            OSError: The first such failure; the engine is closed all the same.
+            RuntimeError: Called from a request's done-callback; or that first failure was
+                a read whose storage was given other memory (see :meth:`IORequest.result`).
+        """
         if self._closed or os.getpid() != self._pid:
             self._closed = True
             return
@@ -374,14 +482,35 @@ class AsyncIO:
         with self._idle:
             while self._in_flight or self._ending:
                 self._idle.wait()
+            finished, self._finished = self._finished, []
         self._closed = True
         self._pool.shutdown(wait=True)
+        _report(finished)
 
     def __enter__(self) -> AsyncIO:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: object,
+    ) -> None:
+        """:meth:`close`; its failure is raised unless an exception already leaves the
+        ``with`` block, which then carries it as a note (Python 3.11+; a WARNING on the
+        ``accel`` logger before)."""
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as failure:  # the block's own exception goes on
+            note = f"accel.io: a request also failed: {type(failure).__name__}: {failure}"
+            add_note = getattr(exc, "add_note", None)
+            if add_note is not None:
+                add_note(note)
+            else:
+                logger.warning("%s", note)
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True) and os.getpid() == self._pid:
@@ -409,10 +538,16 @@ class AsyncIO:
     def forget_after_fork(self) -> None:
         """In a forked child: close its copies of the parent's descriptors (internal)."""
         for transfer in self._in_flight:
+            # A failing close is the parent's to report: its own close of the same file
+            # sees the write-back error, and the request is the parent's.
             transfer.close()
         self._in_flight = set()
 
-    def _open(self, kind: Kind, path: str, aligned: bool) -> tuple[int | None, int]:
+    def _open(
+        self, kind: Kind, path: str, direct_part: bool, owned: list[int]
+    ) -> tuple[int | None, int]:
+        """``(O_DIRECT descriptor or None, buffered descriptor)`` of ``path``, each appended
+        to ``owned`` as soon as it is open (the caller closes them on any failure)."""
         if "\0" in os.fsdecode(path):  # a bytes path too
             raise ValueError(f"path {path!r} holds a NUL character, which no file name has")
         with contextlib.suppress(OSError):  # a missing file: open() says so below
@@ -422,126 +557,166 @@ class AsyncIO:
                 raise ValueError(
                     f"{path!r} is a FIFO or socket; accel.io reads and writes files at offsets"
                 )
-        flags = (os.O_WRONLY | os.O_CREAT) if kind == "write" else os.O_RDONLY
-        flags |= os.O_CLOEXEC
+        access = (os.O_WRONLY if kind == "write" else os.O_RDONLY) | os.O_CLOEXEC
+        create = os.O_CREAT if kind == "write" else 0
         try:
             # New files are the owner's alone: they hold parameters and optimizer states.
-            buffered = os.open(path, flags, 0o600)
+            owned.append(os.open(path, access | create, 0o600))
         except OSError as error:
             raise type(error)(
                 error.errno, f"cannot open {path!r} for {kind}: {error.strerror}", path
             ) from None
-        if self.direct is False or not aligned:
+        buffered = owned[-1]
+        if self.direct is False or not direct_part:
             return None, buffered
         try:
-            return os.open(path, flags | os.O_DIRECT), buffered
+            # Without O_CREAT: the file exists (opened above); one removed in between is an
+            # error here, not a new file with open()'s default mode.
+            owned.append(os.open(path, access | os.O_DIRECT))
         except OSError as error:
             if error.errno != errno.EINVAL or self.direct:
-                os.close(buffered)
+                hint = (
+                    "; the file system may not support it (use direct=None to fall back to "
+                    "buffered I/O)"
+                    if error.errno == errno.EINVAL
+                    else ""
+                )
                 raise OSError(
                     error.errno,
-                    f"cannot open {path!r} with O_DIRECT ({error.strerror}); the file system "
-                    "may not support it (use direct=None to fall back to buffered I/O)",
+                    f"cannot open {path!r} with O_DIRECT ({error.strerror}){hint}",
                     path,
                 ) from None
             return None, buffered  # file system without O_DIRECT (tmpfs): buffered
+        direct = owned[-1]
+        first, second = os.fstat(buffered), os.fstat(direct)
+        if (first.st_dev, first.st_ino) != (second.st_dev, second.st_ino):
+            # Renamed over between the two opens: the request's parts would go to two files.
+            raise OSError(
+                errno.ESTALE,
+                f"{path!r} was replaced by another file while it was opened for {kind}; "
+                "submit the request again",
+                path,
+            )
+        return direct, buffered
+
+    def _use_fd(
+        self, kind: Kind, fd: int, direct_part: bool, owned: list[int]
+    ) -> tuple[int | None, int]:
+        """``(O_DIRECT descriptor or None, buffered descriptor)`` for the caller's ``fd``,
+        as ``direct`` says; a descriptor opened here is appended to ``owned``."""
+        flags = _check_fd(fd, kind)
+        if not flags & os.O_DIRECT:
+            if self.direct is True:
+                raise ValueError(
+                    f"file descriptor {fd} was opened without O_DIRECT, and this engine has "
+                    "direct=True, which moves the aligned part of every request with O_DIRECT "
+                    "or fails; open it with os.O_DIRECT, or use direct=None or direct=False"
+                )
+            return None, fd
+        if self.direct is False:  # O_DIRECT never: all of it through a buffered twin
+            why = "the engine has direct=False, which never uses O_DIRECT"
+            owned.append(_buffered_twin(fd, flags, why))
+            return None, owned[-1]
+        why = f"this request has parts not aligned to {ALIGNMENT} bytes"
+        owned.append(_buffered_twin(fd, flags, why))
+        return (fd if direct_part else None), owned[-1]
 
     def _submit(
         self, kind: Kind, tensor: torch.Tensor, path: PathLike | int, offset: int
     ) -> IORequest:
         self._check_usable()
+        # First: a path object's __fspath__ is the caller's code, which may resize or free
+        # the tensor; nothing below reads the tensor's memory before it.
+        name, fd = _target(path)
         tensor = _check_tensor(tensor, kind)
         offset = _check_offset(offset)
         nbytes = tensor.numel() * tensor.element_size()
         if offset + nbytes > _LAST_FILE_BYTE:
             raise ValueError(
-                f"{kind} of {nbytes} bytes at offset {offset} of {path!r} ends past the "
+                f"{kind} of {nbytes} bytes at offset {offset} of {name!r} ends past the "
                 f"largest file offset the system takes ({_LAST_FILE_BYTE})"
             )
         storage = tensor.untyped_storage()
-        storage.data_ptr()  # gives a copy-on-write storage its own memory before we use it
-        address = tensor.data_ptr()
-        aligned = address % ALIGNMENT == 0 and offset % ALIGNMENT == 0
-        if self.direct is True and not aligned:
-            raise ValueError(
-                f"O_DIRECT {kind} of {path!r} needs the buffer address and the offset aligned "
-                f"to {ALIGNMENT} bytes; got address % {ALIGNMENT} = {address % ALIGNMENT}, "
-                f"offset {offset} (allocate with accel.io.aligned_empty)"
-            )
-        owned: tuple[int, ...]
-        if isinstance(path, bool):
-            raise TypeError(f"path must be a path or a file descriptor (int), got bool {path!r}")
-        if isinstance(path, int):
-            name = f"<fd {path}>"
-            flags = _check_fd(path, kind)
-            if flags & os.O_DIRECT:
-                buffered_fd = _buffered_twin(path, flags)
-                direct_fd, owned = (path if aligned else None), (buffered_fd,)
+        holds: list[_lifetime.Hold] = []  # filled by hold(), so the cleanup below sees it
+        owned: list[int] = []  # descriptors opened for this request
+        transfer: _Transfer | None = None
+        try:
+            if nbytes:
+                # The kernel moves the bytes in place (no copy); the hold keeps them
+                # allocated. Taken before the address is read: from here on, the Python
+                # calls that free the memory wait for this request.
+                _lifetime.hold(storage, holds)
+                address = _address_inside(tensor, holds[0], kind, name)
             else:
-                direct_fd, buffered_fd, owned = None, path, ()
-        else:
-            name = os.fspath(path)
-            direct_fd, buffered_fd = self._open(kind, name, aligned)
-            owned = (buffered_fd,) if direct_fd is None else (direct_fd, buffered_fd)
-        if kind == "read" and nbytes:
-            size = _readable_size(buffered_fd)
-            if size is not None and offset + nbytes > size:
-                for fd in owned:
-                    os.close(fd)
-                raise EOFError(
-                    f"{name}: reading {nbytes} bytes at offset {offset} needs "
-                    f"{offset + nbytes} bytes, the file has {size}"
+                address = tensor.data_ptr()
+            aligned = address % ALIGNMENT == 0 and offset % ALIGNMENT == 0
+            if self.direct is True and not aligned:
+                raise ValueError(
+                    f"O_DIRECT {kind} of {name!r} needs the buffer address and the offset "
+                    f"aligned to {ALIGNMENT} bytes; got address % {ALIGNMENT} = "
+                    f"{address % ALIGNMENT}, offset {offset} (allocate with "
+                    "accel.io.aligned_empty)"
                 )
-        request = IORequest(kind, name, offset, nbytes, direct_fd is not None)
-        blocks = self._blocks(nbytes, direct_fd is not None)
-        if not blocks:  # an empty tensor: nothing to move
-            for fd in owned:
-                os.close(fd)
+            direct_part = aligned and nbytes >= ALIGNMENT  # what O_DIRECT can move
+            if fd is not None:
+                direct_fd, buffered_fd = self._use_fd(kind, fd, direct_part, owned)
+            else:
+                direct_fd, buffered_fd = self._open(kind, name, direct_part, owned)
+            if kind == "read" and nbytes:
+                size = _readable_size(buffered_fd)
+                if size is not None and offset + nbytes > size:
+                    raise EOFError(
+                        f"{name}: reading {nbytes} bytes at offset {offset} needs "
+                        f"{offset + nbytes} bytes, the file has {size}"
+                    )
+            blocks = self._blocks(nbytes, direct_fd is not None)
+            direct = any(block_direct for _, _, block_direct in blocks)
+            request = IORequest(kind, name, offset, nbytes, direct)
+            if not blocks:  # an empty tensor: nothing to move
+                fds, owned = owned, []
+                request.set_running_or_notify_cancel()
+                self._finish(request, self._close_failure(request, _close_all(fds)))
+                return request
+            view = memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
+            transfer = _Transfer(
+                request, holds[0], view, direct_fd, buffered_fd, tuple(owned), blocks,
+                claimed=[False] * len(blocks), remaining=len(blocks),
+            )  # fmt: skip
             request.set_running_or_notify_cancel()
-            self._finish(request, None)
-            return request
-        # The kernel moves the bytes in place (no copy); the hold keeps them allocated.
-        try:
-            memory = _lifetime.hold(storage)
-        except RuntimeError:
-            for fd in owned:
-                os.close(fd)
+            with self._lock:
+                self._in_flight.add(transfer)
+        except BaseException:
+            # Nothing queued yet: no block runs, so undo all here (Ctrl-C included). A close
+            # failure of a descriptor nothing was written through loses no data.
+            if transfer is not None:
+                with self._lock:
+                    self._in_flight.discard(transfer)
+            _close_all(owned)
+            for held in holds:
+                _lifetime.release(held)
             raise
-        view = memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
-        transfer = _Transfer(
-            request, memory, view, direct_fd, buffered_fd, owned, remaining=len(blocks)
-        )
-        with self._lock:
-            self._in_flight.add(transfer)
-        request.set_running_or_notify_cancel()
-        queued = 0
         try:
-            for index, (start, end, direct) in enumerate(blocks):
+            for index in range(len(blocks)):
                 try:
-                    self._pool.submit(self._run_block, transfer, start, end, direct)
+                    self._pool.submit(self._run_block, transfer, index)
                 except RuntimeError:
-                    # The pool takes no new work once the interpreter is shutting down (a
-                    # write from an atexit handler): move the rest here, in the caller's
-                    # thread, so the request still completes and nothing waits for blocks
-                    # never queued.
-                    for late_start, late_end, late_direct in blocks[index:]:
-                        self._run_block(transfer, late_start, late_end, late_direct)
-                        queued += 1
+                    # Either the pool takes no new work (the interpreter is shutting down:
+                    # a write from an atexit handler) and queued nothing, or it queued the
+                    # block and then could not start a thread for it ("can't start new
+                    # thread": a pids limit, memory) and may never run it. Either way this
+                    # thread moves the rest, so the request completes; a block runs only
+                    # once, so a queued copy that a pool thread takes later does nothing.
+                    for late in range(index, len(blocks)):
+                        self._run_block(transfer, late)
                     break
-                queued += 1
         except BaseException as interrupted:  # Ctrl-C between two blocks, for one
-            self._abandon(transfer, blocks[queued:], interrupted)
+            self._abandon(transfer, interrupted)
             raise
         return request
 
-    def _abandon(
-        self,
-        transfer: _Transfer,
-        unqueued: list[tuple[int, int, bool]],
-        interrupted: BaseException,
-    ) -> None:
-        # Blocks never queued count as done, failed: the request ends (its storage given
-        # back, its descriptors closed) once the queued ones have, instead of never.
+    def _abandon(self, transfer: _Transfer, interrupted: BaseException) -> None:
+        # Blocks not yet run count as done, failed: the request ends (its storage given
+        # back, its descriptors closed) once those already running have, instead of never.
         request = transfer.request
         with self._lock:
             if transfer.error is None:
@@ -550,8 +725,8 @@ class AsyncIO:
                     f"{request.offset} was interrupted while it was submitted "
                     f"({type(interrupted).__name__}); only part of it may have moved"
                 )
-        for start, end, direct in unqueued:
-            self._run_block(transfer, start, end, direct)  # moves nothing: the error is set
+        for index in range(len(transfer.blocks)):
+            self._run_block(transfer, index)  # moves nothing (the error is set), or ran
 
     def _blocks(self, nbytes: int, direct: bool) -> list[tuple[int, int, bool]]:
         # O_DIRECT covers the aligned prefix; the unaligned tail goes through the cache.
@@ -565,7 +740,12 @@ class AsyncIO:
         ]
         return blocks
 
-    def _run_block(self, transfer: _Transfer, start: int, end: int, direct: bool) -> None:
+    def _run_block(self, transfer: _Transfer, index: int) -> None:
+        with self._lock:
+            if transfer.claimed[index]:
+                return  # ran already (a copy the pool queued, then ran inline)
+            transfer.claimed[index] = True
+        start, end, direct = transfer.blocks[index]
         error: BaseException | None = None
         try:
             if transfer.error is None:  # a failed request stops moving data
@@ -578,19 +758,54 @@ class AsyncIO:
             transfer.remaining -= 1
             done = transfer.remaining == 0
         if done:
-            transfer.close()
-            request = transfer.request
+            self._end(transfer)
+
+    def _end(self, transfer: _Transfer) -> None:
+        # Each step runs whatever the one before did, and a step's failure is the request's
+        # (the first one wins): the request always ends, and its storage is always given
+        # back, else whoever waits for either waits for ever.
+        request = transfer.request
+        closing: BaseException | None
+        try:
+            closing = self._close_failure(request, transfer.close())
+        except BaseException as error:
+            closing = error
+        if closing is not None and transfer.error is None:
+            transfer.error = closing
+        try:
             # Given back before the request ends: whoever waits for it may then resize.
             moved = _lifetime.release(transfer.memory)
-            if moved and request.kind == "read" and transfer.error is None:
-                transfer.error = RuntimeError(
-                    f"{request.path}: the read of {request.nbytes} bytes at offset "
-                    f"{request.offset} did not reach the tensor: its storage was given other "
-                    "memory while the read ran, by a call that does not wait for transfers "
-                    "(not UntypedStorage.resize_, share_memory_ or Tensor.resize_, which do); "
-                    "the bytes went to the old memory, kept allocated until the read ended"
-                )
-            self._finish(request, transfer.error, transfer)
+        except BaseException as error:
+            moved = False
+            if transfer.error is None:
+                transfer.error = error
+        if moved and request.kind == "read" and transfer.error is None:
+            transfer.error = RuntimeError(
+                f"{request.path}: the read of {request.nbytes} bytes at offset "
+                f"{request.offset} did not reach the tensor: its storage was given other "
+                "memory while the read ran, by a call that does not wait for transfers "
+                "(not UntypedStorage.resize_, share_memory_ or Tensor.resize_, which do); "
+                "the bytes went to the old memory, kept allocated until the read ended"
+            )
+        self._finish(request, transfer.error, transfer)
+
+    @staticmethod
+    def _close_failure(request: IORequest, error: OSError | None) -> OSError | None:
+        """A failed ``close`` of the request's file as the request's failure, named."""
+        if error is None:
+            return None
+        lost = (
+            "; bytes the write stored may not have reached the file (a file system such "
+            "as NFS reports a failed write-back here)"
+            if request.kind == "write"
+            else ""
+        )
+        return OSError(
+            error.errno,
+            f"{request.path}: closing the file after the {request.kind} of {request.nbytes} "
+            f"bytes at offset {request.offset} failed: {error.strerror}{lost}",
+            request.path,
+        )
 
     def _move(self, transfer: _Transfer, start: int, end: int, direct: bool) -> None:
         request = transfer.request

@@ -22,6 +22,12 @@ on. torch frees a storage's memory in three ways, and each is covered here:
 
 Storages that are not resizable already (``from_numpy``, ``frombuffer``, shared memory) are
 left as they are: C++ cannot grow them, and the Python calls above wait.
+
+``Tensor.numpy()`` marks its storage not resizable for good (the array uses the memory).
+Called while the storage is swapped, it marks the swapped-in flag, which the swap back
+replaces: an array taken during a transfer does not keep the storage from being resized
+after it (docs/io.md says so; seeing the call would take wrapping ``Tensor.numpy`` for
+every caller in the process).
 """
 
 from __future__ import annotations
@@ -72,17 +78,24 @@ class Hold:
         """Return the owning pointer to the storage, unless the storage has other memory
         now (then the owner frees the old memory when it goes)."""
         owner, self.owner = self.owner, None
-        if owner is not None and _swap is not None and not self.moved():
-            _swap(self.storage, owner)
+        # A borrowed storage is not resizable; once swapped, it holds the storage's own
+        # flag (True: only resizable storages are swapped). Not swapped yet: nothing to undo.
+        if owner is None or _swap is None or not owner.resizable() or self.moved():
+            return
+        _swap(self.storage, owner)
 
 
 _held: dict[int, Hold] = {}  # by StorageImpl (``_cdata``): views of one storage share it
 _changed = threading.Condition()
 
 
-def hold(storage: torch.UntypedStorage) -> Hold:
+def hold(storage: torch.UntypedStorage, into: list[Hold]) -> Hold:
     """Keep ``storage``'s memory allocated until :func:`release`; called in the caller's
-    thread (the swap must not race the caller's own resizes)."""
+    thread (the swap must not race the caller's own resizes).
+
+    The hold is appended to ``into`` before this returns, so a caller that reads ``into``
+    in its cleanup releases it even when an exception (Ctrl-C) arrives as this returns.
+    """
     with _changed:
         held = _held.get(_key(storage))
         if held is not None:
@@ -96,21 +109,31 @@ def hold(storage: torch.UntypedStorage) -> Hold:
                     "_share_fd_cpu_); wait for those requests before starting another"
                 )
             held.count += 1
+            into.append(held)
             return held
         address = storage.data_ptr()  # materialises a copy-on-write storage first
         nbytes = storage.nbytes()
-        owner = None
-        if (
-            _swap is not None
-            and _borrow is not None
-            and nbytes
-            and storage.resizable()
-            and not storage.is_shared()
-        ):
-            owner = _borrow(address, storage.device, nbytes)
-            _swap(storage, owner)
-        held = Hold(storage, address, nbytes, owner)
+        held = Hold(storage, address, nbytes, None)
+        # Registered before the swap: from the swap on, the Python calls that free the
+        # memory wait for it.
         _held[_key(storage)] = held
+        try:
+            if (
+                _swap is not None
+                and _borrow is not None
+                and nbytes
+                and storage.resizable()
+                and not storage.is_shared()
+            ):
+                held.owner = _borrow(address, storage.device, nbytes)
+                _swap(storage, held.owner)
+        except BaseException:
+            # Ctrl-C around the swap: the storage gets its owning pointer back, if it gave
+            # it away, before the owner that held it is dropped (and frees the memory).
+            del _held[_key(storage)]
+            held.give_back()
+            raise
+        into.append(held)  # the caller's from here: it releases it on any failure
         return held
 
 
@@ -122,12 +145,14 @@ def release(held: Hold) -> bool:
         the transfer used was kept, so nothing foreign was touched).
     """
     with _changed:
-        moved = held.moved()
-        held.count -= 1
-        if not held.count:
-            del _held[_key(held.storage)]
-            held.give_back()
-        _changed.notify_all()
+        try:
+            moved = held.moved()
+            held.count -= 1
+            if not held.count:
+                del _held[_key(held.storage)]
+                held.give_back()
+        finally:  # a resize waiting for the storage must hear of it, whatever happened
+            _changed.notify_all()
     return moved
 
 

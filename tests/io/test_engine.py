@@ -239,7 +239,9 @@ def test_done_callbacks_see_their_request_finished_and_may_not_wait(
      ({"block_size": True}, "block_size must be a positive number of bytes, got True"),
      ({"block_size": 4096.0}, "block_size must be a positive number of bytes, got 4096.0"),
      ({"queue_depth": 0}, r"queue_depth must be an integer in \[1, 256\]"),
-     ({"direct": "yes"}, "direct must be None")],
+     ({"queue_depth": True}, r"queue_depth must be an integer in \[1, 256\], got True"),
+     ({"direct": "yes"}, "direct must be None"),
+     ({"direct": 1}, "direct must be None")],
 )  # fmt: skip
 def test_bad_engine_settings_are_rejected(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -498,19 +500,14 @@ def test_freeing_a_storage_waits_for_the_reads_into_it(tmp_path: pathlib.Path) -
 def test_wait_counts_and_raises_only_what_the_caller_did_not_take(tmp_path: pathlib.Path) -> None:
     # wait() counted requests already waited for with result() (DeepSpeed's tests assert
     # wait() == the asynchronous requests) and raised errors result() had delivered.
-    (tmp_path / "ro.bin").write_bytes(b"\0" * 16)
-    read_only = os.open(tmp_path / "ro.bin", os.O_RDONLY)
-    try:
-        with AsyncIO() as engine:
-            engine.write(torch.ones(4), tmp_path / "sync.bin").result()
-            with pytest.raises(OSError, match="Bad file descriptor"):  # fails in the transfer
-                engine.write(torch.ones(4), read_only).result()
-            engine.write(torch.ones(4), tmp_path / "a.bin")
-            engine.write(torch.ones(4), tmp_path / "b.bin")
-            assert engine.wait() == 2
-            assert engine.wait() == 0
-    finally:
-        os.close(read_only)
+    with AsyncIO() as engine:
+        engine.write(torch.ones(4), tmp_path / "sync.bin").result()
+        with pytest.raises(OSError, match="the file ended"):  # fails in the transfer
+            engine.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status").result()
+        engine.write(torch.ones(4), tmp_path / "a.bin")
+        engine.write(torch.ones(4), tmp_path / "b.bin")
+        assert engine.wait() == 2
+        assert engine.wait() == 0
 
 
 def test_lazy_views_and_fifos_are_refused(tmp_path: pathlib.Path) -> None:
@@ -610,22 +607,19 @@ def test_an_interrupted_submission_ends_its_request(
 def test_a_poll_that_timed_out_leaves_the_failure_to_wait(tmp_path: pathlib.Path) -> None:
     # result(timeout=...) marked the request as taken before it waited: when the poll timed
     # out, wait() later neither counted nor raised the request's failure.
-    path = tmp_path / "x.bin"
-    path.write_bytes(bytes(4096))
     with AsyncIO(queue_depth=1) as aio:
         gate = threading.Event()
         aio._pool.submit(gate.wait, 30)  # the engine's one thread is busy until the gate
-        fd = os.open(path, os.O_RDONLY)  # a write through it fails (EBADF)
         try:
-            request = aio.write(torch.ones(1024), fd)
+            # Fails as it runs: the file ends before the tensor is full.
+            request = aio.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status")
             with pytest.raises(TimeoutError):
                 request.result(timeout=0.01)
             gate.set()
-            with pytest.raises(OSError, match="Bad file descriptor"):
+            with pytest.raises(OSError, match="the file ended"):
                 aio.wait()
         finally:
             gate.set()
-            os.close(fd)
 
 
 def test_requests_taken_with_result_are_not_kept(tmp_path: pathlib.Path) -> None:
@@ -760,3 +754,357 @@ def test_a_pipe_descriptor_is_refused_at_submission(kind: str) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.slow  # starts an interpreter: memory freed under a read may crash it
+def test_a_storage_freed_while_a_request_is_submitted_is_never_used(tmp_path: pathlib.Path) -> None:
+    # The engine read the tensor's address, then ran the path's __fspath__ (the caller's
+    # code) and opened the file (other threads run meanwhile) before it held the storage:
+    # freed in between, the read landed in memory given to another tensor.
+    result = _run(
+        f"""
+        import os, torch
+        from accel.io import AsyncIO, _lifetime
+        path, n = {str(tmp_path / "src.bin")!r}, 4096  # 16 KiB: malloc reuses it at once
+        with AsyncIO() as aio:
+            aio.write(torch.full((n,), 7.0), path).result()
+        others = []
+
+        class FreeingPath(os.PathLike):
+            def __init__(self, tensor):
+                self.tensor = tensor
+
+            def __fspath__(self):
+                self.tensor.untyped_storage().resize_(0)
+                others.append(torch.zeros(n))  # may take the freed memory
+                return path
+
+        def read(tensor, target):
+            with AsyncIO() as aio:
+                try:
+                    print("accepted", aio.read(tensor, target).result(), flush=True)
+                except (ValueError, RuntimeError) as error:
+                    print("refused", type(error).__name__, error, flush=True)
+
+        read(torch.zeros(n), FreeingPath(torch.zeros(1)))  # warm-up: another tensor's path
+        tensor = torch.zeros(n)
+        read(tensor, FreeingPath(tensor))
+        # Another thread freeing the storage just before the hold: stood in for by the
+        # hold's first step.
+        real_hold = _lifetime.hold
+
+        def hold_after_free(storage, *args):
+            storage.resize_(0)
+            others.append(torch.zeros(n))
+            return real_hold(storage, *args)
+
+        _lifetime.hold = hold_after_free
+        read(torch.zeros(n), path)
+        _lifetime.hold = real_hold
+        print("others untouched", all(bool((o == 0).all()) for o in others), flush=True)
+        """,
+        tmp_path,
+    )
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert lines[0] == "accepted 16384"
+    assert lines[1].startswith("refused ValueError tensor reaches byte 16384 of its storage, "
+                               "which holds 0 bytes"), lines  # fmt: skip
+    assert lines[2].startswith("refused RuntimeError read of "), lines
+    assert "the tensor's memory changed while the request was submitted" in lines[2]
+    assert lines[3] == "others untouched True", lines
+
+
+def test_a_block_runs_once_when_the_pool_cannot_start_a_thread(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, no_leaks: object
+) -> None:
+    # ThreadPoolExecutor.submit queues the work and then raises "can't start new thread" (a
+    # pids limit, memory). The engine ran the block itself as well, and the queued copy ran
+    # again once a thread started, through the request's closed descriptor number, reused
+    # by then for another file.
+    data = _random(3 * ALIGNMENT + 100, torch.uint8, 5)
+    target, other = tmp_path / "target.bin", tmp_path / "other.bin"
+    writes: list[tuple[str, int]] = []  # (the file written, offset), as each write ran
+    real_pwrite, real_start = os.pwrite, threading.Thread.start
+
+    def recorded_pwrite(fd: int, data: bytes, offset: int) -> int:
+        try:
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            name = "a closed descriptor"
+        writes.append((name, offset))
+        return real_pwrite(fd, data, offset)
+
+    def failing_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("accel-io"):
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(os, "pwrite", recorded_pwrite)
+    aio = AsyncIO(block_size=ALIGNMENT, queue_depth=2, direct=False)
+    fd = None
+    try:
+        monkeypatch.setattr(threading.Thread, "start", failing_start)
+        request = aio.write(data, target)
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        assert request.done()  # moved by the caller's thread
+        assert aio.wait() == 1
+        assert request.result() == data.numel()
+        fd = os.open(other, os.O_WRONLY | os.O_CREAT, 0o600)  # the number the request freed
+        os.write(fd, b"precious")
+        # Threads start now, and take what the pool queued before.
+        later = aio.write(torch.ones(16, dtype=torch.uint8), tmp_path / "later.bin")
+        assert later.result(timeout=30) == 16
+    finally:
+        aio.close()  # its threads take every queued item first
+        if fd is not None:
+            os.close(fd)
+    assert other.read_bytes() == b"precious"
+    assert target.read_bytes() == data.numpy().tobytes()
+    expected = [("target.bin", start) for start in range(0, data.numel(), ALIGNMENT)]
+    assert sorted(writes) == sorted([*expected, ("later.bin", 0)])
+    assert aio.pending() == 0
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_a_failing_close_fails_the_request_and_gives_the_tensor_back(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # close(2) reports a write-back error on NFS. It escaped the engine's thread before the
+    # request ended: result() and wait() waited for ever, and so did the tensor's resize_.
+    path = tmp_path / "nfs.bin"
+    path.write_bytes(bytes(1 << 16))
+    where, real_close = os.path.realpath(path), os.close
+
+    def failing_close(fd: int) -> None:
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            name = ""
+        real_close(fd)  # closed, as Linux does, and then the error
+        if name == where:
+            raise OSError(errno.EIO, "Input/output error")
+
+    tensor = torch.ones(1 << 16, dtype=torch.uint8)
+    aio = AsyncIO(block_size=ALIGNMENT)
+    monkeypatch.setattr(os, "close", failing_close)
+    request = getattr(aio, kind)(tensor, path)
+    error = request.exception(timeout=10)
+    monkeypatch.undo()
+    assert isinstance(error, OSError), error
+    assert error.errno == errno.EIO
+    assert (f"{path}: closing the file after the {kind} of 65536 bytes at offset 0 failed: "
+            "Input/output error") in str(error)  # fmt: skip
+    assert ("may not have reached the file" in str(error)) == (kind == "write")
+    assert aio.pending() == 0
+    assert _finishes(lambda: tensor.untyped_storage().resize_(0))
+    assert _finishes(aio.close)
+    assert not any(os.path.realpath(f"/proc/self/fd/{fd}") == where for fd in _open_fds())
+
+
+def test_close_raises_the_first_failure_nobody_took() -> None:
+    # A request failing inside `with AsyncIO() as aio:` left the block as if all went well:
+    # without a wait(), nobody heard of it.
+    def failing(aio: AsyncIO) -> object:  # fails as it runs: the file ends first
+        return aio.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status")
+
+    with pytest.raises(OSError, match="the file ended"), AsyncIO() as aio:
+        failing(aio)
+    aio.close()  # closed: nothing to raise again
+    engine = AsyncIO()
+    failing(engine)
+    with pytest.raises(OSError, match="the file ended"):
+        engine.close()
+    with pytest.raises(RuntimeError, match="closed"):  # and it is closed all the same
+        engine.wait()
+    with AsyncIO() as aio:  # taken by exception() or raised by wait(): not raised again
+        assert isinstance(failing(aio).exception(), OSError)  # type: ignore[attr-defined]
+        failing(aio)
+        with pytest.raises(OSError, match="the file ended"):
+            aio.wait()
+
+    def own_failure() -> None:
+        with AsyncIO() as aio:
+            failing(aio)
+            raise KeyError("the block's own")
+
+    with pytest.raises(KeyError, match="the block's own") as raised:  # that one goes on
+        own_failure()
+    if sys.version_info >= (3, 11):  # the failure rides along
+        notes = raised.value.__notes__
+        assert any("accel.io: a request also failed: OSError" in note for note in notes)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_direct_holds_for_descriptors(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    # direct=True took a descriptor opened without O_DIRECT and went through the page cache;
+    # direct=False used a descriptor's O_DIRECT, which it never uses.
+    path = tmp_path / "d.bin"
+    data = aligned_empty(2 * ALIGNMENT, torch.uint8)
+    data.fill_(7)
+    plain = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with AsyncIO(direct=direct) as aio:
+            if direct:
+                with pytest.raises(
+                    ValueError,
+                    match=rf"file descriptor {plain} was opened without O_DIRECT, and this "
+                    "engine has direct=True",
+                ):
+                    aio.write(data, plain)
+            else:
+                assert aio.write(data, plain).direct is False
+    finally:
+        os.close(plain)
+    assert path.read_bytes() == (b"" if direct else data.numpy().tobytes())
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_DIRECT)
+    except OSError as error:
+        pytest.skip(f"O_DIRECT is not supported under {tmp_path}: {error}")
+    used: list[bool] = []  # per system call: through an O_DIRECT descriptor?
+    real_pwrite = os.pwrite
+
+    def recorded_pwrite(fd: int, data: bytes, offset: int) -> int:
+        used.append(bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recorded_pwrite)
+    try:
+        with AsyncIO(direct=direct, block_size=ALIGNMENT) as aio:
+            request = aio.write(data, fd)
+            assert request.result() == 2 * ALIGNMENT
+    finally:
+        os.close(fd)
+    assert request.direct is direct
+    assert used == [direct, direct]
+
+
+def test_a_request_without_an_aligned_part_opens_no_o_direct_descriptor(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A request under 4096 bytes moves nothing with O_DIRECT: it said direct=True and
+    # opened an O_DIRECT descriptor anyway; and that open passed O_CREAT with no mode.
+    try:
+        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+    except OSError as error:
+        pytest.skip(f"O_DIRECT is not supported under {tmp_path}: {error}")
+    opened: list[int] = []
+    real_open = os.open
+
+    def recorded_open(path: str, flags: int, mode: int = 0o777) -> int:
+        opened.append(flags)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", recorded_open)
+    with AsyncIO(direct=True) as aio:
+        small = aio.write(aligned_empty(100, torch.uint8), tmp_path / "small.bin")
+        assert small.result() == 100
+        assert small.direct is False
+        assert not [flags for flags in opened if flags & os.O_DIRECT]
+        opened.clear()
+        whole = aio.write(aligned_empty(ALIGNMENT + 100, torch.uint8), tmp_path / "whole.bin")
+        assert whole.result() == ALIGNMENT + 100
+        assert whole.direct is True
+    direct_opens = [flags for flags in opened if flags & os.O_DIRECT]
+    assert len(direct_opens) == 1
+    assert not direct_opens[0] & os.O_CREAT
+
+
+def test_a_file_replaced_between_the_two_opens_is_refused(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, no_leaks: object
+) -> None:
+    # The O_DIRECT descriptor is the path's second open: a file renamed over it in between
+    # took the aligned part, the first file the tail.
+    path, newcomer = tmp_path / "x.bin", tmp_path / "newcomer.bin"
+    newcomer.write_bytes(b"new")
+    try:
+        os.close(os.open(newcomer, os.O_RDONLY | os.O_DIRECT))
+    except OSError as error:  # no second open to replace the file before
+        pytest.skip(f"O_DIRECT is not supported under {tmp_path}: {error}")
+    real_open = os.open
+
+    def replacing_open(name: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_DIRECT:
+            os.replace(newcomer, path)
+        return real_open(name, flags, mode)
+
+    monkeypatch.setattr(os, "open", replacing_open)
+    with (
+        AsyncIO() as aio,
+        pytest.raises(OSError, match=r"x\.bin' was replaced by another file while it was opened"),
+    ):
+        aio.write(aligned_empty(ALIGNMENT + 1, torch.uint8), path)
+    assert path.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("where", ["as the hold returns", "building the transfer"])
+def test_ctrl_c_before_the_blocks_are_queued_gives_everything_back(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, no_leaks: object, where: str
+) -> None:
+    # Ctrl-C between the hold and the code that undoes a failed submission left the storage
+    # held for ever (not resizable; its resize_ waited for ever) and the descriptors open.
+    from accel.io import _engine, _lifetime
+
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(1 << 16))
+    tensor = torch.zeros(1 << 16, dtype=torch.uint8)
+    if where == "as the hold returns":
+        real_hold = _lifetime.hold
+
+        def interrupted_hold(*args: object) -> object:
+            real_hold(*args)  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(_lifetime, "hold", interrupted_hold)
+    else:
+
+        def interrupted(*args: object, **kwargs: object) -> object:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(_engine, "_Transfer", interrupted)
+    aio = AsyncIO()
+    with pytest.raises(KeyboardInterrupt):
+        aio.read(tensor, path)
+    monkeypatch.undo()
+    assert aio.pending() == 0
+    assert tensor.untyped_storage().resizable()
+    assert _finishes(lambda: tensor.untyped_storage().resize_(0))
+    assert _finishes(aio.close)
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags", "message"),
+    [("write", os.O_RDONLY, "is opened read-only; a write needs it opened with O_WRONLY"),
+     ("read", os.O_WRONLY, "is opened write-only; a read needs it opened with O_RDONLY"),
+     ("read", getattr(os, "O_PATH", 0), "was opened with O_PATH")],
+)  # fmt: skip
+def test_a_descriptor_open_for_the_other_direction_is_refused(
+    tmp_path: pathlib.Path, kind: str, flags: int, message: str
+) -> None:
+    # It was accepted, and the transfer failed later with a bare EBADF.
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(16))
+    fd = os.open(path, flags)
+    try:
+        with AsyncIO() as aio, pytest.raises(ValueError, match=f"file descriptor {fd} {message}"):
+            getattr(aio, kind)(torch.ones(16, dtype=torch.uint8), fd)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == bytes(16)
+
+
+def test_an_offset_may_be_any_integer_type_but_a_bool(tmp_path: pathlib.Path) -> None:
+    # A NumPy integer offset was refused ("must be an integer"), as accel's other integer
+    # arguments take it.
+    import numpy as np
+
+    path = tmp_path / "x.bin"
+    with AsyncIO() as aio:
+        assert aio.write(torch.ones(4, dtype=torch.uint8), path, np.int64(8)).result() == 4  # type: ignore[arg-type]
+        assert path.read_bytes() == bytes(8) + b"\1" * 4
+        with pytest.raises(ValueError, match="offset must be an integer >= 0, got True"):
+            aio.write(torch.ones(4, dtype=torch.uint8), path, True)
+        with pytest.raises(ValueError, match=r"offset must be an integer >= 0, got 8\.0"):
+            aio.write(torch.ones(4, dtype=torch.uint8), path, 8.0)  # type: ignore[arg-type]

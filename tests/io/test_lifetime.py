@@ -278,3 +278,39 @@ def test_a_request_on_memory_replaced_under_a_running_one_is_refused(
         monkeypatch.undo()
         engine.read(tensor, path).result()  # once it ended, the storage is usable again
         assert bool((tensor == 7).all())
+
+
+def test_ctrl_c_right_after_the_swap_gives_the_storage_its_memory_back(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C after hold() swapped the storage's pointer and before it recorded the hold: the
+    # owning pointer went with the dropped owner (the memory freed) while the storage kept
+    # using the memory, not resizable, for ever.
+    import torch
+
+    from accel.io import AsyncIO, _lifetime
+
+    path, n = tmp_path / "data.bin", 1 << 16
+    path.write_bytes(bytes(n))
+    real_swap, calls = _lifetime._swap, [0]
+    assert real_swap is not None
+
+    def swap_then_interrupt(storage: torch.UntypedStorage, other: torch.UntypedStorage) -> None:
+        real_swap(storage, other)
+        calls[0] += 1
+        if calls[0] == 1:
+            raise KeyboardInterrupt
+
+    tensor = torch.zeros(n, dtype=torch.uint8)
+    storage, address = tensor.untyped_storage(), tensor.data_ptr()
+    monkeypatch.setattr(_lifetime, "_swap", swap_then_interrupt)
+    with AsyncIO() as engine:
+        with pytest.raises(KeyboardInterrupt):
+            engine.read(tensor, path)
+        assert engine.pending() == 0
+    monkeypatch.undo()
+    assert storage.resizable(), "the storage kept the borrowed pointer"
+    assert _lifetime._key(storage) not in _lifetime._held
+    assert storage.data_ptr() == address
+    storage.resize_(2 * n)  # owns its memory again: frees the old, takes new
+    assert storage.nbytes() == 2 * n
