@@ -12,9 +12,11 @@ copying path for that call, and so does every rank with it.
 Freeing the old memory is safe only when nothing else can still reach it, so a storage
 moves only when it is provably the reducer's own:
 
-- the call comes from DDP's reducer: the reducer's built-in all-reduce runs in C++ from
-  the autograd engine, so the Python frame that calls the process group is the engine's
-  entry point (a comm hook, or any direct call, is a different frame and is never moved);
+- the call comes from the autograd engine: the reducer's built-in all-reduce runs in C++
+  from it, so the Python frame that calls the process group is the engine's entry point (a
+  comm hook, or any direct call, is a different frame and is never moved). Other C++ code
+  the engine runs (a TorchScript hook reducing a buffer of its own) passes this too: the
+  use counts below tell a bucket from it;
 - a ``DistributedDataParallel`` on this group is known: the group records each one while
   it is constructed (``_ddp_init_helper`` asks the group's backend name, with or without
   ``init_sync``);
@@ -23,8 +25,12 @@ moves only when it is provably the reducer's own:
   reading into, not already in a pool), not shared (``share_memory_``), not pinned;
 - it is seen a second time (the same storage, alive since the first sight): DDP rebuilds
   its buckets after the first iteration, so a bucket is worth moving from its second sight;
-- no one outside the reducer holds it. With ``gradient_as_bucket_view=False`` the bucket
-  is reachable only from C++ (``param.grad`` is a copy), so nothing else can. With
+- no one outside the reducer holds it, and it is a bucket. The reduced tensor's own use
+  count must be its storage's plus two (the reducer's views keep their base), so a DLPack
+  export of the bucket itself (a bucket-view ``.grad``'s ``_base``) keeps it. With
+  ``gradient_as_bucket_view=False`` the bucket is reachable only from C++ (``param.grad``
+  is a copy), and its storage's use count must be a bucket's of one or more parameters.
+  With
   ``gradient_as_bucket_view=True`` every ``param.grad`` of the bucket is a view of it that
   users can hand on (``.numpy()``, ``memoryview``, DLPack, a raw pointer in an extension).
   A tensor made on the storage raises the storage's use count, so that count must be
@@ -36,6 +42,9 @@ moves only when it is provably the reducer's own:
   are unset (parameters unused this step), or none is set and a bucket-view model on the
   group may own it, nothing is known yet and the bucket is looked at again at its next sight
   (up to ``DEFERRALS`` times).
+
+A bucket-view bucket's old memory stays allocated until its next sight, a step later: a
+kernel another thread started on a ``.grad`` before the swap still reads it.
 """
 
 from __future__ import annotations
@@ -85,6 +94,12 @@ DEFERRALS = 8
 # it is read through. Measured on torch 2.13's reducer (tests/comm/scripts/ddp_pool_check.py
 # fails if that changes: its buckets would stop moving, or DLPack holders would not stop them).
 GRAD_OWN_USES = 3
+# The holders of a bucket's storage when no one else has it: the Python storage object the
+# checks read it through, the bucket tensor, and per parameter an input and an output view;
+# and of the bucket tensor (its TensorImpl): as many, plus two (the views keep their base).
+# Measured the same way, with and without gradient_as_bucket_view.
+STORAGE_OWN_USES_BASE = 2
+BUCKET_OVER_STORAGE_USES = 2
 
 
 def _address(storage: Any) -> int:
@@ -114,6 +129,8 @@ class _Sighting:
     moved: bool = False
     refused: str = ""  # why it stays, said once
     deferred: int = 0  # sights at which it could not be judged yet
+    block: Any = None  # a weak reference to the pool block it took: alive while in the pool
+    retired: torch.Tensor | None = None  # its old memory, freed at the next sight
 
 
 @dataclass
@@ -165,18 +182,24 @@ class Promotions:
         if sighting is None or sighting.storage.expired() or sighting.nbytes != nbytes:
             self._remember(key, _Sighting(StorageWeakRef(storage), nbytes))
             return False
-        if sighting.moved or sighting.refused:
+        if sighting.moved:
+            sighting.retired = None  # a step since the move: no kernel still reads it
+            return False
+        if sighting.refused:
             return False
         why = self._refusal(tensor, storage, shm)
         if why is None:
-            why, final = self._not_owned(storage)
+            why, final = self._not_owned(tensor, storage)
             if why and not final:
                 sighting.deferred += 1
                 if sighting.deferred < DEFERRALS:
                     return False
                 why = f"{why}, at {DEFERRALS} sights"
         if not why:
-            why = _move(storage, shm)
+            # Bucket views are .grads other threads may be reading: the old memory stays
+            # until the next sight. A copying model's bucket only C++ reaches: freed now.
+            keep_old = next(self._grads_on(storage), None) is not None
+            why = _move(storage, shm, sighting, keep_old)
         if why:
             sighting.refused = why
             _log.debug("accel.comm: a %d-byte DDP bucket stays out of the pool: %s", nbytes, why)
@@ -187,12 +210,14 @@ class Promotions:
         return True
 
     def pooled(self) -> list[int]:
-        """The sizes in bytes of the moved buckets still alive."""
-        return [s.nbytes for s in self._seen.values() if s.moved and not s.storage.expired()]
+        """The sizes in bytes of the moved buckets whose memory is still in the pool (not
+        freed with the bucket, nor moved out by ``share_memory_()``)."""
+        return [s.nbytes for s in self._seen.values() if s.moved and s.block() is not None]
 
     def _remember(self, key: int, sighting: _Sighting) -> None:
         self._seen[key] = sighting
-        if len(self._seen) > 256:  # buckets DDP dropped when it rebuilt them
+        # Buckets DDP dropped when it rebuilt them, and the old memory of those that moved.
+        if len(self._seen) > 256 or any(s.retired is not None for s in self._seen.values()):
             self._seen = {k: s for k, s in self._seen.items() if not s.storage.expired()}
 
     def _refusal(self, tensor: torch.Tensor, storage: torch.UntypedStorage, shm: Any) -> str | None:
@@ -213,22 +238,34 @@ class Promotions:
             return "its memory is shared or pinned already"
         return None
 
-    def _not_owned(self, storage: torch.UntypedStorage) -> tuple[str, bool]:
-        """Why ``storage`` is not provably the reducer's own ("" when it is), and whether
-        that is final (False: not known yet, looked at again at the next sight)."""
+    def _not_owned(self, tensor: torch.Tensor, storage: torch.UntypedStorage) -> tuple[str, bool]:
+        """Why ``tensor`` (the reduced tensor) and its ``storage`` are not provably the
+        reducer's own bucket ("" when they are), and whether that is final (False: not
+        known yet, looked at again at the next sight)."""
+        storage_uses = _torch._C._storage_Use_Count(_address(storage))
+        if _uses(tensor) != storage_uses + BUCKET_OVER_STORAGE_USES:
+            # Also a DLPack export of the bucket itself (a bucket-view .grad's ``_base``),
+            # which holds the bucket tensor, not its storage.
+            return "the tensor is held outside DDP's reducer, or is not its bucket", True
         grads = list(self._grads_on(storage))
         if not grads:
             if any(getattr(m, "gradient_as_bucket_view", False) for m in list(self._models)):
                 return "no .grad is on it and a gradient_as_bucket_view model may own it", False
-            return "", True  # a copying model's: reachable from C++ only
+            # A copying model's bucket is reachable from C++ only; what the engine runs
+            # besides the reducer (a TorchScript hook reducing a buffer of its own) has
+            # other counts than a bucket with one or more parameters.
+            parameters, odd = divmod(storage_uses - STORAGE_OWN_USES_BASE, 2)
+            if odd or parameters < 1:
+                return "its storage's use count is not a DDP bucket's", True
+            return "", True
         held = sum(1 for grad in grads if _uses(grad) != GRAD_OWN_USES)
         if held:
             return f"{held} parameter .grad(s) are held outside DDP (a DLPack export)", True
         if sum(grad.numel() * grad.element_size() for grad in grads) != storage.nbytes():
             return "some of its parameters have no .grad (unused in this step)", False
         # Every parameter of the bucket has its .grad on it: the reducer's count is exact.
-        outside = _torch._C._storage_Use_Count(_address(storage)) - 2 - 2 * len(grads)
-        if outside:  # less `storage` itself, the bucket, an input and an output view each
+        outside = storage_uses - STORAGE_OWN_USES_BASE - 2 * len(grads)
+        if outside:
             return (
                 f"{outside} tensor(s) outside DDP hold it (a view, a numpy array or "
                 "memoryview of a parameter's .grad)"
@@ -252,9 +289,11 @@ def _uses(tensor: torch.Tensor) -> int:
     return int(untyped._use_count())
 
 
-def _move(storage: torch.UntypedStorage, shm: Any) -> str:
+def _move(storage: torch.UntypedStorage, shm: Any, sighting: _Sighting, keep_old: bool) -> str:
     """Swap ``storage``'s memory for a pool block holding its bytes ("" when done, else
-    why not: no room)."""
+    why not: no room). With ``keep_old`` the old memory stays allocated until the bucket's
+    next sight (a step later), for a kernel another thread started on a ``.grad`` before
+    the swap; else it is freed now."""
     communicator = shm.communicator
     nbytes = storage.nbytes()
     free = communicator.pool_free_bytes
@@ -267,11 +306,13 @@ def _move(storage: torch.UntypedStorage, shm: Any) -> str:
     if block is None:
         return f"the pool has no free range of {nbytes} bytes"
     pooled = torch.frombuffer(block, dtype=torch.uint8, count=nbytes)
+    sighting.block = weakref.ref(block)
     del block  # the tensor's storage holds it from here on
     pooled.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
     swapping: Any = storage  # _swap_data_ptr_ is not in torch's stubs
     swapping._swap_data_ptr_(pooled.untyped_storage())
-    # `pooled` now holds the old memory; dropping it frees that.
+    if keep_old:
+        sighting.retired = pooled  # now the old memory
     return ""
 
 

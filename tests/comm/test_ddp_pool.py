@@ -44,9 +44,19 @@ def test_ddp_buckets_move_into_the_pool_and_train_as_gloo_does() -> None:
     # a DLPack array of a view holds while the parameter goes unused and is used again.
     assert moved["numpy_holder"] == moved["bucket_view"] - 1
     assert moved["dlpack_holder"] == moved["bucket_view"] - 1
+    assert moved["base_dlpack_holder"] == moved["bucket_view"] - 1
     assert facts["holders_follow"] == {
-        case: [True, True] for case in ("numpy_holder", "dlpack_holder", "unused_holder")
+        case: [True, True]
+        for case in ("numpy_holder", "dlpack_holder", "base_dlpack_holder", "unused_holder")
     }
+    # A thread reading the .grads while buckets move: no crash, gloo's results.
+    assert moved["thread_reader"] == 2
+    # A TorchScript hook's own buffer, all-reduced from backward, is no bucket: only the
+    # model's bucket moves, and a DLPack view of the buffer keeps seeing it.
+    assert moved["scripted_hook"] == 1
+    assert facts["hook_buffer_stays"] is True
+    # Moved out of the pool by share_memory_(): no longer counted as in it.
+    assert facts["shared_leave_the_pool"] == [True, True, True]
     # A DDP made with init_sync=False is known to the group all the same.
     assert moved["init_sync_off"] == moved["bucket_view"]
     # Not DDP's reducer (a comm hook, direct calls), opted out, or no room: nothing moves.

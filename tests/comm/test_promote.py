@@ -5,6 +5,7 @@ all-reduce is), and a one-rank segment gives the pool."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import types
@@ -76,21 +77,22 @@ def _promotions(*models: torch.nn.Module) -> _promote.Promotions:
 def test_a_private_bucket_moves_on_its_second_sight_with_its_bytes_and_views(
     numel: int, dtype: torch.dtype, shm: Any
 ) -> None:
-    bucket = torch.randn(numel).to(dtype)
-    view = bucket[1:-1]
+    reducer = _Reducer([(numel - 2,), (2,)], as_view=False, bucket=torch.randn(numel).to(dtype))
+    bucket = reducer.bucket
     before = bucket.clone()
-    promotions = _promotions(_BucketView([], as_view=False))
+    promotions = _promotions(reducer.model)
     assert not _from_the_engine(promotions, bucket, shm)  # first sight: stays
     where = bucket.data_ptr()
     assert _from_the_engine(promotions, bucket, shm)
     assert bucket.data_ptr() != where
     assert torch.equal(bucket, before)
-    assert view.data_ptr() == bucket.data_ptr() + dtype.itemsize  # views follow their storage
+    # The reducer's views follow their storage.
+    assert reducer.input_view(1).data_ptr() == bucket.data_ptr() + (numel - 2) * dtype.itemsize
     assert not _from_the_engine(promotions, bucket, shm)  # once
     taken = shm.communicator.pool_bytes - shm.communicator.pool_free_bytes
     assert taken >= bucket.nbytes
     assert promotions.pooled() == [bucket.untyped_storage().nbytes()]
-    del bucket, view
+    del bucket, reducer
     assert shm.communicator.pool_free_bytes == shm.communicator.pool_bytes  # back with it
 
 
@@ -155,29 +157,42 @@ def test_a_direct_call_or_no_known_model_never_moves(shm: Any) -> None:
 
 
 class _Reducer:
-    """What DDP's reducer holds of a bucket-view bucket: the bucket, an input and an output
-    view per parameter (the input views in C++, as the reducer's vector holds them), and
-    each parameter's .grad is its input view."""
+    """What DDP's reducer holds of a bucket: the bucket, an input and an output view per
+    parameter (the input views in C++, as the reducer's vector holds them), and in C++
+    three more references to the bucket tensor (the reducer's, and the tensor lists of the
+    call); with ``as_view`` each parameter's .grad is its input view. The use counts are
+    then the real reducer's (tests/comm/scripts/ddp_pool_check.py checks those)."""
 
-    def __init__(self, shapes: list[tuple[int, int]]) -> None:
-        self.bucket = torch.zeros(sum(rows * cols for rows, cols in shapes))
-        offsets = [sum(r * c for r, c in shapes[:i]) for i in range(len(shapes))]
+    def __init__(
+        self,
+        shapes: list[tuple[int, ...]],
+        as_view: bool = True,
+        bucket: torch.Tensor | None = None,
+    ) -> None:
+        sizes = [math.prod(shape) for shape in shapes]
+        self.bucket = torch.zeros(sum(sizes)) if bucket is None else bucket
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
         views = [
-            self.bucket[offset : offset + r * c].view(r, c)
-            for offset, (r, c) in zip(offsets, shapes, strict=True)
+            self.bucket[offset : offset + size].view(shape)
+            for offset, size, shape in zip(offsets, sizes, shapes, strict=True)
         ]
-        self.model = _BucketView(views, as_view=True)
+        self.model = _BucketView(views if as_view else [], as_view=as_view)
         script_list: Any = torch._C.ScriptList  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
         self._inputs = script_list(views)  # a list held in C++, as the reducer's vector is
         self._outputs = [
-            self.bucket[offset : offset + r * c].view(r, c)
-            for offset, (r, c) in zip(offsets, shapes, strict=True)
+            self.bucket[offset : offset + size].view(shape)
+            for offset, size, shape in zip(offsets, sizes, shapes, strict=True)
         ]
+        self._held = script_list([self.bucket] * (_promote.BUCKET_OVER_STORAGE_USES + 1))
 
     def grad(self, index: int) -> torch.Tensor:
         grad = self.model.params[index].grad
         assert grad is not None
         return grad
+
+    def input_view(self, index: int) -> torch.Tensor:
+        view: torch.Tensor = self._inputs[index]
+        return view
 
 
 def _np_dlpack_of_a_view(grad: torch.Tensor) -> object:
@@ -254,10 +269,51 @@ def test_a_bucket_without_grads_moves_only_when_no_bucket_view_model_could_own_i
     assert [s.refused for s in seen.values()] == [
         "no .grad is on it and a gradient_as_bucket_view model may own it, at 8 sights"
     ]
-    copying = _promotions(_BucketView([], as_view=False))  # only C++ reaches its bucket
-    bucket = torch.zeros(4096)
-    assert not _from_the_engine(copying, bucket, shm)
-    assert _from_the_engine(copying, bucket, shm)
+    private = _Reducer([(64, 64)], as_view=False)  # only C++ reaches its bucket
+    copying = _promotions(private.model)
+    assert not _from_the_engine(copying, private.bucket, shm)
+    assert _from_the_engine(copying, private.bucket, shm)
+
+
+def test_a_tensor_the_engine_reduces_that_is_no_bucket_stays(shm: Any) -> None:
+    # A TorchScript hook all-reducing a buffer of its own reaches the group as the reducer
+    # does; with a copying model on the group the buffer was taken for its bucket, moved,
+    # and a DLPack view of it read freed memory.
+    promotions = _promotions(_Reducer([(64, 64)], as_view=False).model)
+    statistics = torch.ones(1 << 14)
+    seen = np.from_dlpack(statistics)
+    for _ in range(3):
+        assert not _from_the_engine(promotions, statistics, shm)
+    alone = torch.ones(1 << 14)  # held by nothing else either: still not a bucket's counts
+    for _ in range(3):
+        assert not _from_the_engine(promotions, alone, shm)
+    assert seen.ctypes.data == statistics.data_ptr()
+
+
+@pytest.mark.parametrize("as_view", [True, False])
+def test_a_bucket_whose_tensor_itself_someone_holds_stays(as_view: bool, shm: Any) -> None:
+    # A DLPack export of the bucket (a bucket-view .grad's ``_base``) holds the bucket
+    # tensor, not a new tensor on its storage.
+    reducer = _Reducer([(64, 64), (64, 64)], as_view=as_view)
+    promotions = _promotions(reducer.model)
+    held = np.from_dlpack(reducer.bucket)
+    for _ in range(3):
+        assert not _from_the_engine(promotions, reducer.bucket, shm)
+    assert held.ctypes.data == reducer.bucket.data_ptr()
+    del held
+    assert not _from_the_engine(promotions, _fresh_sight(promotions, reducer.bucket), shm)
+    assert _from_the_engine(promotions, reducer.bucket, shm)
+
+
+def test_a_bucket_moved_out_again_is_no_longer_counted_in_the_pool(shm: Any) -> None:
+    reducer = _Reducer([(64, 64)])
+    promotions = _promotions(reducer.model)
+    assert not _from_the_engine(promotions, reducer.bucket, shm)
+    assert _from_the_engine(promotions, reducer.bucket, shm)
+    assert promotions.pooled() == [reducer.bucket.nbytes]
+    reducer.bucket.share_memory_()  # Hogwild's model.share_memory() on bucket views
+    assert promotions.pooled() == []
+    assert torch.equal(reducer.grad(0), reducer.bucket.view(64, 64))
 
 
 def _fresh_sight(promotions: _promote.Promotions, bucket: torch.Tensor) -> torch.Tensor:

@@ -10,12 +10,14 @@ rank 0.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import itertools
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -117,6 +119,27 @@ def _train(
     return losses, [p.detach().clone() for p in model.parameters()], ddp
 
 
+def _shows(holder: torch.Tensor, grad: torch.Tensor) -> bool:
+    """Whether ``holder`` is memory ``grad`` lies in, holding its values (the bucket's
+    export holds every parameter's)."""
+    start, size = grad.data_ptr() - holder.data_ptr(), grad.element_size()
+    if start < 0 or start % size:
+        return False
+    flat = holder.reshape(-1)[start // size :][: grad.numel()]
+    return torch.equal(flat, grad.reshape(-1))
+
+
+@torch.jit.script
+def _reduce_statistics(buffers: list[torch.Tensor], group: str, grad: torch.Tensor) -> torch.Tensor:
+    """A TorchScript tensor hook: no Python frame, so its all-reduce reaches the group
+    from the autograd engine's entry, as DDP's reducer does."""
+    buffers[0].add_(grad.abs().sum())
+    torch.ops._c10d_functional.wait_tensor(
+        torch.ops._c10d_functional.all_reduce_(buffers[0], "sum", group)
+    )
+    return grad
+
+
 def _moved(group: dist.ProcessGroup) -> int:
     return int(group.promotions.moved_buffers)  # type: ignore[attr-defined]
 
@@ -197,10 +220,7 @@ def main() -> None:
             elif index == STEPS - 1:
                 assert grad is not None
                 seen = [torch.from_numpy(h) if isinstance(h, np.ndarray) else h for h in holders]
-                follows.setdefault(case, []).append(all(
-                    h.data_ptr() == grad.data_ptr() and torch.equal(h.reshape(-1), grad.reshape(-1))
-                    for h in seen
-                ))  # fmt: skip
+                follows.setdefault(case, []).append(all(_shows(h, grad) for h in seen))
             then(index, ddp.module)
 
         return after_backward
@@ -214,6 +234,12 @@ def main() -> None:
             gradient_as_bucket_view=True, after_backward=holding(
                 "dlpack_holder", lambda g: [torch.from_dlpack(g), np.from_dlpack(g)]))  # fmt: skip
 
+    # A DLPack export of the bucket itself (a bucket-view .grad's base), which holds the
+    # bucket tensor and not a new tensor on its storage.
+    compare("base_dlpack_holder", lambda: _mlp(wide, 1), 48, bucket_cap_mb=0.02,
+            gradient_as_bucket_view=True, after_backward=holding(
+                "base_dlpack_holder", lambda g: [np.from_dlpack(g._base)]))  # fmt: skip
+
     # A DLPack array of a view of a .grad, held while its parameter goes unused (its .grad
     # None, so its part of the bucket is unknown) and then is used again.
     def use_extra_at_the_ends(index: int, model: Any) -> None:
@@ -225,6 +251,53 @@ def main() -> None:
                 grad_of=lambda model: model.extra.weight.grad, first=0,
                 then=use_extra_at_the_ends))  # fmt: skip
     facts["holders_follow"] = follows
+
+    # Another thread reads every .grad while backward runs: the memory a bucket leaves is
+    # still allocated for a read that started on it (it was freed at once, and the thread
+    # crashed the process).
+    def reading_thread() -> Callable[[int, DDP], None]:
+        stop = threading.Event()
+
+        def read(model: torch.nn.Module) -> None:
+            while not stop.is_set():
+                for parameter in model.parameters():
+                    grad = parameter.grad
+                    if grad is not None:
+                        grad.clone()
+
+        def after_backward(index: int, ddp: DDP) -> None:
+            if index == 0:
+                threading.Thread(target=read, args=(ddp.module,), daemon=True).start()
+            elif index == STEPS - 1:
+                stop.set()
+
+        return after_backward
+
+    def large() -> torch.nn.Module:
+        # 64 MiB buckets: above glibc's largest mmap threshold, so freeing one unmaps it
+        # and a read still on it faults.
+        torch.manual_seed(12)
+        return torch.nn.Sequential(*(torch.nn.Linear(4096, 4096, bias=False) for _ in range(2)))
+
+    compare("thread_reader", large, 4096, bucket_cap_mb=64, gradient_as_bucket_view=True,
+            after_backward=reading_thread())  # fmt: skip
+
+    # A TorchScript hook all-reduces a buffer of its own during backward, on a group with a
+    # DDP model: it reaches the group as DDP's reducer does, but the buffer is not a bucket,
+    # and a DLPack view of it keeps seeing it.
+    statistics = torch.zeros(1 << 16)
+    statistics_view = np.from_dlpack(statistics)
+    before = _moved(world)
+    hooked = DDP(_mlp(wide, 11), process_group=world)
+    for _ in range(STEPS):
+        out = hooked(torch.randn(4, 48))
+        out.register_hook(functools.partial(_reduce_statistics, [statistics], world.group_name))
+        out.square().mean().backward()
+    facts["moved"]["scripted_hook"] = _moved(world) - before
+    facts["hook_buffer_stays"] = statistics_view.ctypes.data == statistics.data_ptr() and bool(
+        np.array_equal(statistics_view, statistics.numpy())
+    )
+    del hooked
 
     # A DDP made with init_sync=False checks nothing through the group, and is known all
     # the same.
@@ -307,6 +380,18 @@ def main() -> None:
     communicator = segment.communicator
     facts["pool_taken"] = communicator.pool_bytes - communicator.pool_free_bytes
     facts["report"] = accel.report.collect().collectives  # says so while DDP holds them
+    # Moved out again by share_memory_() (Hogwild's model.share_memory() on bucket views).
+    promotions: Any = fresh.promotions  # type: ignore[attr-defined]
+    pooled = len(promotions.pooled())
+    viewed = dist.new_group(backend="accel")
+    _, _, shared = _train(lambda: _mlp(wide, 1), viewed, 48, bucket_cap_mb=0.02,
+                          gradient_as_bucket_view=True)  # fmt: skip
+    in_pool = len(viewed.promotions.pooled())  # type: ignore[attr-defined]
+    shared(torch.randn(2, 48)).sum().backward()  # .grads set again: views of the buckets
+    shared.module.share_memory()
+    facts["shared_leave_the_pool"] = [pooled > 0, in_pool > 0,
+                                      viewed.promotions.pooled() == []]  # type: ignore[attr-defined]  # fmt: skip
+    del shared
     dist.destroy_process_group(fresh)
     ddp.module(torch.randn(2, 48)).sum().backward()  # the buckets still work, unmapped later
     del ddp, segment
