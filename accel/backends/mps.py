@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from accel import _host
 from accel._device_module import device_module
@@ -126,7 +127,7 @@ class MPSAccelerator(
     exported_env_prefixes: ClassVar[tuple[str, ...]] = ("PYTORCH_MPS",)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> MPSAccelerator:
-        if cls.__dict__.get("_without_peaks", False) or accelerator_keeps_peaks(cls.device_type):
+        if issubclass(cls, NoMemoryStatsMixin) or accelerator_keeps_peaks(cls.device_type):
             return object.__new__(cls)
         instance: MPSAccelerator = object.__new__(_without_peaks(cls))
         return instance
@@ -135,6 +136,13 @@ class MPSAccelerator(
     def probe(cls) -> Availability:
         """Available when ``torch.mps`` has what the backend calls and sees the GPU."""
         return probe_device_module(cls.device_type, MPS_MODULE_FUNCTIONS)
+
+    @override
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled by the class the user chose (the variant is made at run time, with no
+        # importable name); unpickled, it decides again where it is made.
+        chosen: type[MPSAccelerator] = type(self).__dict__.get("_chosen", type(self))
+        return chosen, (), self.__dict__
 
     @classmethod
     def instance_classes(cls) -> tuple[type[MPSAccelerator], ...]:
@@ -148,13 +156,16 @@ _variants_lock = ForkSafeLock()
 
 def _without_peaks(cls: type[MPSAccelerator]) -> type[MPSAccelerator]:
     """``cls`` with the peak statistics declared absent, made once per class and named as
-    ``cls`` (errors name the backend the user chose)."""
+    ``cls`` (errors name the backend the user chose); ``cls`` itself if it declares them
+    absent already."""
+    if issubclass(cls, NoMemoryStatsMixin):
+        return cls
     with _variants_lock:
         variant = _variants.get(cls)
         if variant is None:
             namespace = {
                 "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                "__doc__": cls.__doc__, "_without_peaks": True,
+                "__doc__": cls.__doc__, "_chosen": cls,
             }  # fmt: skip
             variant = _variants[cls] = type(cls.__name__, (NoMemoryStatsMixin, cls), namespace)
         return variant

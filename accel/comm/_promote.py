@@ -202,7 +202,10 @@ class Promotions:
             why = _move(storage, shm, sighting, keep_old)
         if why:
             sighting.refused = why
-            _log.debug("accel.comm: a %d-byte DDP bucket stays out of the pool: %s", nbytes, why)
+            _log.debug(
+                "accel.comm: a %d-byte tensor DDP's reducer all-reduces stays out of the pool: %s",
+                nbytes, why,
+            )  # fmt: skip
             return False
         sighting.moved = True
         self.moved_buffers += 1
@@ -243,33 +246,33 @@ class Promotions:
         reducer's own bucket ("" when they are), and whether that is final (False: not
         known yet, looked at again at the next sight)."""
         storage_uses = _torch._C._storage_Use_Count(_address(storage))
-        if _uses(tensor) != storage_uses + BUCKET_OVER_STORAGE_USES:
-            # Also a DLPack export of the bucket itself (a bucket-view .grad's ``_base``),
-            # which holds the bucket tensor, not its storage.
-            return "the tensor is held outside DDP's reducer, or is not its bucket", True
         grads = list(self._grads_on(storage))
-        if not grads:
-            if any(getattr(m, "gradient_as_bucket_view", False) for m in list(self._models)):
-                return "no .grad is on it and a gradient_as_bucket_view model may own it", False
+        if grads:
+            held = sum(1 for grad in grads if _uses(grad) != GRAD_OWN_USES)
+            if held:
+                return f"{held} parameter .grad(s) are held outside DDP (a DLPack export)", True
+            if sum(grad.numel() * grad.element_size() for grad in grads) != storage.nbytes():
+                return "some of its parameters have no .grad (unused in this step)", False
+            # Every parameter of the bucket has its .grad on it: the reducer's count is exact.
+            outside = storage_uses - STORAGE_OWN_USES_BASE - 2 * len(grads)
+            if outside:
+                return (
+                    f"{outside} tensor(s) outside DDP hold it (a view, a numpy array or "
+                    "memoryview of a parameter's .grad)"
+                ), True
+        elif any(getattr(m, "gradient_as_bucket_view", False) for m in list(self._models)):
+            return "no .grad is on it and a gradient_as_bucket_view model may own it", False
+        else:
             # A copying model's bucket is reachable from C++ only; what the engine runs
             # besides the reducer (a TorchScript hook reducing a buffer of its own) has
             # other counts than a bucket with one or more parameters.
             parameters, odd = divmod(storage_uses - STORAGE_OWN_USES_BASE, 2)
             if odd or parameters < 1:
                 return "its storage's use count is not a DDP bucket's", True
-            return "", True
-        held = sum(1 for grad in grads if _uses(grad) != GRAD_OWN_USES)
-        if held:
-            return f"{held} parameter .grad(s) are held outside DDP (a DLPack export)", True
-        if sum(grad.numel() * grad.element_size() for grad in grads) != storage.nbytes():
-            return "some of its parameters have no .grad (unused in this step)", False
-        # Every parameter of the bucket has its .grad on it: the reducer's count is exact.
-        outside = storage_uses - STORAGE_OWN_USES_BASE - 2 * len(grads)
-        if outside:
-            return (
-                f"{outside} tensor(s) outside DDP hold it (a view, a numpy array or "
-                "memoryview of a parameter's .grad)"
-            ), True
+        if _uses(tensor) != storage_uses + BUCKET_OVER_STORAGE_USES:
+            # A DLPack export of the bucket itself (a bucket-view .grad's ``_base``) holds
+            # the bucket tensor, not its storage.
+            return "the bucket tensor itself is held outside DDP (a DLPack export)", True
         return "", True
 
     def _grads_on(self, storage: torch.UntypedStorage) -> Iterator[torch.Tensor]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import logging
 import types
 from collections.abc import Callable
 from typing import ClassVar, cast
@@ -25,6 +26,8 @@ from accel.protocols.memory import (
     MemoryStatsAPI,
     MemoryUsageAPI,
 )
+
+_log = logging.getLogger("accel")
 
 
 class _SizedMemory(Protocol):
@@ -217,13 +220,22 @@ def accelerator_keeps_peaks(device_type: str) -> bool:
         return False
     try:
         device = current()
-        return (
-            device is not None
-            and device.type == device_type
-            and "allocated_bytes.all.peak" in stats(0)
-        )
-    except RuntimeError:  # the device's allocator keeps no statistics torch can read
+        if device is None or device.type != device_type:
+            return False
+        if not stats(0):
+            # torch answers {} until the device's allocator is first used: use it.
+            _touch_allocator(device_type)
+        return "allocated_bytes.all.peak" in stats(0)
+    except Exception as error:  # the device's allocator keeps no statistics torch can read
+        _log.debug("torch.accelerator.memory_stats() for %s: %r; no peaks", device_type, error)
         return False
+
+
+def _touch_allocator(device_type: str) -> None:
+    """Allocate on ``device_type`` once, so that its allocator exists."""
+    import torch
+
+    torch.empty(1, device=device_type)
 
 
 class _CountedDevices(Protocol):

@@ -105,8 +105,9 @@ GRAPH_ADVICE = (
 
 # torch.cuda itself handed on as a value: what is called through it is not seen.
 _CUDA_MODULE_ADVICE = (
-    "{what} is used as a value (bound to a name, passed, returned): accel port does not "
-    "follow the calls made through it; use get_accelerator() in its place"
+    "{what} is used as a value (bound to a name, passed, patched, returned): accel port does "
+    "not follow what is done through it; port it by hand (get_accelerator() has the device "
+    "functions)"
 )
 
 
@@ -222,6 +223,7 @@ class PortTransformer(cst.CSTTransformer):
         # cannot prove hold a device).
         self._cuda_strings: list[cst.SimpleString] = []
         self._consumed: set[int] = set()  # ids of original nodes a rule took away
+        self._compared: set[int] = set()  # ids of the operands of == and != comparisons
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -417,6 +419,11 @@ class PortTransformer(cst.CSTTransformer):
                 continue  # rewritten, or reported, with what is around it
             taken.add(line)
             value = str(node.evaluated_value)
+            if id(node) in self._compared and _NCCL_STRING.fullmatch(value):
+                self._manual(node, f"a comparison with {value!r} is false on every backend but "
+                             "NCCL: compare with get_accelerator().communication_backend_name() "
+                             "where the code it guards runs on any backend")  # fmt: skip
+                continue
             advice = (
                 "is a CUDA tensor type: use the CPU type (torch.FloatTensor, ...) with "
                 "device=get_accelerator().device_name()" if value.startswith("torch.") else
@@ -440,6 +447,8 @@ class PortTransformer(cst.CSTTransformer):
         equality = all(
             isinstance(c.operator, cst.Equal | cst.NotEqual) for c in original_node.comparisons
         )
+        if equality:
+            self._compared.update(id(operand) for operand in operands)
         if equality and "cuda" in [_literal(operand) for operand in operands]:
             self._manual(original_node, "a comparison with 'cuda' is false on every other "
                          "accelerator; compare with get_accelerator().device_name() where the "

@@ -24,8 +24,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn
 from typing_extensions import TypeIs, override
 
 
-class CapabilityError(AttributeError):
-    """A backend was asked for a member of a capability it does not have."""
+class CapabilityError(AttributeError, RuntimeError):
+    """A backend was asked for a member of a capability it does not have.
+
+    An ``AttributeError`` (``hasattr`` answers False, ``getattr`` defaults apply) and a
+    ``RuntimeError``, which ``torch.accelerator`` raises where a device lacks what it is
+    asked, so code written for torch's catches it too."""
 
 
 def capability_error(

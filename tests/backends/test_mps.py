@@ -58,12 +58,15 @@ def mps(fresh_selection: None) -> Iterator[MPSAccelerator]:
 class _GenericStats:
     """``torch.accelerator``'s generic statistics as torch 2.13 keeps them for MPS."""
 
-    def __init__(self) -> None:
+    def __init__(self, initialized: bool = True) -> None:
         self.peak_allocated, self.peak_reserved = 5 << 20, 6 << 20
         self.calls: list[tuple[str, object]] = []
+        self.initialized = initialized  # torch answers {} until the allocator is used
 
     def memory_stats(self, device_index: object = None) -> dict[str, object]:
         self.calls.append(("memory_stats", device_index))
+        if not self.initialized:
+            return {}
         return {
             "allocated_bytes.all.current": 1 << 20, "allocated_bytes.all.peak": self.peak_allocated,
             "reserved_bytes.all.current": 3 << 20, "reserved_bytes.all.peak": self.peak_reserved,
@@ -131,6 +134,69 @@ def test_mps_takes_peaks_from_torchs_generic_statistics_where_torch_keeps_them(
             call(1)
     # What is left of the budget still counts everything the Metal driver holds.
     assert mps.available_memory() <= RECOMMENDED_MAX - (1 << 20) - DRIVER_CACHE
+
+
+def test_peaks_are_found_before_the_allocator_was_first_used(
+    fresh_selection: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch.accelerator.memory_stats() is {} until the device's allocator is first used,
+    # which a backend made before the first tensor (the usual order) comes before.
+    from accel.mixins import memory
+
+    torch._register_device_module(STAND_IN, fake_mps_module(STAND_IN))
+    stats = _GenericStats(initialized=False)
+    stats.install(monkeypatch)
+    touched: list[str] = []
+
+    def first_use(device_type: str) -> None:
+        touched.append(device_type)
+        stats.initialized = True
+
+    monkeypatch.setattr(memory, "_touch_allocator", first_use)
+    try:
+        assert isinstance(_PicklableMPS(), MemoryStatsAPI)
+        assert touched == [STAND_IN]
+        monkeypatch.setattr(torch.accelerator, "memory_stats", _raise_type_error)
+        # Whatever torch raises there, the backend is still made, without peaks.
+        assert not isinstance(_PicklableMPS(), MemoryStatsAPI)
+    finally:
+        delattr(torch, STAND_IN)
+        sys.modules.pop(f"torch.{STAND_IN}", None)
+
+
+def _raise_type_error(device_index: object = None) -> dict[str, object]:
+    raise TypeError("an older torch's signature")
+
+
+class _PicklableMPS(MPSAccelerator):
+    device_type: ClassVar[str] = STAND_IN
+
+
+def test_the_class_without_peaks_pickles_and_subclasses_as_the_one_chosen(
+    fresh_selection: None,
+) -> None:
+    import copy
+    import pickle
+
+    torch._register_device_module(STAND_IN, fake_mps_module(STAND_IN))
+    try:
+        acc = _PicklableMPS()
+        assert not isinstance(acc, MemoryStatsAPI)  # no generic statistics here
+        again = pickle.loads(pickle.dumps(acc))
+        assert type(again) is type(acc)
+        assert isinstance(again, _PicklableMPS)
+        assert type(copy.deepcopy(acc)) is type(acc)
+        assert type(acc).instance_classes() == (type(acc), type(acc))
+
+        class Further(type(acc)):  # type: ignore[misc]
+            pass
+
+        assert not isinstance(Further(), MemoryStatsAPI)
+        with pytest.raises(RuntimeError, match="not a MemoryStatsAPI"):  # as torch raises
+            accel.max_memory_allocated(accelerator=acc)  # type: ignore[arg-type]
+    finally:
+        delattr(torch, STAND_IN)
+        sys.modules.pop(f"torch.{STAND_IN}", None)
 
 
 def test_mps_has_no_streams_to_order_so_it_is_a_synchronized_device(mps: MPSAccelerator) -> None:

@@ -374,6 +374,15 @@ def test_cuda_names_bound_or_looked_up_by_name_are_reported(
     assert f"{path}:2:" in out, out
 
 
+def test_a_comparison_with_nccl_is_reported_as_one() -> None:
+    # Told to use the accelerator's backend name, a person would make an NCCL-only branch
+    # run on every backend; the finding says when that is right.
+    result = port_source("import torch.distributed as dist\nuse = dist.get_backend() == 'nccl'\n")
+    (finding,) = [f for f in result.findings if not f.rewritten]
+    assert finding.message.startswith("a comparison with 'nccl' is false on every backend but")
+    assert "where the code it guards runs on any backend" in finding.message
+
+
 def test_importing_torch_cuda_and_calling_through_it_are_not_uses_of_the_module() -> None:
     source = (
         "import torch.cuda\nimport torch.cuda as tc\ntorch.cuda.synchronize()\ntc.empty_cache()\n"
