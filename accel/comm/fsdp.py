@@ -111,7 +111,9 @@ class SharedReduceScatter(_SharedAlloc, ReduceScatter):
     """FSDP2's reduce-scatter with its buffers in the group's shared pool.
 
     The sharded gradients FSDP2 keeps are views of the output buffers, so they stay in
-    the pool until the gradients are freed.
+    the pool until the gradients are freed, where the reduce dtype is the parameters' own
+    (FSDP2 casts them into ordinary tensors otherwise); a process forked meanwhile shares
+    them (a shared mapping, not a copy on write).
 
     Args:
         group: The group FSDP2 reduces over (``mesh.get_group()``); ``None`` to take the
