@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -311,7 +311,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         def reduce_scatter() -> None:
             comm.reduce_scatter_tensor_(outputTensor, inputTensor, group=self)
             if average:
-                outputTensor.div_(self.size())
+                _divide(outputTensor, self.size())
 
         return self._here(reduce_scatter, [outputTensor])
 
@@ -418,8 +418,9 @@ class AccelProcessGroup(dist.ProcessGroup):
 
     @override
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
-        """Sum (or average, for floating-point tensors) one CPU tensor through shared
-        memory, asynchronously; anything else through gloo."""
+        """Sum (or average: the sum divided by the group size, an integer quotient
+        truncated) one CPU tensor through shared memory, asynchronously; anything else
+        through gloo, and an integer average there as its sum divided."""
         if opts is None:
             opts = dist.AllreduceOptions()
         for tensor in tensors:  # here, in the caller's thread: the group stays usable
@@ -433,19 +434,19 @@ class AccelProcessGroup(dist.ProcessGroup):
             or tensors[0].device.type != "cpu"
         ):
             self.wait_queued()
-            return self.gloo.allreduce(tensors, opts)
+            return self._gloo_allreduce(tensors, opts)
         # A group set up without shared memory or levels is gloo's, straight away once
         # nothing queued is left to keep ahead of it. Until the set-up is done, the
         # reduction is queued: the set-up is collective and runs first on the worker, so
         # the caller never waits for it and ranks may touch their groups in any order.
         if self._shared is False and spanning_of(self) is None and self._idle():
             self.wait_queued()  # raises if a queued reduction failed
-            return self.gloo.allreduce(tensors, opts)
+            return self._gloo_allreduce(tensors, opts)
         tensor = tensors[0]
         self._promote(tensor, caller(inspect.currentframe()))
         outcome: torch.futures.Future[list[torch.Tensor] | _Failure] = torch.futures.Future()
         future = outcome.then(_raise_failure)
-        grad_mode = torch.is_grad_enabled()  # the caller's, for the division
+        modes = _CallerModes()  # the caller's, for the division
 
         def run() -> None:
             try:
@@ -457,7 +458,10 @@ class AccelProcessGroup(dist.ProcessGroup):
                 outcome.set_result(_Failure(error))
                 raise
             try:
-                self._reduce(tensor)
+                # Under the caller's inference mode: the two-level path updates the tensor
+                # with torch ops, which refuse an inference tensor outside it.
+                with torch.inference_mode(modes.inference):
+                    self._reduce(tensor)
             except BaseException as error:  # reported through the Work, as gloo does
                 self._failed = self._failed or error
                 outcome.set_result(_Failure(error))
@@ -466,8 +470,8 @@ class AccelProcessGroup(dist.ProcessGroup):
                 # After the sum, as gloo divides (a leaf that requires grad refuses it on
                 # every rank alike): the ranks are in step, so the group stays usable.
                 try:
-                    with torch.set_grad_enabled(grad_mode):
-                        tensor.div_(self.size())
+                    with modes:
+                        _divide(tensor, self.size())
                 except Exception as error:
                     outcome.set_result(_Failure(error))
                     return
@@ -481,6 +485,28 @@ class AccelProcessGroup(dist.ProcessGroup):
             self._worker.run_queued()
         return _QueuedWork(future, self._worker)
 
+    def _gloo_allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+        """gloo's ``allreduce``; an ``AVG`` of integer tensors, which gloo refuses, as its
+        sum divided here once it ends (as :func:`_divide` divides)."""
+        if not (
+            opts.reduceOp == dist.ReduceOp.AVG
+            and any(_averages(opts.reduceOp, t) and not t.is_floating_point() for t in tensors)
+        ):
+            return self.gloo.allreduce(tensors, opts)
+        summing, sum_op = dist.AllreduceOptions(), cast("Any", dist.ReduceOp.SUM)
+        summing.reduceOp, summing.timeout = sum_op, opts.timeout  # ReduceOp's stub type
+        work = self.gloo.allreduce(tensors, summing)
+        modes, size = _CallerModes(), self.size()
+
+        def divide(summed: torch.futures.Future[list[torch.Tensor]]) -> list[torch.Tensor]:
+            summed.value()  # raises gloo's failure
+            with modes:
+                for tensor in tensors:
+                    _divide(tensor, size)
+            return tensors
+
+        return _QueuedWork(work.get_future().then(divide))
+
     def _promote(self, tensor: torch.Tensor, caller: Any) -> None:
         """Move ``tensor``'s storage into this rank's pool if it is DDP's bucket, seen
         before (:mod:`accel.comm._promote`); DDP has waited for its previous reduction."""
@@ -491,9 +517,36 @@ class AccelProcessGroup(dist.ProcessGroup):
 
 
 def _averages(op: Any, tensor: torch.Tensor) -> bool:
-    """Whether ``op`` is ``AVG`` on a floating-point tensor: a sum, divided by the group
-    size (gloo's ``AVG`` also refuses integer tensors)."""
-    return bool(op == dist.ReduceOp.AVG) and tensor.is_floating_point()
+    """Whether ``op`` is ``AVG`` on a real tensor (not ``bool``): a sum, divided by the
+    group size here (gloo's own ``AVG`` refuses integer tensors)."""
+    return bool(op == dist.ReduceOp.AVG) and not tensor.is_complex() and tensor.dtype != torch.bool
+
+
+def _divide(tensor: torch.Tensor, size: int) -> None:
+    """``tensor`` /= ``size`` in place; an integer tensor's quotient truncated toward zero
+    (NCCL's integer ``AVG``, and Lightning's own division of a gloo sum)."""
+    if tensor.is_floating_point():
+        tensor.div_(size)
+    else:
+        tensor.div_(size, rounding_mode="trunc")
+
+
+class _CallerModes:
+    """The calling thread's grad and inference modes, to update its tensors under on
+    another thread (an in-place update of an inference tensor is refused outside inference
+    mode)."""
+
+    def __init__(self) -> None:
+        self.grad = torch.is_grad_enabled()
+        self.inference = torch.is_inference_mode_enabled()
+
+    def __enter__(self) -> None:
+        self._modes = contextlib.ExitStack()
+        self._modes.enter_context(torch.inference_mode(self.inference))
+        self._modes.enter_context(torch.set_grad_enabled(self.grad))
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._modes.close()
 
 
 class _Failure:

@@ -282,6 +282,14 @@ def _views() -> dict[str, bool]:
         outcome["float8 refused"] = True
     after = comm.all_reduce_(torch.ones(3))
     outcome["usable after float8"] = bool(after.eq(world).all())
+    if dist.get_backend() == "accel":
+        # An integer AVG (which gloo refuses) under inference mode, as Lightning's metrics
+        # ask in its evaluation loops, whatever route the group takes.
+        with torch.inference_mode():
+            counters = torch.tensor([rank + 1, -(rank + 1), 7])
+            dist.all_reduce(counters, op=dist.ReduceOp.AVG)
+            mean = torch.tensor([total, -total, 7 * world]).div_(world, rounding_mode="trunc")
+            outcome["integer average"] = torch.equal(counters, mean)
     return outcome
 
 
