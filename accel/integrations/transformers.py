@@ -142,6 +142,7 @@ def _write_spec(args: argparse.Namespace) -> int:
                 "ending in .py)"
             )
         _refuse_shadowing(path)
+        _refuse_overwriting(path)
     text = render_spec()
     if args.output is None:
         print(text, end="")
@@ -165,12 +166,31 @@ def _refuse_shadowing(path: Path) -> None:
         return
     origin = found.origin
     if origin is not None and Path(origin).resolve() == path.resolve():
-        return  # the spec written before: written again
+        return  # the file itself: _refuse_overwriting decides
     raise ValueError(
         f"accel spec: --output {str(path)!r}: {path.stem!r} is a module Python already finds "
         f"({origin or 'a namespace package'}); the spec would shadow it where it is "
         "imported from the working directory: choose another name, such as accel_spec.py"
     )
+
+
+_WRITTEN_BY = "Written by `accel spec transformers`."
+
+
+def _refuse_overwriting(path: Path) -> None:
+    """Refuse to replace a file that is not a spec written before (a user's own
+    ``train.py`` named by mistake)."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:1000]
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise ValueError(f"accel spec: --output {str(path)!r}: cannot read it: {error}") from None
+    if _WRITTEN_BY not in head:
+        raise ValueError(
+            f"accel spec: --output {str(path)!r} exists and is not a spec `accel spec "
+            "transformers` wrote; remove it or choose another name, such as accel_spec.py"
+        )
 
 
 class TransformersIntegration(Integration):

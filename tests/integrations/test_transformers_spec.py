@@ -92,6 +92,20 @@ def test_the_cli_refuses_a_name_that_would_shadow_a_module(
     assert main(["spec", "transformers", "-o", "accel_spec.py"]) == 0  # its own file again
 
 
+def test_the_cli_refuses_to_replace_a_file_it_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A user's own mytrain.py, named by mistake (found on sys.path as itself), was
+    # replaced by the spec.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = tmp_path / "mytrain.py"
+    mine.write_text("print('my training')\n")
+    assert main(["spec", "transformers", "-o", "mytrain.py"]) == 2
+    assert "--output 'mytrain.py' exists and is not a spec" in capsys.readouterr().err
+    assert mine.read_text() == "print('my training')\n"
+
+
 WRITE_FAKE_SPEC = textwrap.dedent(
     """
     import sys

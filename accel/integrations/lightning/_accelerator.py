@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import lightning.fabric.fabric as fabric_module
@@ -67,13 +68,19 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         """Refuse mixed precision that would autocast on another device type, and a
-        strategy that cannot run on the backend (:func:`check_strategy`)."""
+        strategy that cannot run on the backend (:func:`check_strategy`). Under
+        ``"ddp_spawn"`` on the CPU backend, give the model private memory again, as
+        Lightning does for its ``"cpu"`` accelerator only: ``mp.spawn`` shares the
+        parameters of the module it hands each process, and every rank's optimizer would
+        step the same memory."""
         check_strategy(trainer.strategy, "AccelAccelerator.setup: the Trainer's strategy")
         check_autocast_device(
             trainer.strategy.precision_plugin,
             "AccelAccelerator.setup: the Trainer's mixed precision",
             "trainer_precision",
         )
+        if get_accelerator().device().type == "cpu" and _spawns(trainer.strategy):
+            unshare_module(trainer.lightning_module)
 
     @override
     def teardown(self) -> None:
@@ -146,6 +153,18 @@ class AccelAccelerator(trainer_accelerators.Accelerator):
         )
 
 
+def _spawns(strategy: object) -> bool:
+    """Whether ``strategy`` starts its processes with ``mp.spawn`` (``"ddp_spawn"``)."""
+    return getattr(strategy, "_start_method", None) == "spawn"
+
+
+@torch.no_grad()
+def unshare_module(module: torch.nn.Module) -> None:
+    """Give ``module``'s parameters and buffers memory of their own (a copy each)."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        tensor.data = tensor.data.clone()
+
+
 def check_fabric_choices() -> None:
     """Make a ``Fabric`` on :class:`AccelAccelerator` refuse, when it is constructed,
     mixed precision that autocasts on another device type and a strategy that cannot run
@@ -166,6 +185,15 @@ def check_fabric_choices() -> None:
         init(fabric, *args, **kwargs)
         if isinstance(fabric.accelerator, AccelAccelerator):
             check_strategy(fabric.strategy, "Fabric(accelerator='accel'): its strategy")
+            if get_accelerator().device().type == "cpu" and _spawns(fabric.strategy):
+                # Fabric's launcher gives private memory back only for its "cpu"
+                # accelerator, and no hook sees the modules passed to launch().
+                raise ValueError(
+                    "Fabric(accelerator='accel'): its strategy starts processes with "
+                    "mp.spawn ('ddp_spawn'), which shares the memory of a module passed to "
+                    "launch() between the ranks on accel's CPU backend; pass "
+                    "strategy='ddp' (or 'ddp_fork')"
+                )
             check_autocast_device(
                 fabric.strategy.precision,
                 "Fabric(accelerator='accel'): its mixed precision",

@@ -9,7 +9,7 @@ on a synchronous device); the rest is Lightning's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import lightning.fabric.strategies as fabric_strategies
@@ -92,6 +92,25 @@ class TrainerSingleDeviceStrategy(_DeviceFromDevices, trainer_strategies.SingleD
         super().__init__(device=current_device(), **kwargs)  # pyright: ignore[reportUnknownMemberType]
 
 
+def _reduce(lightnings: Callable[..., Any], tensor: Any, group: Any, reduce_op: Any) -> Any:
+    """``lightnings`` reduce of ``tensor``; a mean over a group whose backend for the
+    tensor's device is gloo (which refuses to average integers) as the sum divided, which
+    Lightning does only where the group's whole backend is named ``"gloo"`` (one device
+    type's gloo among others is not)."""
+    import torch.distributed as dist
+
+    mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
+    if not (isinstance(tensor, torch.Tensor) and mean and dist.is_initialized()):
+        return lightnings(tensor, group, reduce_op)
+    config = str(dist.get_backend_config(group))
+    if f"{tensor.device.type}:gloo" not in config.split(","):
+        return lightnings(tensor, group, reduce_op)
+    summed: torch.Tensor = lightnings(tensor, group, "sum")
+    world = dist.get_world_size(group)
+    # As Lightning divides a gloo sum: an integer result truncated.
+    return summed.div_(world) if summed.is_floating_point() else summed.copy_(summed / world)
+
+
 class FabricDDPStrategy(FabricDDPBase):
     """Fabric's DDP without CUDA's stream (``"accel_ddp"``)."""
 
@@ -100,6 +119,12 @@ class FabricDDPStrategy(FabricDDPBase):
         """Wrap ``module`` in DDP, on the backend's side stream if it has streams."""
         return _wrap(module, self.root_device, self._ddp_kwargs)
 
+    @override
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Fabric's, with a mean over gloo as its sum divided (see ``_reduce``)."""
+        lightnings: Callable[..., Any] = super().all_reduce  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        return _reduce(lightnings, tensor, group, reduce_op)
+
 
 class TrainerDDPStrategy(trainer_strategies.DDPStrategy):
     """The Trainer's DDP without CUDA's stream (``"accel_ddp"``)."""
@@ -107,6 +132,12 @@ class TrainerDDPStrategy(trainer_strategies.DDPStrategy):
     @override
     def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
         return _wrap(model, self.root_device, self._ddp_kwargs)
+
+    @override
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """The Trainer's, with a mean over gloo as its sum divided (see ``_reduce``)."""
+        lightnings: Callable[..., Any] = super().reduce  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        return _reduce(lightnings, tensor, group, reduce_op)
 
 
 def register() -> None:

@@ -130,6 +130,15 @@ def test_fabric_refuses_dp_on_the_cpu_backend_naming_ddp() -> None:
         lightning.Fabric(accelerator="accel", devices=2, strategy="dp")
 
 
+def test_fabric_refuses_ddp_spawn_on_the_cpu_backend_naming_ddp() -> None:
+    # mp.spawn shares a module passed to launch(); Lightning gives it private memory back
+    # only for its "cpu" accelerator: every rank's optimizer stepped the same parameters.
+    if accel.get_accelerator().device().type != "cpu":
+        pytest.skip("spawned processes share CPU tensors only")
+    with pytest.raises(ValueError, match=r"mp\.spawn \('ddp_spawn'\).*pass strategy='ddp'"):
+        lightning.Fabric(accelerator="accel", devices=2, strategy="ddp_spawn")
+
+
 def test_device_stats_are_the_backends_memory_numbers() -> None:
     acc = accel.get_accelerator()
     keep = torch.empty(1 << 20, device=acc.device())

@@ -147,6 +147,8 @@ def _same_training(ours: Records, theirs: Records) -> None:
         assert [r["parameter_sum"] for r in ours[api]] == [
             r["parameter_sum"] for r in theirs[api]
         ], api
+        # Metrics averaged over the ranks (sync_dist=True, fabric.all_reduce "mean").
+        assert [r["synced"] for r in ours[api]] == [r["synced"] for r in theirs[api]], api
         assert ours[api][0]["losses"][-1] < ours[api][0]["losses"][0], api  # it trained
 
 
@@ -170,6 +172,45 @@ def test_ddp_on_the_cpu_uses_accels_backend_and_matches_gloo(
         assert all("gloo" in r["backend"] for r in theirs[api]), api
         # DDP averaged the gradients: both ranks end with the same model.
         assert ours[api][0]["parameter_sum"] == ours[api][1]["parameter_sum"], api
+
+
+SPAWNED = """
+import sys, torch, lightning
+class Module(lightning.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 1)
+    def training_step(self, batch, index):
+        return (self.net(batch) ** 2).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+if __name__ == "__main__":
+    data = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+    module = Module()
+    trainer = lightning.Trainer(
+        accelerator=sys.argv[1], devices=2, strategy="ddp_spawn", max_epochs=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=2))
+    print(float(sum(p.sum() for p in module.parameters())))
+"""
+
+
+def test_the_trainers_ddp_spawn_on_the_cpu_trains_as_lightnings_cpu(tmp_path: Path) -> None:
+    # mp.spawn shares the module it hands each rank; Lightning gives it private memory
+    # back only for its "cpu" accelerator: each rank's optimizer stepped the same memory.
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWNED)
+
+    def trained(accelerator: str) -> str:
+        result = subprocess.run(
+            [sys.executable, str(script), accelerator], capture_output=True, text=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout.strip().splitlines()[-1]
+
+    assert trained("accel") == trained("cpu")
 
 
 def test_one_process_on_a_fake_device_trains_there(tmp_path: Path, reference: Reference) -> None:

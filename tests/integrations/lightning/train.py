@@ -43,7 +43,7 @@ def _batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _report(
     out: str, api: str, rank: int, device: torch.device, losses: list[float], dtype: str,
-    model: Any,
+    model: Any, synced: float,
 ) -> None:  # fmt: skip
     import torch.distributed as dist
 
@@ -51,7 +51,7 @@ def _report(
     total = sum(float(p.detach().to("cpu", torch.float64).sum()) for p in model.parameters())
     result = {
         "rank": rank, "api": api, "device": str(device), "backend": backend, "losses": losses,
-        "output_dtype": dtype, "parameter_sum": total,
+        "output_dtype": dtype, "parameter_sum": total, "synced": synced,
     }  # fmt: skip
     (Path(out) / f"rank{rank}-{api}.json").write_text(json.dumps(result))
 
@@ -90,7 +90,10 @@ def run_fabric(args: argparse.Namespace) -> None:
         fabric.backward(loss)
         optimizer.step()
         losses.append(float(loss))
-    _report(args.out, "fabric", fabric.global_rank, fabric.device, losses, dtype, model)
+    # A metric averaged over the ranks: an integer, as Lightning's own counters are.
+    count = torch.tensor(3 * fabric.global_rank + 1, device=fabric.device)
+    synced = float(fabric.all_reduce(count, reduce_op="mean"))
+    _report(args.out, "fabric", fabric.global_rank, fabric.device, losses, dtype, model, synced)
 
 
 def run_trainer(args: argparse.Namespace) -> None:
@@ -109,7 +112,17 @@ def run_trainer(args: argparse.Namespace) -> None:
             self.dtype_seen = str(out.dtype)
             loss = torch.nn.functional.mse_loss(out.float(), y.to(self.device))
             self.losses.append(float(loss))
+            self.log("train_loss", loss.detach(), sync_dist=True)
             return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            # Under inference mode, averaged with Lightning's integer batch-size counters.
+            x, y = _batch(self.global_rank)
+            loss = torch.nn.functional.mse_loss(self.net(x.to(self.device)).float(), y)
+            self.log("val_loss", loss, sync_dist=True)
+
+        def val_dataloader(self) -> Any:
+            return torch.utils.data.DataLoader(range(2), batch_size=1)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.05)
@@ -125,8 +138,9 @@ def run_trainer(args: argparse.Namespace) -> None:
         enable_model_summary=False, default_root_dir=args.root, use_distributed_sampler=False,
     )  # fmt: skip
     trainer.fit(module)
+    synced = float(trainer.callback_metrics["val_loss"])
     _report(args.out, "trainer", trainer.global_rank, trainer.strategy.root_device,
-            module.losses, module.dtype_seen, module)  # fmt: skip
+            module.losses, module.dtype_seen, module, synced)  # fmt: skip
 
 
 RUNS = {"fabric": run_fabric, "trainer": run_trainer}
