@@ -11,6 +11,7 @@ from typing import Literal
 
 import lightning.fabric.plugins.precision as fabric_plugins
 import lightning.pytorch.plugins.precision as trainer_plugins
+import torch
 
 from accel import get_accelerator
 
@@ -21,8 +22,9 @@ def fabric_precision(precision: MixedPrecisionName) -> fabric_plugins.MixedPreci
     """Fabric's mixed precision, autocasting on the backend's device type.
 
     Raises:
-        ValueError: ``precision`` is not a mixed-precision name, or the backend's
-            ``DTypeAPI`` does not support its dtype.
+        ValueError: ``precision`` is not a mixed-precision name, the backend's
+            ``DTypeAPI`` does not support its dtype, or torch cannot autocast on the
+            backend's device type.
     """
     return fabric_plugins.MixedPrecision(precision=precision, device=_autocast_device(precision))
 
@@ -45,13 +47,23 @@ def _autocast_device(precision: str) -> str:
             f"precision {precision!r}: expected one of {sorted(supported)} (Lightning's other "
             "precisions do not depend on the device: pass them as precision=...)"
         )
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
     if not check():
-        dtype = "bfloat16" if precision == "bf16-mixed" else "float16"
         raise ValueError(
             f"precision {precision!r}: accel's backend {type(acc).__name__} does not support "
-            f"{dtype} (DTypeAPI); it supports {acc.supported_dtypes()}"
+            f"{str(dtype).removeprefix('torch.')} (DTypeAPI); it supports "
+            f"{acc.supported_dtypes()}"
         )
-    return acc.device().type
+    device_type = acc.device().type
+    try:  # torch's own checks, made when an autocast is built (not entered)
+        torch.autocast(device_type=device_type, dtype=dtype)
+    except (AssertionError, RuntimeError, ValueError) as error:
+        # An out-of-tree device without autocast support failed at the first forward.
+        raise ValueError(
+            f"precision {precision!r}: torch cannot autocast on {device_type!r} devices "
+            f"({type(error).__name__}: {error})"
+        ) from None
+    return device_type
 
 
 def check_autocast_device(plugin: object, what: str, factory: str) -> None:

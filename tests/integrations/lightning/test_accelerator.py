@@ -17,6 +17,7 @@ import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 from lightning.fabric.plugins.precision import MixedPrecision
+from typing_extensions import override
 
 import accel
 import accel.integrations.lightning as accel_lightning
@@ -251,6 +252,24 @@ def test_mixed_precision_follows_the_dtype_api(make: Any, monkeypatch: pytest.Mo
         make("16-mixed")
     with pytest.raises(ValueError, match="'32-true': expected one of"):
         make("32-true")
+
+
+class _NoAutocast(_DTypes):
+    @override
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device("meta", index)
+
+
+@pytest.mark.parametrize(
+    "make", [accel_lightning.fabric_precision, accel_lightning.trainer_precision]
+)
+def test_mixed_precision_refuses_a_device_torch_cannot_autocast_on(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Accepted, the plugin failed at the first autocast() in the training loop.
+    monkeypatch.setattr(_precision, "get_accelerator", lambda: _NoAutocast(bf16=True, fp16=True))
+    with pytest.raises(ValueError, match="'bf16-mixed': torch cannot autocast on 'meta' devices"):
+        make("bf16-mixed")
 
 
 def test_fabric_refuses_mixed_precision_for_another_device_when_constructed() -> None:
