@@ -23,7 +23,7 @@ from typing_extensions import override
 from accel import _host
 from accel._device_module import device_module
 from accel._fork_safe import ForkSafeLock
-from accel._validate import check_index, check_optional_index
+from accel._validate import check_index
 from accel.backends.base import Availability
 from accel.backends.torch_device import TorchDeviceCommon, probe_device_module
 from accel.mixins import (
@@ -37,7 +37,7 @@ from accel.mixins import (
     RecordFunctionProfilerMixin,
     SingleDeviceMixin,
 )
-from accel.mixins.device import check_below_count
+from accel.mixins.device import check_below_count, check_counted_index
 from accel.mixins.memory import accelerator_keeps_peaks
 from accel.protocols._contract import implements
 from accel.protocols.memory import MemoryStatsAPI, MemoryUsageAPI
@@ -55,11 +55,6 @@ MPS_MODULE_FUNCTIONS = (
 class MPSDeviceMixin(SingleDeviceMixin):
     """The one device's generator and memory, with every index checked against the count."""
 
-    def _checked(self, device_index: int | None) -> None:
-        index = check_optional_index(device_index)
-        if index is not None:
-            check_below_count(index, self.device_count(), self.device_type)
-
     def default_generator(self, device_index: int) -> torch.Generator:
         """``torch.mps``'s default generator."""
         check_below_count(check_index(device_index), self.device_count(), self.device_type)
@@ -72,7 +67,7 @@ class MPSDeviceMixin(SingleDeviceMixin):
 
     def memory_allocated(self, device_index: int | None = None) -> int:
         """``torch.mps.current_allocated_memory``."""
-        self._checked(device_index)
+        check_counted_index(self, device_index)
         return int(device_module(self.device_type).current_allocated_memory())
 
     def memory_reserved(self, device_index: int | None = None) -> int:
@@ -80,7 +75,7 @@ class MPSDeviceMixin(SingleDeviceMixin):
         ``torch.accelerator``'s statistics where torch keeps them (so it never passes
         ``max_memory_reserved()``), else what the Metal driver holds for the process
         (``torch.mps.driver_allocated_memory``)."""
-        self._checked(device_index)
+        check_counted_index(self, device_index)
         if isinstance(self, MemoryStatsAPI):  # not the variant without peaks
             return int(torch.accelerator.memory_reserved(device_index))
         return int(device_module(self.device_type).driver_allocated_memory())
@@ -88,14 +83,14 @@ class MPSDeviceMixin(SingleDeviceMixin):
     def total_memory(self, device_index: int | None = None) -> int:
         """The GPU's working-set budget (``torch.mps.recommended_max_memory``): the unified memory
         Metal recommends a process keep on the GPU."""
-        self._checked(device_index)
+        check_counted_index(self, device_index)
         return int(device_module(self.device_type).recommended_max_memory())
 
     def available_memory(self, device_index: int | None = None) -> int:
         """What is left of the budget after what the Metal driver holds for the process
         (``torch.mps.driver_allocated_memory``), and no more than the host has free (the
         memory is the host's)."""
-        self._checked(device_index)
+        check_counted_index(self, device_index)
         held = int(device_module(self.device_type).driver_allocated_memory())
         budget = self.total_memory(device_index) - held
         return max(0, min(budget, _host.available_memory()))

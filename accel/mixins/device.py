@@ -105,6 +105,31 @@ def check_below_count(index: int, count: int, device_type: str) -> int:
     return index
 
 
+class CountedDevices(Protocol):
+    """What :func:`check_counted_index` asks of a backend."""
+
+    device_type: ClassVar[str]
+
+    def device_count(self) -> int: ...
+
+
+def check_counted_index(devices: CountedDevices, device_index: int | None) -> int | None:
+    """``device_index`` checked (:func:`~accel._validate.check_optional_index`) and, when
+    given, below ``devices.device_count()`` (:func:`check_below_count`).
+
+    Args:
+        devices: The backend whose devices are counted.
+        device_index: An index, or ``None`` for the current device.
+
+    Returns:
+        The index, or ``None`` for the current device.
+    """
+    index = check_optional_index(device_index)
+    if index is not None:
+        check_below_count(index, devices.device_count(), devices.device_type)
+    return index
+
+
 @implements(DeviceAPI)
 class SingleDeviceMixin:
     """DeviceAPI's selection members for a device type with one device and no selection
@@ -129,9 +154,7 @@ class SingleDeviceMixin:
 
     def synchronize(self, device_index: int | None = None) -> None:
         """Also refuses an index at or beyond ``device_count()`` (``ValueError``)."""
-        index = check_optional_index(device_index)
-        if index is not None:
-            check_below_count(index, self.device_count(), self.device_type)
+        check_counted_index(self, device_index)
         device_module(self.device_type).synchronize()
 
     def is_available(self) -> bool:

@@ -17,7 +17,7 @@ from typing_extensions import Protocol
 from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_optional_index
-from accel.mixins.device import check_below_count
+from accel.mixins.device import CountedDevices, check_counted_index
 from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
 from accel.protocols.memory import (
@@ -238,18 +238,6 @@ def _touch_allocator(device_type: str) -> None:
     torch.empty(1, device=device_type)
 
 
-class _CountedDevices(Protocol):
-    device_type: ClassVar[str]
-
-    def device_count(self) -> int: ...
-
-
-def _checked(self: _CountedDevices, device_index: int | None) -> None:
-    index = check_optional_index(device_index)
-    if index is not None:
-        check_below_count(index, self.device_count(), self.device_type)
-
-
 def _generic() -> types.ModuleType:
     import torch  # not at import time: torch loads on first use
 
@@ -261,28 +249,28 @@ class AcceleratorMemoryStatsMixin:
     """Peak statistics from ``torch.accelerator``'s allocator-generic functions, for a
     device type whose own module has none (MPS). Every size is in bytes."""
 
-    def max_memory_allocated(self: _CountedDevices, device_index: int | None = None) -> int:
-        _checked(self, device_index)
+    def max_memory_allocated(self: CountedDevices, device_index: int | None = None) -> int:
+        check_counted_index(self, device_index)
         return int(_generic().max_memory_allocated(device_index))
 
-    def max_memory_reserved(self: _CountedDevices, device_index: int | None = None) -> int:
-        _checked(self, device_index)
+    def max_memory_reserved(self: CountedDevices, device_index: int | None = None) -> int:
+        check_counted_index(self, device_index)
         return int(_generic().max_memory_reserved(device_index))
 
-    def memory_stats(self: _CountedDevices, device_index: int | None = None) -> dict[str, int]:
+    def memory_stats(self: CountedDevices, device_index: int | None = None) -> dict[str, int]:
         """Entries whose value is not an ``int`` are left out."""
-        _checked(self, device_index)
+        check_counted_index(self, device_index)
         stats = _generic().memory_stats(device_index)
         return {str(key): int(value) for key, value in stats.items() if isinstance(value, int)}
 
     def reset_accumulated_memory_stats(
-        self: _CountedDevices, device_index: int | None = None
+        self: CountedDevices, device_index: int | None = None
     ) -> None:
-        _checked(self, device_index)
+        check_counted_index(self, device_index)
         _generic().reset_accumulated_memory_stats(device_index)
 
-    def reset_peak_memory_stats(self: _CountedDevices, device_index: int | None = None) -> None:
-        _checked(self, device_index)
+    def reset_peak_memory_stats(self: CountedDevices, device_index: int | None = None) -> None:
+        check_counted_index(self, device_index)
         _generic().reset_peak_memory_stats(device_index)
 
 
