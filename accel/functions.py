@@ -40,7 +40,6 @@ from accel.protocols import (
     ForkRNGAPI,
     HostCacheAPI,
     MemoryInfoAPI,
-    MemoryStatsAPI,
     SetStreamAPI,
     StreamAPI,
 )
@@ -459,12 +458,6 @@ def memory_reserved(
     return acc.memory_reserved(_index_of(acc, device_index))
 
 
-def _with_peaks(acc: Accelerator, member: str) -> MemoryStatsAPI:
-    if not isinstance(acc, MemoryStatsAPI):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise _lacks(acc, member, MemoryStatsAPI, "its device keeps no peak memory statistics")
-    return acc
-
-
 def max_memory_allocated(
     device_index: DeviceLike | None = None, accelerator: Accelerator | None = None
 ) -> int:
@@ -474,9 +467,7 @@ def max_memory_allocated(
         CapabilityError: The backend keeps no peaks (it is not a ``MemoryStatsAPI``).
     """
     acc = _resolve(accelerator)
-    return _with_peaks(acc, "max_memory_allocated").max_memory_allocated(
-        _index_of(acc, device_index)
-    )
+    return acc.max_memory_allocated(_index_of(acc, device_index))
 
 
 def max_memory_reserved(
@@ -488,7 +479,7 @@ def max_memory_reserved(
         CapabilityError: As :func:`max_memory_allocated`.
     """
     acc = _resolve(accelerator)
-    return _with_peaks(acc, "max_memory_reserved").max_memory_reserved(_index_of(acc, device_index))
+    return acc.max_memory_reserved(_index_of(acc, device_index))
 
 
 def memory_stats(
@@ -500,7 +491,7 @@ def memory_stats(
         CapabilityError: As :func:`max_memory_allocated`.
     """
     acc = _resolve(accelerator)
-    return _with_peaks(acc, "memory_stats").memory_stats(_index_of(acc, device_index))
+    return acc.memory_stats(_index_of(acc, device_index))
 
 
 def reset_peak_memory_stats(
@@ -512,9 +503,7 @@ def reset_peak_memory_stats(
         CapabilityError: As :func:`max_memory_allocated`.
     """
     acc = _resolve(accelerator)
-    _with_peaks(acc, "reset_peak_memory_stats").reset_peak_memory_stats(
-        _index_of(acc, device_index)
-    )
+    acc.reset_peak_memory_stats(_index_of(acc, device_index))
 
 
 def current_stream(
