@@ -218,6 +218,10 @@ def _check_fd(fd: int, kind: Kind) -> int:
         raise ValueError(
             f"file descriptor {fd} is a pipe or socket; accel.io reads and writes files at offsets"
         )
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(
+            errno.EISDIR, f"file descriptor {fd} is a directory; accel.io reads and writes files"
+        )
     access = flags & os.O_ACCMODE
     if flags & _O_PATH:
         raise ValueError(
@@ -305,6 +309,15 @@ def _target(path: object) -> tuple[str, int | None]:
             f"{type(path).__name__} {path!r}"
         ) from None
     return cast(str, name), None
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` (Python 3.11+); a WARNING on the ``accel`` logger before."""
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(note)
+    else:
+        logger.warning("%s", note)
 
 
 def _report(finished: list[IORequest]) -> int:
@@ -505,16 +518,23 @@ class AsyncIO:
         try:
             self.close()
         except Exception as failure:  # the block's own exception goes on
-            note = f"accel.io: a request also failed: {type(failure).__name__}: {failure}"
-            add_note = getattr(exc, "add_note", None)
-            if add_note is not None:
-                add_note(note)
-            else:
-                logger.warning("%s", note)
+            _add_note(exc, f"accel.io: a request also failed: {type(failure).__name__}: {failure}")
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and os.getpid() == self._pid:
-            self._pool.shutdown(wait=False)
+        """An engine dropped unclosed (DeepSpeed's ``aio_handle`` never closes) stops its
+        threads and logs, as an ERROR on the ``accel`` logger, each failure that no
+        :meth:`wait` reported and no ``result()``/``exception()`` took: there is no caller
+        left to raise it to."""
+        if getattr(self, "_closed", True) or os.getpid() != self._pid:
+            return
+        self._pool.shutdown(wait=False)
+        for request in self._finished:
+            error = None if request.delivered else super(IORequest, request).exception()
+            if error is not None:
+                logger.error(
+                    "accel.io: an AsyncIO engine was dropped without close(), and this "
+                    "failure was never reported: %s: %s", type(error).__name__, error
+                )  # fmt: skip
 
     # -- internals -----------------------------------------------------------------------
     def _refuse_in_callback(self, what: str) -> None:
@@ -567,6 +587,10 @@ class AsyncIO:
                 error.errno, f"cannot open {path!r} for {kind}: {error.strerror}", path
             ) from None
         buffered = owned[-1]
+        if stat.S_ISDIR(os.fstat(buffered).st_mode):  # open() refuses only a write of one
+            raise IsADirectoryError(
+                errno.EISDIR, f"cannot {kind} {path!r}: it is a directory", path
+            )
         if self.direct is False or not direct_part:
             return None, buffered
         try:
@@ -770,8 +794,11 @@ class AsyncIO:
             closing = self._close_failure(request, transfer.close())
         except BaseException as error:
             closing = error
-        if closing is not None and transfer.error is None:
-            transfer.error = closing
+        if closing is not None:
+            if transfer.error is None:
+                transfer.error = closing
+            elif closing is not transfer.error:  # the first failure wins; this one rides on it
+                _add_note(transfer.error, f"then closing the file failed too: {closing}")
         try:
             # Given back before the request ends: whoever waits for it may then resize.
             moved = _lifetime.release(transfer.memory)

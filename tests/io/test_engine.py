@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gc
 import os
 import pathlib
 import subprocess
@@ -866,14 +867,8 @@ def test_a_block_runs_once_when_the_pool_cannot_start_a_thread(
     assert aio.pending() == 0
 
 
-@pytest.mark.parametrize("kind", ["read", "write"])
-def test_a_failing_close_fails_the_request_and_gives_the_tensor_back(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, kind: str
-) -> None:
-    # close(2) reports a write-back error on NFS. It escaped the engine's thread before the
-    # request ended: result() and wait() waited for ever, and so did the tensor's resize_.
-    path = tmp_path / "nfs.bin"
-    path.write_bytes(bytes(1 << 16))
+def _fail_closing(path: pathlib.Path, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.close`` of a descriptor of ``path`` closes it, then fails with EIO (as NFS does)."""
     where, real_close = os.path.realpath(path), os.close
 
     def failing_close(fd: int) -> None:
@@ -883,11 +878,23 @@ def test_a_failing_close_fails_the_request_and_gives_the_tensor_back(
             name = ""
         real_close(fd)  # closed, as Linux does, and then the error
         if name == where:
-            raise OSError(errno.EIO, "Input/output error")
+            raise OSError(errno.EIO, message)
 
+    monkeypatch.setattr(os, "close", failing_close)
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_a_failing_close_fails_the_request_and_gives_the_tensor_back(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # close(2) reports a write-back error on NFS. It escaped the engine's thread before the
+    # request ended: result() and wait() waited for ever, and so did the tensor's resize_.
+    path = tmp_path / "nfs.bin"
+    path.write_bytes(bytes(1 << 16))
+    where = os.path.realpath(path)
     tensor = torch.ones(1 << 16, dtype=torch.uint8)
     aio = AsyncIO(block_size=ALIGNMENT)
-    monkeypatch.setattr(os, "close", failing_close)
+    _fail_closing(path, "Input/output error", monkeypatch)
     request = getattr(aio, kind)(tensor, path)
     error = request.exception(timeout=10)
     monkeypatch.undo()
@@ -933,6 +940,70 @@ def test_close_raises_the_first_failure_nobody_took() -> None:
     if sys.version_info >= (3, 11):  # the failure rides along
         notes = raised.value.__notes__
         assert any("accel.io: a request also failed: OSError" in note for note in notes)
+
+
+def test_a_directory_is_refused_at_submission(tmp_path: pathlib.Path, no_leaks: object) -> None:
+    # A read of a directory opened fine and failed only in result() (EISDIR from preadv).
+    tensor = torch.empty(16, dtype=torch.uint8)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with AsyncIO() as aio:
+            with pytest.raises(IsADirectoryError, match=f"cannot read '{tmp_path}': it is a "):
+                aio.read(tensor, tmp_path)
+            with pytest.raises(IsADirectoryError, match=f"file descriptor {fd} is a directory"):
+                aio.read(tensor, fd)
+            with pytest.raises(IsADirectoryError, match=f"cannot open '{tmp_path}' for write"):
+                aio.write(tensor, tmp_path)
+            assert aio.pending() == 0
+    finally:
+        os.close(fd)
+
+
+def test_a_failing_close_after_a_failed_transfer_rides_on_its_error(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The transfer's own failure wins; the close failure that followed it was dropped.
+    path = tmp_path / "nfs.bin"
+    path.write_bytes(bytes(1 << 16))
+
+    def failing_read(*args: object) -> int:
+        raise OSError(errno.EIO, "read failed")
+
+    aio = AsyncIO()
+    monkeypatch.setattr(os, "preadv", failing_read)
+    _fail_closing(path, "close failed", monkeypatch)
+    error = aio.read(torch.empty(1 << 16, dtype=torch.uint8), path).exception(timeout=10)
+    monkeypatch.undo()
+    aio.close()
+    assert isinstance(error, OSError), error
+    assert "read failed" in str(error)
+    if sys.version_info >= (3, 11):
+        assert any("then closing the file failed too" in note and "close failed" in note
+                   for note in error.__notes__)  # fmt: skip
+
+
+def test_an_engine_dropped_unclosed_logs_the_failures_nobody_took(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # DeepSpeed's aio handle is never closed: its last failures went nowhere.
+    def dropped(take: bool) -> None:
+        engine = AsyncIO()
+        request = engine.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status")
+        if take:
+            assert isinstance(request.exception(timeout=10), OSError)
+        while engine.pending():
+            threading.Event().wait(0.01)
+
+    with caplog.at_level("ERROR", logger="accel"):
+        dropped(take=True)
+        gc.collect()
+        assert not caplog.records  # taken by exception(): reported already
+        dropped(take=False)
+        gc.collect()
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 1, messages
+    assert "dropped without close(), and this failure was never reported: OSError" in messages[0]
+    assert "the file ended" in messages[0]
 
 
 @pytest.mark.parametrize("direct", [True, False])
