@@ -17,7 +17,12 @@
   a class's methods where every ``self.x = ...`` in that class assigns such a value and
   the class body binds no ``x`` itself. torch reads an int
   device as ``cuda:<int>``, which fails on every other device;
-- the calls of ``DistributedDataParallel`` (however it is imported) and their lines.
+- the calls of ``DistributedDataParallel`` (however it is imported) and their lines;
+- where a function or class body binds one of the ``torch``/``torch.cuda`` names to
+  something else (a parameter ``cuda``, ``torch = ...``): there, and in the functions it
+  encloses, the name is not torch's;
+- the lines where a name bound to ``torch.cuda`` (``tc``, ``cuda``) is used as a value
+  rather than through an attribute (``f(tc)``, ``c = cuda``): worth parsing, to report.
 
 The analysis uses :mod:`ast` (C speed, linear), whose tree costs ~150 bytes per source
 byte: above ``ANALYSIS_LIMIT`` characters it is skipped and only the local rules apply.
@@ -80,6 +85,24 @@ class ModuleFacts:
     not mention "cuda"."""
     syntax_error: SyntaxError | None = None
     """Python's own error where the module does not parse (it is then not ported)."""
+    shadowed: set[tuple[Scope, str]] = field(default_factory=set[tuple[Scope, str]])
+    """(scope, name) where a ``torch``/``torch.cuda`` name means a binding of that scope or
+    of an enclosing function that is not torch's (a parameter, an assignment)."""
+
+    def is_torch_name(self, scope: Scope, name: str, *, cuda: bool = False) -> bool:
+        """Whether ``name`` used in ``scope`` is this module's ``torch`` (or, with ``cuda``,
+        its ``torch.cuda``) there.
+
+        Args:
+            scope: Where the name is used (``()`` for the module).
+            name: The name.
+            cuda: Ask about the names of ``torch.cuda`` instead of ``torch``.
+
+        Returns:
+            True when the name is one of those and no local binding shadows it.
+        """
+        names = self.cuda_names if cuda else self.torch_names
+        return name in names and (scope, name) not in self.shadowed
 
     def local_name(self, name: str) -> str:
         """What the ported module calls accel's ``name`` by: ``name`` itself, or where the
@@ -152,30 +175,37 @@ class _Collector(ast.NodeVisitor):
         self.attribute_stores: list[tuple[Scope, str, ast.expr]] = []
         # (scope, expression, line) of values in int-taking device positions.
         self.int_candidates: list[tuple[Scope, ast.expr, int]] = []
+        self.owners: set[int] = set()  # ids of the nodes whose attribute is read
+        self.values: list[tuple[Scope, str, int]] = []  # names read as values, and their lines
 
     # -- imports
     @override
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            bound = alias.asname or alias.name.split(".")[0]
             if alias.name == "torch" or (alias.name.startswith("torch.") and alias.asname is None):
-                self.facts.torch_names.add(alias.asname or "torch")
+                self.facts.torch_names.add(bound)
+                self._bind(bound, kind="torch")
             elif alias.name == "torch.cuda" and alias.asname:
-                self.facts.cuda_names.add(alias.asname)
-        self._bind(*(a.asname or a.name.split(".")[0] for a in node.names))
+                self.facts.cuda_names.add(bound)
+                self._bind(bound, kind="torch")
+            else:
+                self._bind(bound)
 
     @override
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.module == "torch":
-            for alias in node.names:
-                if alias.name == "cuda":
-                    self.facts.cuda_names.add(alias.asname or "cuda")
         for alias in node.names:
+            bound = alias.asname or alias.name
+            if node.module == "torch" and alias.name == "cuda":
+                self.facts.cuda_names.add(bound)
+                self._bind(bound, kind="torch")
+            else:
+                # What accel port itself imports from accel does not clash with what it adds.
+                self._bind(bound, own=node.module != "accel")
             if alias.name == DDP_NAME and alias.asname:
                 self.facts.ddp_names.add(alias.asname)
         if any(alias.name == "*" for alias in node.names) and node.module != "accel":
             self.facts.star_import = True
-        # What accel port itself imports from accel does not clash with what it adds.
-        self._bind(*(a.asname or a.name for a in node.names), own=node.module != "accel")
 
     # -- scopes and bindings
     def _current(self) -> Scope:
@@ -243,6 +273,13 @@ class _Collector(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Store | ast.Del):
             self._bind(node.id, kind="int" if id(node) in self.int_stores else "other")
+        elif id(node) not in self.owners:
+            self.values.append((self._current(), node.id, node.lineno))
+
+    @override
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.owners.add(id(node.value))
+        self.generic_visit(node)
 
     @override
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -360,6 +397,18 @@ class _Collector(ast.NodeVisitor):
             )
             variables.add((self.resolve(scope, name), name))
         self._resolve_ints()
+        self._resolve_shadows()
+
+    def _resolve_shadows(self) -> None:
+        torch_like = self.facts.torch_names | self.facts.cuda_names
+        for scope in self.scope_kinds:
+            for name in torch_like:
+                owner = self.resolve(scope, name)
+                if owner and self.binding_kinds.get((owner, name), set()) - {"torch"}:
+                    self.facts.shadowed.add((scope, name))
+        for scope, name, line in self.values:
+            if self.facts.is_torch_name(scope, name, cuda=True):
+                self.facts.lines.add(line)
 
     def _is_int_name(self, scope: Scope, name: str) -> bool:
         kinds = self.binding_kinds.get((self.resolve(scope, name), name), set())

@@ -206,6 +206,24 @@ def _cuda_index(node: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
+def _names_not_read(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The children of ``node`` that are names it binds or labels (an attribute's name, a
+    keyword, a parameter, an assignment's target), not values it reads."""
+    if isinstance(node, cst.Attribute):
+        return [node.attr]
+    if isinstance(node, cst.Arg) and node.keyword is not None:
+        return [node.keyword]
+    if isinstance(node, cst.Param | cst.FunctionDef | cst.ClassDef):
+        return [node.name]
+    if isinstance(node, cst.AsName | cst.NameItem):
+        return [node.name]
+    if isinstance(node, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.CompFor):
+        return [node.target]
+    if isinstance(node, cst.Del):
+        return [node.target]
+    return []
+
+
 class PortTransformer(cst.CSTTransformer):
     """Applies the rules; ``findings`` lists every change and every manual site."""
 
@@ -218,6 +236,7 @@ class PortTransformer(cst.CSTTransformer):
         self.scope: list[str] = []
         self._called: set[int] = set()  # ids of the func nodes of calls
         self._owners: set[int] = set()  # ids of the nodes whose attribute is read
+        self._not_read: set[int] = set()  # ids of Names that bind or label, not read
         # 'cuda', 'cuda:N' and 'torch.cuda.*Tensor' strings seen: reported at the end where
         # no rule took their line (a default, an attribute, a container: places the rules
         # cannot prove hold a device).
@@ -302,7 +321,17 @@ class PortTransformer(cst.CSTTransformer):
 
     def _is_torch(self, node: cst.BaseExpression) -> bool:
         """``torch`` however this module imports it (``th``)."""
-        return isinstance(node, cst.Name) and node.value in self.facts.torch_names
+        return isinstance(node, cst.Name) and self.facts.is_torch_name(
+            tuple(self.scope), node.value
+        )
+
+    def _torch_name(self) -> str | None:
+        """A name this scope calls ``torch`` by (for code the rewrites write)."""
+        scope = tuple(self.scope)
+        names = sorted(
+            name for name in self.facts.torch_names if self.facts.is_torch_name(scope, name)
+        )
+        return names[0] if names else None
 
     def _tests_availability(self, test: cst.BaseExpression) -> bool:
         """``[not] torch.cuda.is_available()``, ported already or not."""
@@ -314,12 +343,11 @@ class PortTransformer(cst.CSTTransformer):
     def _is_torch_cuda(self, node: cst.BaseExpression) -> bool:
         """``torch.cuda`` however this module spells it (``th.cuda``, ``cuda``, ``tc``)."""
         if isinstance(node, cst.Name):
-            return node.value in self.facts.cuda_names
+            return self.facts.is_torch_name(tuple(self.scope), node.value, cuda=True)
         return (
             isinstance(node, cst.Attribute)
             and node.attr.value == "cuda"
-            and isinstance(node.value, cst.Name)
-            and node.value.value in self.facts.torch_names
+            and self._is_torch(node.value)
         )
 
     @override
@@ -333,6 +361,7 @@ class PortTransformer(cst.CSTTransformer):
                 self._owners.add(id(node.args[0].value))  # a lookup on it, reported as one
         if isinstance(node, cst.Attribute):
             self._owners.add(id(node.value))  # torch.cuda.nvtx.<name>: nvtx is an owner
+        self._not_read.update(id(name) for name in _names_not_read(node))
         return super().on_visit(node)
 
     @override
@@ -533,7 +562,7 @@ class PortTransformer(cst.CSTTransformer):
         ):
             device = test.comparisons[0].comparator
             assert isinstance(device, cst.Name)
-            torch_name = next(iter(sorted(self.facts.torch_names)), None)
+            torch_name = self._torch_name()
             known = {(tuple(self.scope), device.value), ((), device.value)}
             if known & self.facts.device_variables and torch_name is not None:
                 replacement = cst.Attribute(
@@ -783,7 +812,7 @@ class PortTransformer(cst.CSTTransformer):
     def _rewrite_amp(
         self, original: cst.Call, updated: cst.Call, name: str
     ) -> cst.BaseExpression | None:
-        torch_name = next(iter(sorted(self.facts.torch_names)), None)
+        torch_name = self._torch_name()
         device = cst.Arg(self._accelerator_call("device_name"))
         positional = any(arg.keyword is None and arg.star == "" for arg in updated.args)
         if torch_name is None or (name == "autocast" and positional):
@@ -824,9 +853,7 @@ class PortTransformer(cst.CSTTransformer):
         if func.attr.value in self.facts.own_methods:
             self._note_own_method(original, func.attr.value)
             return None
-        if func.attr.value == "cuda" and not (
-            isinstance(owner, cst.Name) and owner.value in self.facts.torch_names
-        ):
+        if func.attr.value == "cuda" and not (self._is_torch(owner)):
             return self._rewrite_cuda_method(original, updated, func)
         if func.attr.value == "pin_memory" and not updated.args:
             self._note(
@@ -1141,6 +1168,18 @@ class PortTransformer(cst.CSTTransformer):
         return False
 
     @override
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        if (
+            id(original_node) not in self._owners
+            and id(original_node) not in self._not_read
+            and self._is_torch_cuda(original_node)
+        ):
+            # `f(tc)` after `import torch.cuda as tc`: as `f(torch.cuda)`.
+            what = f"{original_node.value} (torch.cuda)"
+            self._manual(original_node, _CUDA_MODULE_ADVICE.format(what=what))
+        return updated_node
+
+    @override
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
     ) -> cst.BaseExpression:
@@ -1150,10 +1189,7 @@ class PortTransformer(cst.CSTTransformer):
             self._manual(original_node, _CUDA_MODULE_ADVICE.format(what="torch.cuda"))
         if updated_node.attr.value == "is_cuda" and "is_cuda" in self.facts.own_methods:
             self._note_own_method(original_node, "is_cuda")
-        elif updated_node.attr.value == "is_cuda" and not (
-            isinstance(updated_node.value, cst.Name)
-            and updated_node.value.value in self.facts.torch_names
-        ):
+        elif updated_node.attr.value == "is_cuda" and not self._is_torch(original_node.value):
             # Not rewritten: get_accelerator().on_accelerator(t) is true for a CPU tensor on
             # the CPU backend, and code behind is_cuda is often CUDA's own (a kernel, a
             # data_parallel): it would then run where it did not.

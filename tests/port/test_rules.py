@@ -374,6 +374,64 @@ def test_cuda_names_bound_or_looked_up_by_name_are_reported(
     assert f"{path}:2:" in out, out
 
 
+@pytest.mark.parametrize(
+    "imported",
+    ["import torch.cuda as tc", "from torch import cuda as tc", "from torch import cuda"],
+)
+def test_the_cuda_module_handed_on_by_its_alias_is_reported(imported: str) -> None:
+    # `helper(tc)` was neither rewritten nor reported: no rule sees what helper() does.
+    name = imported.split()[-1]
+    source = f"""
+        {imported}
+
+        def helper(module):
+            return module.device_count()
+
+        def main():
+            count = helper({name})
+            current = {name}
+            {name}.synchronize()
+            return count, current
+        """
+    findings = port_source(textwrap.dedent(source)).findings
+    manual = [(f.line, f.message) for f in findings if not f.rewritten]
+    assert [line for line, _ in manual] == [8, 9], manual
+    assert all(f"{name} (torch.cuda) is used as a value" in message for _, message in manual)
+    assert [f.line for f in findings if f.rewritten] == [10]  # a call through it is ported
+
+
+def test_a_local_name_that_shadows_torch_or_its_cuda_module_is_not_taken_for_them() -> None:
+    # A parameter `cuda` (a flag, another object) was ported as torch.cuda: `cuda.synchronize()`
+    # became get_accelerator().synchronize() on an object that was not torch's.
+    source = """
+        import torch
+        from torch import cuda
+
+        def with_parameters(torch, cuda):
+            cuda.synchronize()
+            return torch.cuda.current_device(), cuda
+
+        def outer():
+            cuda = object()
+
+            def inner():
+                return cuda.synchronize()
+            return inner
+
+        class Holder:
+            cuda = 3
+
+            def method(self):
+                return cuda.synchronize()
+        """
+    result = port_source(textwrap.dedent(source))
+    ported = result.source
+    assert "    cuda.synchronize()\n    return torch.cuda.current_device(), cuda" in ported
+    assert "return cuda.synchronize()\n    return inner" in ported  # the enclosing function's
+    assert "return get_accelerator().synchronize()" in ported  # a class body shadows nothing
+    assert [f.line for f in result.findings] == [20]
+
+
 def test_a_comparison_with_nccl_is_reported_as_one() -> None:
     # Told to use the accelerator's backend name, a person would make an NCCL-only branch
     # run on every backend; the finding says when that is right.
