@@ -28,9 +28,27 @@ class ForkSafeLock:
         self._owner: int | None = None
         _made.add(self)
 
-    def __enter__(self) -> None:
-        self._lock.acquire()
+    def acquire(self, timeout: float = -1) -> bool:
+        """Take the lock, waiting at most ``timeout`` seconds (-1: for as long as it takes).
+
+        Args:
+            timeout: As :meth:`threading.Lock.acquire`'s.
+
+        Returns:
+            Whether the lock was taken.
+        """
+        if not self._lock.acquire(timeout=timeout):
+            return False
         self._owner = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        """Give the lock back (taken by :meth:`acquire`)."""
+        self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
 
     def __exit__(
         self,
@@ -38,8 +56,7 @@ class ForkSafeLock:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._owner = None
-        self._lock.release()
+        self.release()
 
     def _renew(self) -> None:
         # In the child, the forking thread keeps its ident; every other thread is gone.

@@ -5,15 +5,18 @@ a registered backend by name; otherwise auto-detection picks the highest-priorit
 available backend (the CPU last, with a logged warning). The choice is made once per
 process, under a lock, so concurrent first calls create a single instance. A backend's
 module import, probe or constructor, which run while the choice is made, may not ask for it
-(they would wait for themselves): they get a ``RuntimeError``.
+(they would wait for themselves): they get a ``RuntimeError``. One that hands the question
+to another thread and waits for it cannot be told from a slow probe: the other thread
+logs a WARNING after ``SLOW_CHOICE_S`` seconds of waiting, naming the choosing thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -42,6 +45,8 @@ class Selection:
 
 
 _lock = ForkSafeLock()
+SLOW_CHOICE_S = 30.0  # a first call waiting longer for another thread's choice is logged
+_chooser: str | None = None  # the thread choosing, while it holds _lock
 _selection: Selection | None = None
 # Read without the lock on the hot path: a plain global read is atomic in CPython.
 _current: Accelerator | None = None
@@ -103,7 +108,7 @@ def reset_accelerator() -> None:
     """Forget the selection; the next ``get_accelerator()`` chooses again (tests, notebooks)."""
     global _selection, _current
     _refuse_from_backend("reset_accelerator")
-    with _lock:
+    with _choice_lock("reset_accelerator"):
         _selection = _current = None
 
 
@@ -138,19 +143,41 @@ def _refuse_from_backend(call: str) -> None:
 def _install(selection: Selection) -> None:
     global _selection, _current
     _refuse_from_backend("set_accelerator")
-    with _lock:
+    with _choice_lock("set_accelerator"):
         _selection = selection
         _current = selection.accelerator
 
 
 def _select() -> Selection:
-    global _selection, _current
+    global _selection, _current, _chooser
     _refuse_from_backend("get_accelerator")
-    with _lock:
+    with _choice_lock("get_accelerator"):
         if _selection is None:
-            _selection = _choose()
+            _chooser = threading.current_thread().name
+            try:
+                _selection = _choose()
+            finally:
+                _chooser = None
             _current = _selection.accelerator
         return _selection
+
+
+@contextlib.contextmanager
+def _choice_lock(call: str) -> Iterator[None]:
+    """``_lock``, with a WARNING if another thread's choice keeps this one waiting long."""
+    if not _lock.acquire(timeout=SLOW_CHOICE_S):
+        logger.warning(
+            "accel.%s() in thread %r has waited %g s for thread %r, which is choosing the "
+            "process's accelerator (importing, probing or constructing backends); if a "
+            "backend's import, probe or constructor waits for this thread, the process is "
+            "deadlocked: a backend may not ask for the choice it is part of",
+            call, threading.current_thread().name, SLOW_CHOICE_S, _chooser,
+        )  # fmt: skip
+        _lock.acquire()
+    try:
+        yield
+    finally:
+        _lock.release()
 
 
 def _choose() -> Selection:

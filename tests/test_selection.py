@@ -81,3 +81,37 @@ def test_set_accelerator_names_the_missing_members() -> None:
 def test_set_accelerator_rejects_a_class() -> None:
     with pytest.raises(TypeError, match=r"did you mean CPUAccelerator\(\)"):
         accel.set_accelerator(CPUAccelerator)  # type: ignore[arg-type]
+
+
+def test_a_thread_kept_waiting_by_the_choice_says_which_thread_is_choosing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A constructor that hands get_accelerator() to another thread and joins it deadlocks
+    # (the other thread waits for the choice the constructor is part of); that cannot be
+    # told from a slow probe, so the waiting thread says who it waits for instead of hanging
+    # silently.
+    from accel import _selection
+
+    monkeypatch.setattr(_selection, "SLOW_CHOICE_S", 0.05)
+    asked: list[Accelerator] = []
+
+    def constructor_asking_from_a_thread() -> _selection.Selection:
+        helper = threading.Thread(target=lambda: asked.append(accel.get_accelerator()))
+        helper.start()
+        helper.join(timeout=0.5)  # a real constructor would wait for ever
+        assert helper.is_alive()
+        return _selection.Selection(CPUAccelerator(), "auto", "test")
+
+    monkeypatch.setattr(_selection, "_choose", constructor_asking_from_a_thread)
+    with caplog.at_level("WARNING", logger="accel"):
+        chosen = accel.get_accelerator()
+        for _ in range(1000):  # the helper takes the choice once the lock is free
+            if asked:
+                break
+            threading.Event().wait(0.01)
+    assert asked == [chosen]  # once the choice is made, the waiting thread gets it
+    [record] = caplog.records
+    message = record.getMessage()
+    assert "accel.get_accelerator() in thread 'Thread-" in message
+    assert f"for thread {threading.current_thread().name!r}, which is choosing" in message
+    assert "the process is deadlocked" in message
