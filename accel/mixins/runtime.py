@@ -34,8 +34,10 @@ class RuntimeEnvMixin:
         # Frameworks ask every step; the answer is a property of the class, so it is
         # decided once per class, on the class's first call: the StreamAPI check costs
         # ~0.1 ms a class, and most classes made (mixin stacks, the backends that are not
-        # selected) are never asked.
-        cls.is_synchronized_device = _decide_synchronized  # type: ignore[method-assign]
+        # selected) are never asked. A class that answers itself (or inherits a class's own
+        # answer) keeps its answer.
+        if cls.is_synchronized_device in _DERIVED:
+            cls.is_synchronized_device = _decide_synchronized  # type: ignore[method-assign]
 
     def visible_devices_envs(self) -> list[str]:
         """``visible_devices_env_names``."""
@@ -92,6 +94,11 @@ def _not_synchronized(self: object) -> bool:
     """False: the backend has streams; work may still be queued when a call returns."""
     return False
 
+
+# The answers derived from the capability, which a subclass's own answer replaces.
+_DERIVED = frozenset(
+    {RuntimeEnvMixin.is_synchronized_device, _decide_synchronized, _synchronized, _not_synchronized}
+)
 
 # Set as each backend's is_synchronized_device by RuntimeEnvMixin.__init_subclass__ and
 # then by its first call.

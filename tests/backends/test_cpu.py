@@ -173,6 +173,23 @@ def test_synchronous_device_has_no_streams_or_graphs(acc: CPUAccelerator) -> Non
     assert getattr(acc, "create_graph", None) is None
 
 
+def test_a_backend_that_answers_is_synchronized_device_itself_keeps_its_answer() -> None:
+    # The mixin's derived answer replaced a subclass's own method when the class was made.
+    class OneAsyncQueue(CPUAccelerator):
+        def is_synchronized_device(self) -> bool:
+            return False
+
+    class Derived(OneAsyncQueue):
+        pass
+
+    class Plain(CPUAccelerator):
+        pass
+
+    assert OneAsyncQueue().is_synchronized_device() is False
+    assert Derived().is_synchronized_device() is False  # inherits its parent's own answer
+    assert Plain().is_synchronized_device() is True  # derived from having no streams
+
+
 @pytest.mark.parametrize(
     ("protocol", "check"), [(StreamAPI, "supports_streams"), (GraphAPI, "supports_graphs")]
 )
