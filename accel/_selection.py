@@ -16,14 +16,14 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from accel import _registry
 from accel._fork_safe import ForkSafeLock
 from accel._probe import raised, running_probe
-from accel.protocols import Accelerator, missing_members
+from accel.protocols import Accelerator, CoreAccelerator, missing_members
 
 logger = logging.getLogger("accel")
 
@@ -80,11 +80,13 @@ def get_accelerator() -> Accelerator:
     return _select().accelerator
 
 
-def set_accelerator(accelerator: Accelerator) -> None:
+def set_accelerator(accelerator: CoreAccelerator) -> None:
     """Use ``accelerator`` from now on.
 
     Args:
-        accelerator: An instance that satisfies :class:`accel.Accelerator`.
+        accelerator: An instance that satisfies :class:`accel.Accelerator`, or
+            :class:`accel.protocols.CoreAccelerator` with the peak statistics declared
+            absent (``NoMemoryStatsMixin``).
 
     Raises:
         TypeError: ``accelerator`` is a class, or lacks members of
@@ -101,7 +103,9 @@ def set_accelerator(accelerator: Accelerator) -> None:
             f"set_accelerator() got {type(accelerator).__qualname__}, which does not satisfy "
             f"accel.Accelerator; missing or not callable: {', '.join(missing)}"
         )
-    _install(Selection(accelerator, "explicit", "set_accelerator()"))
+    # get_accelerator() is typed Accelerator for every backend; where the peaks are
+    # declared absent they raise CapabilityError (docs/usage.md says to ask first).
+    _install(Selection(cast(Accelerator, accelerator), "explicit", "set_accelerator()"))
 
 
 def reset_accelerator() -> None:
@@ -163,7 +167,7 @@ def _select() -> Selection:
 
 
 @contextlib.contextmanager
-def _choice_lock(call: str) -> Iterator[None]:
+def _choice_lock(call: str) -> Generator[None]:
     """``_lock``, with a WARNING if another thread's choice keeps this one waiting long."""
     if not _lock.acquire(timeout=SLOW_CHOICE_S):
         logger.warning(

@@ -16,6 +16,7 @@ from accel.mixins.graph import NoGraphMixin, TorchGraphMixin
 from accel.mixins.memory import (
     AcceleratorMemoryStatsMixin,
     HostMemoryMixin,
+    HostMemoryUsageMixin,
     MemoryInfoMixin,
     NoMemoryStatsMixin,
     TorchMemoryMixin,
@@ -42,6 +43,7 @@ __all__ = [
     "DeviceNamingMixin",
     "GeneratorRNGMixin",
     "HostMemoryMixin",
+    "HostMemoryUsageMixin",
     "HostRNGMixin",
     "HostStagingMixin",
     "MemoryInfoMixin",

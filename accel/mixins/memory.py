@@ -81,13 +81,13 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return cast("Callable[[int], int]", trim)
 
 
-@implements(MemoryUsageAPI, MemoryStatsAPI, AccumulatedStatsAPI)
-class HostMemoryMixin(MemoryInfoMixin):
-    """Memory accounting from the process's resident set, shared by every device index.
+@implements(MemoryUsageAPI)
+class HostMemoryUsageMixin(MemoryInfoMixin):
+    """Memory in use from the process's resident set, shared by every device index: what
+    a host-memory device without peaks composes (after ``NoMemoryStatsMixin``).
 
     Host memory is one pool for the whole process, so allocated and reserved are both the
-    RSS and every device index reports the same numbers. Peaks are the kernel's high-water
-    mark where it has one (see ``accel._host.ProcessMemory``).
+    RSS and every device index reports the same numbers.
     """
 
     def empty_cache(self) -> None:
@@ -101,14 +101,31 @@ class HostMemoryMixin(MemoryInfoMixin):
         check_optional_index(device_index)
         return _host.process_memory.rss()
 
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        """Same as :meth:`memory_allocated`: the host allocator's cache is part of the RSS."""
+        return self.memory_allocated(device_index)
+
+    def total_memory(self, device_index: int | None = None) -> int:
+        """Physical memory, capped by the process's cgroup limit."""
+        check_optional_index(device_index)
+        return _host.total_memory()
+
+    def available_memory(self, device_index: int | None = None) -> int:
+        """Memory still obtainable, capped by the cgroup's headroom."""
+        check_optional_index(device_index)
+        return _host.available_memory()
+
+
+@implements(MemoryStatsAPI, AccumulatedStatsAPI)
+class HostMemoryMixin(HostMemoryUsageMixin):
+    """:class:`HostMemoryUsageMixin` and peaks: the kernel's high-water mark where it has
+    one (see ``accel._host.ProcessMemory``).
+    """
+
     def max_memory_allocated(self, device_index: int | None = None) -> int:
         """The peak RSS (the kernel's high-water mark where it has one)."""
         check_optional_index(device_index)
         return _host.process_memory.peak()
-
-    def memory_reserved(self, device_index: int | None = None) -> int:
-        """Same as :meth:`memory_allocated`: the host allocator's cache is part of the RSS."""
-        return self.memory_allocated(device_index)
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Same as :meth:`max_memory_allocated`."""
@@ -136,16 +153,6 @@ class HostMemoryMixin(MemoryInfoMixin):
         """Restarts the peaks from the current RSS."""
         check_optional_index(device_index)
         _host.process_memory.reset_peak()
-
-    def total_memory(self, device_index: int | None = None) -> int:
-        """Physical memory, capped by the process's cgroup limit."""
-        check_optional_index(device_index)
-        return _host.total_memory()
-
-    def available_memory(self, device_index: int | None = None) -> int:
-        """Memory still obtainable, capped by the cgroup's headroom."""
-        check_optional_index(device_index)
-        return _host.available_memory()
 
 
 class _TorchMemoryIndex:

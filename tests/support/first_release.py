@@ -1,5 +1,6 @@
-"""The frozen first-release backend (tests/typing/pass/first_release_backend.py), loaded
-as a module: the contract tests and the port tests run code against it."""
+"""The backends of tests/typing/pass loaded as modules, the frozen first-release one
+(first_release_backend.py) among them: the contract, kit and port tests run code against
+them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ FROZEN = TESTS / "typing" / "pass" / "first_release_backend.py"
 
 def first_release_module() -> ModuleType:
     """A fresh copy of the frozen backend's module (``BoardAccelerator`` and its kin)."""
-    spec = importlib.util.spec_from_file_location("first_release_backend", FROZEN)
+    return typed_module(FROZEN.stem)
+
+
+def typed_module(stem: str) -> ModuleType:
+    """A fresh copy of the module ``tests/typing/pass/<stem>.py``, which CI type-checks."""
+    spec = importlib.util.spec_from_file_location(stem, FROZEN.with_name(f"{stem}.py"))
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
+import accel
 from accel.backends.cpu import CPUAccelerator
 from accel.protocols import GraphAPI, StreamAPI
 from accel.testing import check_backend
 from tests.support import broken_backends as broken
+from tests.support.first_release import typed_module
 
 CASES = [
     (broken.LeakyRNGState, "RNGAPI", "rng_state_round_trips", "did not reproduce", True),
@@ -53,6 +55,18 @@ def test_real_cpu_backend_passes() -> None:
     assert report.ok, str(report)
     assert "OpBuilderAPI" in report.protocols
     assert report.checks_run >= 25
+
+
+def test_a_backend_without_peaks_composed_as_the_docs_say_passes(fresh_selection: None) -> None:
+    # tests/typing/pass/partial_memory_backend.py: NoMemoryStatsMixin and the usage-only
+    # host mixin, which mypy --strict and basedpyright accept as a CoreAccelerator.
+    device = typed_module("partial_memory_backend").NoPeaksDevice
+    report = check_backend(device, max_examples=5)
+    assert report.ok, str(report)
+    assert "MemoryUsageAPI" in report.protocols
+    assert "MemoryStatsAPI" not in report.protocols
+    accel.set_accelerator(device())
+    assert type(accel.get_accelerator()) is device
 
 
 def test_an_honest_fake_stream_backend_passes_the_stream_checks() -> None:
