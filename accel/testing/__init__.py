@@ -28,7 +28,12 @@ from accel.protocols import (
 # Importing the checks registers them in CHECKS.
 from accel.testing import checks
 from accel.testing._framework import CHECKS, Check, KitConfig, Report, Violation
-from accel.testing.checks.generic import members_are_real, no_partial_capabilities
+from accel.testing.checks.generic import (
+    members_are_real,
+    members_belong_to_the_class,
+    members_take_the_protocols_arguments,
+    no_partial_capabilities,
+)
 
 CORE = CORE_PROTOCOLS
 OPTIONAL = OPTIONAL_PROTOCOLS
@@ -152,12 +157,21 @@ def check_backend(backend: type | Accelerator, *, max_examples: int = 25) -> Rep
         for protocol in CAPABILITIES:
             if protocol is MemoryAPI and protocol not in claimed:
                 continue  # its halves, MemoryUsageAPI and MemoryStatsAPI, are checked
-            generic = members_are_real if protocol in claimed else no_partial_capabilities
-            report.checks_run += 1
-            try:
-                generic(checked, protocol)
-            except Exception as error:
-                report.violations.append(_violation(protocol, "*", generic.__name__, error))
+            generics = (
+                (
+                    members_are_real,
+                    members_belong_to_the_class,
+                    members_take_the_protocols_arguments,
+                )
+                if protocol in claimed
+                else (no_partial_capabilities,)
+            )
+            for generic in generics:
+                report.checks_run += 1
+                try:
+                    generic(checked, protocol)
+                except Exception as error:
+                    report.violations.append(_violation(protocol, "*", generic.__name__, error))
         for registered in sorted(CHECKS, key=lambda c: CAPABILITIES.index(c.protocol)):
             if registered.protocol in claimed:
                 report.checks_run += 1

@@ -152,6 +152,68 @@ class BackwardsClock(FakeStreams):
     event_class = _BackwardsEvent
 
 
+class _NeverDoneStream(_FakeStream):
+    def synchronize(self) -> None:
+        return None  # waits for nothing
+
+    def query(self) -> bool:
+        return False  # ... and its work never ends
+
+
+class NeverDoneStreams(FakeStreams):
+    """Streams whose synchronize() leaves work pending for ever."""
+
+    def Stream(self, device_index: int | None = None, priority: int = 0) -> torch.Stream:  # type: ignore[override]
+        return _NeverDoneStream()
+
+
+class RenamedParameter(CPUAccelerator):
+    """memory_allocated(index=...): a caller's memory_allocated(device_index=0) fails."""
+
+    def memory_allocated(self, index: int | None = None) -> int:  # type: ignore[override]
+        return super().memory_allocated(index)
+
+
+class InstanceCapability(CPUAccelerator):
+    """Adds HostCacheAPI's member to the instance (as if its device had one): isinstance,
+    decided per class, then answers for every instance of the class."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.empty_host_cache = lambda: None
+
+
+class FrozenUsage(CPUAccelerator):
+    """memory_allocated() (and reserved) stay put whatever lives."""
+
+    def memory_allocated(self, device_index: int | None = None) -> int:
+        return 4096
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        return 4096
+
+
+class ReservedBelowAllocated(CPUAccelerator):
+    """memory_reserved() is 0: the allocator holds less than it hands out."""
+
+    def memory_reserved(self, device_index: int | None = None) -> int:
+        return 0
+
+
+class UnrelatedStats(CPUAccelerator):
+    """memory_stats() says 7 bytes are allocated, whatever memory_allocated() says."""
+
+    def memory_stats(self, device_index: int | None = None) -> dict[str, int]:
+        return {**super().memory_stats(device_index), "allocated_bytes.all.current": 7}
+
+
+class ExportsWithoutAccel(CPUAccelerator):
+    """export_envs() leaves out ACCEL, so ACCEL_BACKEND would not reach remote ranks."""
+
+    def export_envs(self) -> list[str]:
+        return ["MASTER"]
+
+
 class _FrozenGraph:
     def replay(self) -> None:
         return None  # replays nothing

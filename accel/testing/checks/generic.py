@@ -43,6 +43,75 @@ def members_are_real(acc: Accelerator, protocol: type) -> None:
             )
 
 
+def members_belong_to_the_class(acc: Accelerator, protocol: type) -> None:
+    """Claimed members are the class's, not set on the instance: ``isinstance`` answers are
+    decided per class (and remembered), so an instance that adds a capability's members
+    (say, after asking its device in ``__init__``) makes every instance of the class look
+    the same. A backend whose capabilities depend on the device found makes a class per
+    variant and picks it in ``__new__`` (as ``accel.backends.mps`` does).
+
+    Args:
+        protocol: A protocol the backend claims.
+    """
+    cls = type(acc)
+    on_instance = [
+        member
+        for member in sorted(get_protocol_members(protocol))
+        if inspect.getattr_static(cls, member, None) is None
+    ]
+    assert not on_instance, (
+        f"{', '.join(on_instance)} set on the instance, not defined by {cls.__qualname__}: "
+        "capabilities are decided per class; make a class per variant (chosen in __new__)"
+    )
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def members_take_the_protocols_arguments(acc: Accelerator, protocol: type) -> None:
+    """Each claimed member takes every call its protocol allows: as many positional
+    arguments, each parameter by its name (callers write ``memory_allocated(device_index=0)``),
+    and only the arguments the protocol requires.
+
+    Args:
+        protocol: A protocol the backend claims.
+    """
+    refused: list[str] = []
+    for member in sorted(get_protocol_members(protocol)):
+        declared = inspect.getattr_static(protocol, member, None)
+        if not inspect.isfunction(declared):
+            continue
+        try:
+            actual = inspect.signature(getattr(acc, member))
+        except (TypeError, ValueError):  # a builtin without a signature: not checkable
+            continue
+        expected = list(inspect.signature(declared).parameters.values())[1:]  # without self
+        positional = [p for p in expected if p.kind in _POSITIONAL]
+        required = [p for p in positional if p.default is inspect.Parameter.empty]
+        keywords = {
+            p.name: None
+            for p in expected
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+        }
+        # (what the call is, its arguments, whether the others may be left out)
+        calls: list[tuple[str, tuple[None, ...], dict[str, None], bool]] = [
+            (f"{len(positional)} positional arguments", (None,) * len(positional), {}, False),
+            ("only the required arguments", (None,) * len(required), keywords, False),
+        ]
+        calls += [
+            (f"{p.name}= by name", (), {p.name: None}, True) for p in expected if p.kind in _BY_NAME
+        ]
+        for what, args, kwargs, partial in calls:
+            try:
+                (actual.bind_partial if partial else actual.bind)(*args, **kwargs)
+            except TypeError as error:
+                refused.append(f"{member}{actual} refuses {what} ({error})")
+    assert not refused, f"members differ from {protocol.__name__}'s signatures: " + "; ".join(
+        refused
+    )
+
+
 def no_partial_capabilities(acc: Accelerator, protocol: type) -> None:
     """An unclaimed capability has no callable members (they could only be silent no-ops).
 

@@ -96,6 +96,49 @@ def sizes_are_consistent(acc: Accelerator) -> None:
     assert int(live.sum()) == 499500, "empty_cache() damaged a live tensor"
 
 
+# Two reads of a size are not one atomic snapshot: another thread may allocate or free in
+# between (on the host, the RSS moves with every page). Disagreements above this count.
+_READ_SLACK = 16 * MiB
+
+
+@check(MemoryUsageAPI, "memory_allocated/memory_reserved")
+def usage_follows_a_live_tensor(acc: Accelerator) -> None:
+    """While a 256 MiB tensor lives, ``memory_allocated()`` is at least 90% of it above the
+    value before it was made, and ``memory_reserved()`` (used or cached) is not below
+    ``memory_allocated()``.
+    """
+    size = 256 * MiB
+    before = acc.memory_allocated()
+    live = torch.ones(size, dtype=torch.uint8, device=acc.current_device_name())
+    during = acc.memory_allocated()
+    reserved = acc.memory_reserved()
+    del live
+    assert during >= before + size * 0.9, (
+        f"memory_allocated() went from {before} to {during} while a {size} B tensor lived"
+    )
+    assert reserved >= during - _READ_SLACK, (
+        f"memory_reserved()={reserved} is below memory_allocated()={during}; reserved is "
+        "what the allocator holds, used or cached"
+    )
+
+
+@check(MemoryStatsAPI, "memory_stats")
+def stats_agree_with_the_members(acc: Accelerator) -> None:
+    """``memory_stats()``'s ``allocated_bytes.all.current`` and ``.peak`` are what
+    ``memory_allocated()`` and ``max_memory_allocated()`` say, read one after the other.
+    """
+    allocated, peak = acc.memory_allocated(), acc.max_memory_allocated()
+    stats = acc.memory_stats()
+    for key, value, member in (
+        ("allocated_bytes.all.current", allocated, "memory_allocated"),
+        ("allocated_bytes.all.peak", peak, "max_memory_allocated"),
+    ):
+        said = stats.get(key)
+        assert isinstance(said, int) and abs(said - value) <= _READ_SLACK, (
+            f"memory_stats()[{key!r}]={said!r}, but {member}()={value}"
+        )
+
+
 @check(AccumulatedStatsAPI, "reset_accumulated_memory_stats")
 def accumulated_counters_reset(acc: Accelerator) -> None:
     """``reset_accumulated_memory_stats()`` leaves no ``*.allocated``/``*.freed`` counter above

@@ -51,7 +51,7 @@ def visible_devices_env_round_trips(acc: Accelerator) -> None:
 def runtime_answers(acc: Accelerator) -> None:
     """``communication_backend_name()`` names a backend torch.distributed has,
     ``is_synchronized_device()`` is ``True`` exactly when the backend is not a ``StreamAPI``,
-    and ``export_envs()`` lists non-empty prefixes.
+    and ``export_envs()`` lists non-empty prefixes, ``"ACCEL"`` first.
     """
     name = acc.communication_backend_name()
     assert dist.is_available() and dist.is_backend_available(name), (
@@ -64,6 +64,9 @@ def runtime_answers(acc: Accelerator) -> None:
     prefixes = acc.export_envs()
     assert prefixes and all(isinstance(p, str) and p for p in prefixes), (
         f"export_envs()={prefixes!r}"
+    )
+    assert prefixes[0] == "ACCEL", (
+        f"export_envs()={prefixes!r}: ACCEL comes first (ACCEL_BACKEND must reach every rank)"
     )
 
 

@@ -100,3 +100,33 @@ def events_order_streams(acc: Accelerator) -> None:
         )
 
     holds(body, elements=st.integers(min_value=1, max_value=1 << 16))
+
+
+@check(StreamAPI, "Stream.synchronize/query/wait_stream, Event.synchronize/query/wait")
+def synchronizing_completes_work(acc: Accelerator) -> None:
+    """After ``Stream.synchronize()`` the stream's work is done and its ``query()`` is True;
+    after ``Event.synchronize()`` the event's ``query()`` is True; ``wait_stream`` and
+    ``Event.wait`` order the current stream after a side stream's work.
+    """
+    s = _streams(acc)
+
+    def body(elements: int) -> None:
+        side, done = s.Stream(), s.Event()
+        with s.stream(side):
+            values = torch.full((elements,), 2.0, device=acc.current_device_name()).mul_(3)
+            done.record()
+        side.synchronize()
+        answer = side.query()
+        assert answer is True, f"Stream.query() is {answer!r} after the stream's synchronize()"
+        done.synchronize()
+        answer = done.query()
+        assert answer is True, f"Event.query() is {answer!r} after the event's synchronize()"
+        current = s.current_stream()
+        current.wait_stream(side)
+        done.wait()
+        current.synchronize()
+        answer = current.query()
+        assert answer is True, f"Stream.query() is {answer!r} after the stream's synchronize()"
+        assert float(values.sum()) == 6.0 * elements, "work on a synchronized stream is wrong"
+
+    holds(body, elements=st.integers(min_value=1, max_value=1 << 16))
