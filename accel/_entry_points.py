@@ -105,3 +105,25 @@ def _folders_naming(group: str) -> list[str] | None:
 def _normalized(name: str) -> str:
     # importlib.metadata's Prepared.normalize (PEP 503, with underscores).
     return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+
+
+def load(entry: EntryPoint) -> object:
+    """``entry.load()``, after checking the entry's value has the ``module:attribute`` form.
+
+    Args:
+        entry: An entry point.
+
+    Returns:
+        What it names.
+
+    Raises:
+        ValueError: The value is not ``module`` or ``module:attribute`` (dotted names);
+            ``importlib.metadata`` fails there with "'NoneType' object has no attribute".
+    """
+    if entry.pattern.match(entry.value) is None:
+        raise ValueError(
+            f"entry point {entry.name!r} of group {entry.group!r} has the value "
+            f"{entry.value!r}; expected 'module:Class' (a dotted module path, ':' and a "
+            "dotted attribute)"
+        )
+    return entry.load()

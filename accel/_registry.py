@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 from typing_extensions import override
 
 from accel._entry_points import entry_points
+from accel._entry_points import load as load_entry_point
 from accel._fork_safe import ForkSafeLock
 from accel._probe import (
     Unanswered,
@@ -171,7 +172,7 @@ def loading() -> str | None:
 def _load(entry: EntryPoint) -> Registered:
     _loading.name = entry.name
     try:
-        loaded: object = entry.load()
+        loaded: object = load_entry_point(entry)
     except KeyboardInterrupt:
         raise  # the user's Ctrl-C, not the plugin's failure
     except BaseException as error:  # SystemExit, GeneratorExit too: a plugin never ends the host

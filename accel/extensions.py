@@ -17,6 +17,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from accel._entry_points import load as load_entry_point
 from accel._fork_safe import ForkSafeLock
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def _entry_points() -> list[EntryPoint]:
 def _load(entry: EntryPoint) -> Registered:
     origin = _origin(entry)
     try:
-        loaded: object = entry.load()
+        loaded: object = load_entry_point(entry)
     except KeyboardInterrupt:
         raise  # the user's Ctrl-C, not the integration's failure
     except BaseException as error:  # SystemExit too: an integration never ends the command

@@ -117,6 +117,21 @@ def test_plugin_that_fails_to_import_is_skipped_and_reported(
         accel.get_accelerator()
 
 
+def test_a_malformed_entry_point_value_is_named_with_the_form_expected(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    # importlib.metadata said only "'NoneType' object has no attribute 'group'".
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    install("spacedist", {"spaced": "spaced_plugin:My Accelerator"}, {"spaced_plugin": ""})
+    assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    reason = _registry.registry()["spaced"].availability().reason
+    assert reason == (
+        "failed to load: ValueError: entry point 'spaced' of group 'accel.backends' has the "
+        "value 'spaced_plugin:My Accelerator'; expected 'module:Class' (a dotted module path, "
+        "':' and a dotted attribute)"
+    )
+
+
 def test_plugin_whose_probe_raises_is_skipped(
     monkeypatch: pytest.MonkeyPatch, install: Installer, caplog: pytest.LogCaptureFixture
 ) -> None:
