@@ -116,7 +116,7 @@ class Registered:
             return Availability(False, f"failed to load: {self.error}")
         timeout = probe_timeout()
         if probe_isolation() == "process":
-            answer = _answers_in_process(timeout)[self.target]
+            answer = _answer_in_process(self.target, timeout)
         else:
             answer = in_thread(cast(BackendClass, self.backend), self.name, timeout)
         if isinstance(answer, Availability):
@@ -132,14 +132,17 @@ _process_answers: dict[str, Availability | Unanswered] = {}
 _process_lock = ForkSafeLock()
 
 
-def _answers_in_process(timeout: float) -> dict[str, Availability | Unanswered]:
-    """Every loaded backend's probe, asked once in one separate process (a second one
-    only past a probe that overran or crashed): one interpreter start for all."""
+def _answer_in_process(target: str, timeout: float) -> Availability | Unanswered:
+    """``target``'s probe, asked in a separate process with those of every other backend
+    loaded and not yet asked (a second process only past a probe that overran or crashed):
+    one interpreter start for all the backends a selection or a report looks at."""
     with _process_lock:
-        if not _process_answers:
-            targets = [entry.target for entry in registry().values() if entry.backend is not None]
+        if target not in _process_answers:
+            with _lock:
+                loaded = [entry.target for entry in _loaded.values() if entry.backend is not None]
+            targets = [t for t in dict.fromkeys([target, *loaded]) if t not in _process_answers]
             _process_answers.update(in_process(targets, timeout))
-        return _process_answers
+        return _process_answers[target]
 
 
 def _distribution(entry: EntryPoint) -> str:
@@ -232,6 +235,12 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
     ``ACCEL_CPU_ISA`` when it holds no level: the built-in backends import ``accel.ops``,
     which refuses it, and a bad setting must not pass for "no backend is available".
     """
+    return _by_priority([_load(entry) for entry in _named(entries).values()])
+
+
+def _named(entries: Iterable[EntryPoint] | None = None) -> dict[str, EntryPoint]:
+    """Each registered name's entry point, nothing imported but ``accel.ops`` (see
+    :func:`discover` for the two errors)."""
     import accel.ops  # noqa: F401  # pyright: ignore[reportUnusedImport]  # raises first
 
     by_name: dict[str, dict[tuple[str, str], EntryPoint]] = {}
@@ -243,7 +252,10 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
                 sorted(f"{_distribution(entry)} ({entry.value})" for entry in sources.values())
             )
             raise DuplicateBackendError(f"accel backend name {name!r} is registered by {described}")
-    loaded = [_load(next(iter(sources.values()))) for sources in by_name.values()]
+    return {name: next(iter(sources.values())) for name, sources in by_name.items()}
+
+
+def _by_priority(loaded: list[Registered]) -> dict[str, Registered]:
     # Highest priority first; plugins that failed to load (no priority) last.
     loaded.sort(key=lambda r: (r.priority is None, -(r.priority or 0), r.name))
     return {registered.name: registered for registered in loaded}
@@ -251,14 +263,30 @@ def discover(entries: Iterable[EntryPoint] | None = None) -> dict[str, Registere
 
 _lock = ForkSafeLock()
 _registry: dict[str, Registered] | None = None
+_names: dict[str, EntryPoint] | None = None  # every registered name, nothing imported
+_loaded: dict[str, Registered] = {}  # the backends imported so far, by name
+
+
+def _entry_named(name: str) -> Registered | None:
+    """The backend registered as ``name``, imported if it was not (and only it: a naming
+    ``ACCEL_BACKEND`` does not wait on, or break on, another plugin's import). Call with
+    ``_lock`` held."""
+    global _names
+    if _names is None:
+        _names = _named()
+    if name not in _loaded and name in _names:
+        _loaded[name] = _load(_names[name])
+    return _loaded.get(name)
 
 
 def registry() -> dict[str, Registered]:
-    """The process's registry, discovered on first use."""
-    global _registry
+    """The process's registry, every backend imported on first use."""
+    global _registry, _names
     with _lock:
         if _registry is None:
-            _registry = discover()
+            if _names is None:
+                _names = _named()
+            _registry = _by_priority([_entry_named(name) or _load(_names[name]) for name in _names])
         return _registry
 
 
@@ -270,10 +298,11 @@ def available(name: str, source: str) -> type[Accelerator]:
     listing the known names for an unknown one, ``RuntimeError`` with the reason for one
     that failed to load or is not available.
     """
-    entries = registry()
-    entry = entries.get(name)
+    with _lock:
+        entry = _entry_named(name)
+        known = list(_registry if _registry is not None else cast("dict[str, EntryPoint]", _names))
     if entry is None:
-        raise ValueError(f"{source} names no backend; expected one of: {', '.join(entries)}")
+        raise ValueError(f"{source} names no backend; expected one of: {', '.join(known)}")
     if entry.backend is None:
         raise RuntimeError(
             f"{source}: accelerator backend {name!r} from {entry.distribution} failed to "
@@ -297,8 +326,9 @@ def available_backends() -> list[type[Accelerator]]:
 def reset_registry() -> None:
     """Forget the registry (and the probes' answers); the next use discovers the entry
     points again."""
-    global _registry
+    global _registry, _names
     with _lock:
-        _registry = None
+        _registry = _names = None
+        _loaded.clear()
     with _process_lock:
         _process_answers.clear()

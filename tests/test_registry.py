@@ -132,6 +132,22 @@ def test_a_malformed_entry_point_value_is_named_with_the_form_expected(
     )
 
 
+def test_a_backend_named_by_accel_backend_is_the_only_plugin_imported(
+    monkeypatch: pytest.MonkeyPatch, install: Installer
+) -> None:
+    # Every plugin module was imported to find the one named: one that hangs or breaks at
+    # import held up (or broke) every process, whatever ACCEL_BACKEND said.
+    install("slowdist", {"slow": "slow_plugin:Slow"}, {"slow_plugin": "IMPORTED = True"})
+    monkeypatch.setenv("ACCEL_BACKEND", "cpu")
+    assert isinstance(accel.get_accelerator(), CPUAccelerator)
+    assert "slow_plugin" not in sys.modules
+    with pytest.raises(ValueError, match="ACCEL_BACKEND='nope' names no backend; expected one"):
+        _registry.available("nope", "ACCEL_BACKEND='nope'")
+    assert "slow_plugin" not in sys.modules  # the names are known without importing
+    assert "has no attribute 'Slow'" in str(_registry.registry()["slow"].error)  # all, here
+    assert "slow_plugin" in sys.modules
+
+
 def test_plugin_whose_probe_raises_is_skipped(
     monkeypatch: pytest.MonkeyPatch, install: Installer, caplog: pytest.LogCaptureFixture
 ) -> None:
