@@ -91,6 +91,7 @@ if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch6
                 "csrc/cpu_optim/adam_level.inc",
                 "csrc/cpu_optim/adam_levels.h",
                 "csrc/cpu_optim/adam_scalars.h",
+                "csrc/cpu_optim/hyperparameters.h",
                 "csrc/cpu_optim/step_channel.h",
             ],
             cxx_std=17,

@@ -1,5 +1,10 @@
 """accel's prebuilt CPU optimizer kernels. Call them through accel.ops.cpu_optim, which
-validates every argument; these functions trust their inputs beyond basic checks."""
+validates every argument. These functions check again what would otherwise corrupt memory
+or the results, raising ValueError: list lengths, dtype codes, null and overlapping
+buffers, steps below 1 and hyper-parameters out of range (lr, lr_decay and weight_decay
+finite and >= 0, betas in [0, 1), eps > 0, each at most float32's largest value; eps at
+least its smallest). That an address is a live buffer of the right size they cannot
+check."""
 
 DTYPES: dict[str, int]
 """Element-type codes by torch dtype name (csrc/common/dtypes.h)."""
@@ -26,7 +31,8 @@ def adam_step(
     state_dtypes: list[int] = ...,
 ) -> None:
     """Adam/AdamW step over many tensors (``state_dtypes``: one dtype code per parameter
-    for both its states; left out, all float32)."""
+    for both its states; left out, all float32). ValueError names a hyper-parameter out of
+    range (lr, beta1, beta2, eps, weight_decay)."""
 
 def adagrad_step(
     params: list[int],
@@ -45,7 +51,8 @@ def adagrad_step(
     weight_decay: float,
     state_dtypes: list[int] = ...,
 ) -> None:
-    """Adagrad step over many tensors (``state_dtypes`` as in :func:`adam_step`)."""
+    """Adagrad step over many tensors (``state_dtypes`` as in :func:`adam_step`).
+    ValueError names a hyper-parameter out of range (lr, lr_decay, eps, weight_decay)."""
 
 def lion_step(
     params: list[int],
@@ -63,7 +70,8 @@ def lion_step(
     weight_decay: float,
     state_dtypes: list[int] = ...,
 ) -> None:
-    """Lion step over many tensors (``state_dtypes`` as in :func:`adam_step`)."""
+    """Lion step over many tensors (``state_dtypes`` as in :func:`adam_step`). ValueError
+    names a hyper-parameter out of range (lr, beta1, beta2, weight_decay)."""
 
 def scale_in_place(data: int, numel: int, factor: float) -> None:
     """x *= factor over a float32 buffer: the read-modify-write bandwidth probe."""
@@ -86,6 +94,9 @@ CHANNEL_MAX_GROUPS: int
 CHANNEL_SLOTS: int
 """Commands that may wait for the worker at once."""
 
+# Every channel function raises ValueError for an address that is not aligned memory this
+# process may read and write, or (but channel_init) holds no channel channel_init prepared.
+
 def channel_size() -> int:
     """Bytes a step channel occupies."""
 
@@ -99,7 +110,8 @@ def channel_submit(
     hyper: list[list[float]],
     bias_correction: list[bool],
 ) -> None:
-    """Queue one step for the worker."""
+    """Queue one step for the worker. ``hyper``: per group, lr, beta1, beta2, eps and
+    weight_decay, each checked (ValueError naming the group and the parameter)."""
 
 def channel_wait(address: int, timeout: float) -> bool:
     """Wait for one completed command; False on timeout."""

@@ -20,9 +20,11 @@ bfloat16/float16 tensor that receives the updated parameter, rounded, in the sam
   tensor is not dense, on the CPU and contiguous; a gradient's shape, or a state's or
   copy's element count, differs from its parameter's; a tensor written (a parameter, a
   state, a copy) overlaps another tensor of the call in memory; a ``steps`` entry is
-  below 1; a hyper-parameter is out of range (each must be an ``int``
-  or ``float``, not a ``bool``, finite and at most float32's largest value: learning rates
-  and decays >= 0, betas in [0, 1), epsilons > 0);
+  below 1; a hyper-parameter is out of range (each must be a real number, not a ``bool``,
+  or a one-element floating-point or integer CPU tensor holding one, as ``torch.optim``
+  takes them, finite and at most float32's largest value: learning rates and decays
+  >= 0, betas in [0, 1), epsilons > 0; the kernels check the ranges again); or
+  ``ACCEL_CPU_ISA`` holds a bad value when the kernels load (on first use);
 - ``ImportError``: this install has no compiled CPU optimizer kernels.
 
 The kernels compute in float32: a bfloat16/float16 parameter, gradient or state is widened
@@ -46,6 +48,7 @@ from accel._validate import (
     check_writable,
     require_disjoint_spans,
 )
+from accel.ops import isa
 from accel.ops._dtypes import dtype_codes, dtype_list
 from accel.ops._hyperparameters import (
     check_betas,
@@ -60,14 +63,13 @@ _COPY_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def _native() -> ModuleType:
-    """The compiled kernels (``ImportError`` with the reason if this install has none).
+    """The compiled kernels (``ImportError`` with the reason if this install has none;
+    ``ValueError`` for a bad ``ACCEL_CPU_ISA`` when they load).
 
     Private: they take raw addresses, and a wrong address cannot be told from a right one
     in C++; only the checked functions of this module call them.
     """
-    from accel.ops import _cpu_optim
-
-    return _cpu_optim
+    return isa.load_native("accel.ops._cpu_optim")
 
 
 @functools.cache
@@ -270,10 +272,10 @@ def adam_step(
     exp_avg_sqs: Sequence[torch.Tensor],
     steps: Sequence[int],
     *,
-    lr: float,
-    betas: tuple[float, float],
-    eps: float,
-    weight_decay: float,
+    lr: float | torch.Tensor,
+    betas: tuple[float | torch.Tensor, float | torch.Tensor],
+    eps: float | torch.Tensor,
+    weight_decay: float | torch.Tensor,
     adamw: bool,
     bias_correction: bool = True,
     param_copies: Sequence[torch.Tensor | None] | None = None,
@@ -311,10 +313,10 @@ def adagrad_step(
     sums: Sequence[torch.Tensor],
     steps: Sequence[int],
     *,
-    lr: float,
-    lr_decay: float,
-    eps: float,
-    weight_decay: float,
+    lr: float | torch.Tensor,
+    lr_decay: float | torch.Tensor,
+    eps: float | torch.Tensor,
+    weight_decay: float | torch.Tensor,
     param_copies: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
     """One Adagrad step, in place, over all tensors.
@@ -339,9 +341,9 @@ def lion_step(
     grads: Sequence[torch.Tensor | None],
     exp_avgs: Sequence[torch.Tensor],
     *,
-    lr: float,
-    betas: tuple[float, float],
-    weight_decay: float,
+    lr: float | torch.Tensor,
+    betas: tuple[float | torch.Tensor, float | torch.Tensor],
+    weight_decay: float | torch.Tensor,
     param_copies: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
     """One Lion step (decoupled weight decay), in place, over all tensors.

@@ -20,6 +20,7 @@ import logging
 from types import ModuleType
 from typing import ClassVar
 
+from accel.ops import isa
 from accel.ops.catalog import PREBUILT_OPS, PrebuiltOp, builder_attribute, prebuilt_op, served_on
 from accel.protocols._contract import implements
 from accel.protocols.op_builder import OpBuilder
@@ -46,11 +47,16 @@ class PrebuiltOpBuilder:
 
     def incompatibility_reason(self) -> str | None:
         """Why the op cannot load here, or ``None`` when it can: the row's requirements in
-        order, then whether the native module imports."""
+        order, then whether the native module imports (a bad ``ACCEL_CPU_ISA`` that it
+        would read is named as such: the kernels are built)."""
         for requirement in self.spec.requires:
             reason = requirement.missing()
             if reason is not None:
                 return reason
+        try:
+            isa.check_before_loading(self.native_module)
+        except ValueError as error:
+            return str(error)
         try:
             importlib.import_module(self.native_module)
         except ImportError as error:
@@ -70,7 +76,9 @@ class PrebuiltOpBuilder:
     def load(self, verbose: bool = False) -> ModuleType:
         """``module_name``, imported (its location logged when ``verbose``); where accel has no
         kernels of its own (``module_name`` is None), the module DeepSpeed's CPU builder of the same
-        class name builds."""
+        class name builds. A bad ``ACCEL_CPU_ISA`` that the native module would read is
+        its ``ValueError``; any other reason to be incompatible a ``RuntimeError``."""
+        isa.check_before_loading(self.native_module)
         reason = self.incompatibility_reason()
         if reason is not None:
             raise RuntimeError(f"cannot load {self.op_name}: {reason}")

@@ -9,12 +9,14 @@ runs the previous one. A failure in the worker is raised by the driver's next
 :func:`wait` (and :func:`submit`) as ``RuntimeError`` with the worker's message.
 
 DeepSpeed's ZenFlow drives its Adam process through one
-(:mod:`accel.integrations.deepspeed.zenflow`). Every argument is checked here, and the
-address again in C++ (readable, aligned, prepared by :func:`init`), so an address that is
-not a channel is a ``ValueError``, not a crash. What an address cannot tell is the size
-of the buffer behind it: :func:`init` writes :func:`channel_bytes` bytes there, and a
-smaller buffer (DeepSpeed's ZenFlow sizes its own with :func:`channel_bytes`) has what
-follows it overwritten.
+(:mod:`accel.integrations.deepspeed.zenflow`). Every argument is checked here, and again in
+C++: the address (aligned, memory this process may read and write, prepared by
+:func:`init`), so an address that is not a channel, or one mapped read-only here, is a
+``ValueError``, not a crash; and each group's hyper-parameters. The first call loads the
+kernels: a bad ``ACCEL_CPU_ISA`` is then a ``ValueError`` naming it. What an address cannot
+tell is the size of the buffer behind it: :func:`init` writes :func:`channel_bytes` bytes
+there, and a smaller buffer (DeepSpeed's ZenFlow sizes its own with :func:`channel_bytes`)
+has what follows it overwritten.
 """
 
 from __future__ import annotations
@@ -25,14 +27,13 @@ from types import ModuleType
 from typing import Final, Literal
 
 from accel.ops import _hyperparameters as hyperparameters
+from accel.ops import isa
 
 
 def _native() -> ModuleType:
     """The compiled channel (in ``_cpu_optim``), imported on first use: importing this
     module, and the DeepSpeed integration that does, works where it was not built."""
-    from accel.ops import _cpu_optim
-
-    return _cpu_optim
+    return isa.load_native("accel.ops._cpu_optim")
 
 
 MAX_GROUPS: Final = 1024
@@ -135,7 +136,8 @@ def submit(address: int, state_index: int, step: int, groups: Sequence[GroupHype
     Raises:
         ValueError: ``state_index``, ``step`` or a group's hyper-parameter is out of range
             (the message names the group); ``groups`` does not match the channel's number
-            of groups; or ``address`` is not a positive ``int`` or holds no channel.
+            of groups; or ``address`` is not a positive ``int``, is not memory this
+            process may write, or holds no channel.
         RuntimeError: The worker failed (the message is the worker's); the exit command
             was queued before; or :data:`SLOTS` commands already wait for the worker.
         ImportError: This install has no compiled CPU kernels.
@@ -162,8 +164,9 @@ def wait(address: int, timeout: float) -> bool:
         ``True`` when the worker finished a command, ``False`` on timeout.
 
     Raises:
-        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
-            prepared; or ``timeout`` is not a number of seconds in [0, 1e9].
+        ValueError: ``address`` is not a positive ``int``, is not memory this process may
+            write, or holds no channel :func:`init` prepared; or ``timeout`` is not a
+            number of seconds in [0, 1e9].
         RuntimeError: The worker reported a failure (the message is the worker's).
         ImportError: This install has no compiled CPU kernels.
     """
@@ -178,8 +181,8 @@ def close(address: int) -> None:
         address: The channel's address (the ``data_ptr()`` of its shared buffer).
 
     Raises:
-        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
-            prepared.
+        ValueError: ``address`` is not a positive ``int``, is not memory this process may
+            write, or holds no channel :func:`init` prepared.
         RuntimeError: The worker failed (the message is the worker's); the exit command
             was queued before; or :data:`SLOTS` commands already wait for the worker.
         ImportError: This install has no compiled CPU kernels.
@@ -200,8 +203,9 @@ def next_command(address: int, timeout: float) -> StepCommand | Literal["exit"] 
         command came within ``timeout``.
 
     Raises:
-        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
-            prepared; or ``timeout`` is not a number of seconds in [0, 1e9].
+        ValueError: ``address`` is not a positive ``int``, is not memory this process may
+            write, or holds no channel :func:`init` prepared; or ``timeout`` is not a
+            number of seconds in [0, 1e9].
         RuntimeError: A command was announced but is not in the channel (its memory was
             changed under it).
         ImportError: This install has no compiled CPU kernels.
@@ -223,8 +227,8 @@ def complete(address: int, error: str | None = None) -> None:
             driver's next :func:`wait` or :func:`submit` raises (cut to 1023 bytes).
 
     Raises:
-        ValueError: ``address`` is not a positive ``int``, or holds no channel :func:`init`
-            prepared.
+        ValueError: ``address`` is not a positive ``int``, is not memory this process may
+            write, or holds no channel :func:`init` prepared.
         ImportError: This install has no compiled CPU kernels.
     """
     _native().channel_complete(_address(address), error)

@@ -16,6 +16,9 @@ from accel.optim._base import CPUOptimizer, GroupTensors
 class CPUAdagrad(CPUOptimizer):
     """Adagrad matching ``torch.optim.Adagrad`` to fp32 rounding; state key ``sum``.
 
+    Each hyper-parameter may be a one-element tensor, as ``lr`` may in ``torch.optim``
+    (kept as such; its value is read at each step).
+
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.
         lr: The learning rate, >= 0.
@@ -37,11 +40,11 @@ class CPUAdagrad(CPUOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-2,
-        lr_decay: float = 0.0,
-        weight_decay: float = 0.0,
-        initial_accumulator_value: float = 0.0,
-        eps: float = 1e-10,
+        lr: float | torch.Tensor = 1e-2,
+        lr_decay: float | torch.Tensor = 0.0,
+        weight_decay: float | torch.Tensor = 0.0,
+        initial_accumulator_value: float | torch.Tensor = 0.0,
+        eps: float | torch.Tensor = 1e-10,
     ) -> None:
         defaults = hyperparameters.checked(
             lr=lr,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import torch
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
 
@@ -20,7 +21,10 @@ class CPUAdam(CPUOptimizer):
     Param groups carry torch's keys (``decoupled_weight_decay``, ``amsgrad`` ...), so a
     ``state_dict()`` loads into ``torch.optim.AdamW`` and back. A group chooses AdamW with
     ``decoupled_weight_decay`` (``adamw_mode`` in a group is refused); one loaded without
-    it (a checkpoint of an older torch) takes the constructor's ``adamw_mode``.
+    it (a checkpoint of an older torch) takes the constructor's ``adamw_mode``. As in
+    ``torch.optim``, ``lr`` and the betas (and the other hyper-parameters) may be
+    one-element tensors, kept as such: their values are read at each step, so a scheduler
+    may change them in place.
 
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.
@@ -45,10 +49,10 @@ class CPUAdam(CPUOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
+        lr: float | torch.Tensor = 1e-3,
+        betas: tuple[float | torch.Tensor, float | torch.Tensor] = (0.9, 0.999),
+        eps: float | torch.Tensor = 1e-8,
+        weight_decay: float | torch.Tensor = 0.0,
         adamw_mode: bool = True,
         bias_correction: bool = True,
     ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.optim.optimizer import ParamsT
 from typing_extensions import override
 
@@ -16,7 +17,8 @@ class CPULion(CPUOptimizer):
     """Lion: ``p -= lr * sign(beta1*m + (1-beta1)*g)``, then ``m = beta2*m + (1-beta2)*g``.
 
     Weight decay is decoupled (``p *= 1 - lr*wd`` first), as in the paper. State key
-    ``exp_avg`` (fp32).
+    ``exp_avg`` (fp32). Each hyper-parameter may be a one-element tensor, as ``lr``
+    and the betas may in ``torch.optim`` (kept as such; its value is read at each step).
 
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.
@@ -33,9 +35,9 @@ class CPULion(CPUOptimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-4,
-        betas: tuple[float, float] = (0.9, 0.99),
-        weight_decay: float = 0.0,
+        lr: float | torch.Tensor = 1e-4,
+        betas: tuple[float | torch.Tensor, float | torch.Tensor] = (0.9, 0.99),
+        weight_decay: float | torch.Tensor = 0.0,
     ) -> None:
         super().__init__(
             params, hyperparameters.checked(lr=lr, betas=betas, weight_decay=weight_decay)

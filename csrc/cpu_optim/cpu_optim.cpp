@@ -4,15 +4,17 @@
 // element counts and dtype codes, already validated by accel/ops/cpu_optim.py; the checks
 // here repeat the ones that would otherwise corrupt memory (lengths, dtypes, null and
 // overlapping buffers; an address that is not a live buffer cannot be checked here, which
-// is why the op builders hand out the validating Python module, never this one). The GIL is released while the
-// kernels run. Every kernel is compiled for x86-64-v4, x86-64-v3 and baseline and runs at
-// the process's level (../common/simd.h), so one binary is portable and still uses AVX-512
-// where it exists. Parameters, gradients and states may each be fp32, bf16 or fp16 (all
-// states of one parameter share a dtype). Adam converts the common combinations in
-// registers (adam_level.inc on v4/v3: fp32 states, and 16-bit states of the parameter's
-// dtype; adam_typed, bf16 parameters or gradients with fp32 states, on baseline); every
-// other case, and the other optimizers, convert through small L1-resident buffers around
-// one fp32 kernel. Either way a 16-bit tensor gets the fp32 step's result, rounded.
+// is why the op builders hand out the validating Python module, never this one), and the
+// ranges of the hyper-parameters (hyperparameters.h: out of range, a step writes NaN or
+// garbage into the tensors). The GIL is released while the kernels run. Every kernel is
+// compiled for x86-64-v4, x86-64-v3 and baseline and runs at the process's level
+// (../common/simd.h), so one binary is portable and still uses AVX-512 where it exists.
+// Parameters, gradients and states may each be fp32, bf16 or fp16 (all states of one
+// parameter share a dtype). Adam converts the common combinations in registers
+// (adam_level.inc on v4/v3: fp32 states, and 16-bit states of the parameter's dtype;
+// adam_typed, bf16 parameters or gradients with fp32 states, on baseline); every other
+// case, and the other optimizers, convert through small L1-resident buffers around one
+// fp32 kernel. Either way a 16-bit tensor gets the fp32 step's result, rounded.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -24,6 +26,7 @@
 #include "../common/vec.h"
 #include "adam_levels.h"
 #include "adam_scalars.h"
+#include "hyperparameters.h"
 #include "step_channel.h"
 
 #include <omp.h>
@@ -379,6 +382,11 @@ void adam_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                        std::move(param_dtypes), std::move(grad_dtypes), std::move(copy_dtypes),
                        std::move(state_dtypes));
   validate(b, true);
+  accel::check_non_negative(lr, "lr");
+  accel::check_beta(beta1, "beta1");
+  accel::check_beta(beta2, "beta2");
+  accel::check_eps(eps, "eps");
+  accel::check_non_negative(weight_decay, "weight_decay");
   require(steps.size() == b.params.size(), "steps must have one entry per parameter");
   std::vector<AdamScalars> scalars(steps.size());
   for (size_t t = 0; t < steps.size(); ++t) {
@@ -418,6 +426,10 @@ void adagrad_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                        std::move(copies), std::move(numels), std::move(param_dtypes),
                        std::move(grad_dtypes), std::move(copy_dtypes), std::move(state_dtypes));
   validate(b, false);
+  accel::check_non_negative(lr, "lr");
+  accel::check_non_negative(lr_decay, "lr_decay");
+  accel::check_eps(eps, "eps");
+  accel::check_non_negative(weight_decay, "weight_decay");
   require(steps.size() == b.params.size(), "steps must have one entry per parameter");
   std::vector<AdagradScalars> scalars(steps.size());
   for (size_t t = 0; t < steps.size(); ++t) {
@@ -440,6 +452,10 @@ void lion_step(std::vector<uintptr_t> params, std::vector<uintptr_t> grads,
                        std::move(copies), std::move(numels), std::move(param_dtypes),
                        std::move(grad_dtypes), std::move(copy_dtypes), std::move(state_dtypes));
   validate(b, false);
+  accel::check_non_negative(lr, "lr");
+  accel::check_beta(beta1, "beta1");
+  accel::check_beta(beta2, "beta2");
+  accel::check_non_negative(weight_decay, "weight_decay");
   const LionScalars s{static_cast<float>(beta1),        static_cast<float>(1.0 - beta1),
                       static_cast<float>(beta2),        static_cast<float>(1.0 - beta2),
                       static_cast<float>(lr),           static_cast<float>(1.0 - lr * weight_decay)};

@@ -8,16 +8,22 @@
 // counting semaphore announces each command, another each completion. A worker that fails
 // stores the message in the block, and the driver's wait raises it.
 //
-// Every function first checks that the address is aligned, readable memory of this process
-// holding a block channel_init prepared (magic and version), so a wrong address is a
-// ValueError rather than a crash. Blocking calls release the GIL and wake for signals.
+// Every function first checks that the address is aligned memory of this process that it
+// may read and write (each one writes the block: a slot, a counter, a semaphore), holding a
+// block channel_init prepared (magic and version), so a wrong address is a ValueError
+// rather than a crash; and channel_submit checks each group's hyper-parameters as
+// accel/ops/step_channel.py does (hyperparameters.h). Blocking calls release the GIL and
+// wake for signals.
 
 #include "step_channel.h"
+
+#include "hyperparameters.h"
 
 #include <pybind11/stl.h>
 
 #include <errno.h>
 #include <semaphore.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,25 +130,50 @@ bool readable(uintptr_t address, size_t bytes) {
   return true;
 }
 
-// True when the same range can be written: the kernel writes zeros there (channel_init
-// clears the block anyway) and answers EFAULT for a read-only or missing page.
-bool writable_zeroing(uintptr_t address, size_t bytes) {
-  const std::vector<iovec> probes = page_probes(address, bytes);
-  std::vector<char> zeros(probes.size(), 0);
-  std::vector<iovec> local(probes.size());
-  for (size_t i = 0; i < probes.size(); ++i) local[i] = {&zeros[i], 1};
-  for (size_t begin = 0; begin < probes.size(); begin += IOV_MAX) {
-    const size_t count = std::min<size_t>(IOV_MAX, probes.size() - begin);
-    const ssize_t got = process_vm_writev(getpid(), &local[begin], count, &probes[begin], count, 0);
-    if (got == static_cast<ssize_t>(count)) continue;
-    // Refused by policy: readable() already proved the pages exist; writing the zeros
-    // directly is what channel_init does next in any case.
-    if (got < 0 && (errno == EPERM || errno == ENOSYS)) return true;
-    return false;
+// True when /proc/self/maps lists every byte of [address, address + bytes) in mappings
+// this process may write (the lines are sorted by address).
+bool writable_in_maps(uintptr_t address, size_t bytes) {
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr)
+    throw std::runtime_error(std::string("step channel: cannot read /proc/self/maps: ") + std::strerror(errno));
+  const uintptr_t end = address + bytes;
+  uintptr_t covered = address;  // every byte below is in a writable mapping
+  char* line = nullptr;
+  size_t capacity = 0;
+  while (covered < end && getline(&line, &capacity, maps) != -1) {
+    unsigned long long first = 0, last = 0;
+    char permissions[5] = {};
+    if (std::sscanf(line, "%llx-%llx %4s", &first, &last, permissions) != 3) continue;
+    if (last <= covered) continue;
+    if (first > covered || permissions[1] != 'w') break;  // a gap, or a mapping not writable
+    covered = static_cast<uintptr_t>(last);
   }
-  return true;
+  std::free(line);
+  std::fclose(maps);
+  return covered >= end;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older C libraries do not name it
+#endif
+
+// True when every byte of [address, address + bytes) may be written, found without writing
+// one: the other process may be writing the block this moment, so rewriting a byte read
+// could lose its write. madvise(MADV_POPULATE_WRITE) prepares the pages for writing as a
+// write would, without the write (the block keeps its contents), and fails where a write
+// would fault. Where its answer is not "yes" or "unmapped", /proc/self/maps decides (EINVAL:
+// a read-only mapping, a device mapping, or a kernel before 5.14; EPERM from a policy).
+bool writable(uintptr_t address, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = address / page * page;
+  if (madvise(reinterpret_cast<void*>(start), address + bytes - start, MADV_POPULATE_WRITE) == 0) return true;
+  if (errno == ENOMEM || errno == EFAULT) return false;  // unmapped, or a write would fault
+  return writable_in_maps(address, bytes);
+}
+
+// Every entry point's check of the address: aligned, and a block's bytes this process may
+// read and write (each entry point writes the block: init all of it, the others a slot, a
+// counter or a semaphore), so a wrong address is a ValueError instead of a crash.
 void require_memory(uintptr_t address) {
   if (address % alignof(Block) != 0)
     throw py::value_error("step channel: address " + hex(address) + " must be aligned to " +
@@ -150,6 +181,9 @@ void require_memory(uintptr_t address) {
   if (!readable(address, sizeof(Block)))
     throw py::value_error("step channel: address " + hex(address) + " (" + std::to_string(sizeof(Block)) +
                           " bytes) is not readable memory of this process");
+  if (!writable(address, sizeof(Block)))
+    throw py::value_error("step channel: address " + hex(address) + " (" + std::to_string(sizeof(Block)) +
+                          " bytes) is not writable memory of this process");
 }
 
 // The block at a checked address; ValueError unless channel_init prepared it.
@@ -202,8 +236,6 @@ void channel_init(uintptr_t address, int groups) {
     throw py::value_error("step channel: groups must be in [1, " + std::to_string(kMaxGroups) + "], got " +
                           std::to_string(groups));
   require_memory(address);
-  if (!writable_zeroing(address, sizeof(Block)))
-    throw py::value_error("step channel: address " + hex(address) + " is not writable memory of this process");
   std::memset(reinterpret_cast<void*>(address), 0, sizeof(Block));
   Block& block = *reinterpret_cast<Block*>(address);
   block.version = kVersion;
@@ -247,9 +279,13 @@ void channel_submit(uintptr_t address, int state_index, int64_t step, const std:
     if (hyper[g].size() != kHyper)
       throw py::value_error("step channel: group " + std::to_string(g) + " needs 5 hyper-parameters, got " +
                             std::to_string(hyper[g].size()));
-    for (double value : hyper[g])
-      if (!std::isfinite(value))
-        throw py::value_error("step channel: group " + std::to_string(g) + " has a hyper-parameter that is not finite");
+    // lr, beta1, beta2, eps, weight_decay: the ranges accel/ops/step_channel.py checks.
+    const std::string group = "step channel: group " + std::to_string(g) + ": ";
+    accel::check_non_negative(hyper[g][0], group + "lr");
+    accel::check_beta(hyper[g][1], group + "beta1");
+    accel::check_beta(hyper[g][2], group + "beta2");
+    accel::check_eps(hyper[g][3], group + "eps");
+    accel::check_non_negative(hyper[g][4], group + "weight_decay");
   }
   Slot& slot = next_slot(block, "submit a step");
   slot.command = kStep;

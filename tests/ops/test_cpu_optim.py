@@ -3,15 +3,17 @@ the native checks behind them, and the 16-bit conversions, bit for bit."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from accel.ops import _cpu_optim, cpu_optim
+from accel.ops import _hyperparameters as hyperparameters
 from tests.support.strategies import sizes
 
 
@@ -216,6 +218,173 @@ def test_native_checks_catch_callers_that_bypass_the_wrapper() -> None:
     with pytest.raises(TypeError):  # hyper-parameters are keyword-only: no positional floats
         native.lion_step([p.data_ptr()], [g.data_ptr()], [m.data_ptr()], [0], [4], [0], [0],
                          [-1], 0.1, 0.9, 0.99, 0.0)  # fmt: skip
+
+
+# Each kernel's hyper-parameters, with valid values, and the Python check of each.
+_NATIVE_HYPER: dict[str, dict[str, float]] = {
+    "adam_step": {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0},
+    "adagrad_step": {"lr": 1e-2, "lr_decay": 0.0, "eps": 1e-10, "weight_decay": 0.0},
+    "lion_step": {"lr": 1e-4, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0},
+}
+_PYTHON_CHECK = {
+    "lr": lambda v: hyperparameters.check_non_negative(v, "lr"),
+    "lr_decay": lambda v: hyperparameters.check_non_negative(v, "lr_decay"),
+    "weight_decay": lambda v: hyperparameters.check_non_negative(v, "weight_decay"),
+    "beta1": lambda v: hyperparameters.check_beta(v, "beta1"),
+    "beta2": lambda v: hyperparameters.check_beta(v, "beta2"),
+    "eps": hyperparameters.check_eps,
+}
+
+
+def _native_step(kernel: str, tensors: list[torch.Tensor], **change: float) -> None:
+    """One raw kernel call on float32 ``tensors`` (param, grad, then the states), as a
+    caller that bypasses accel.ops.cpu_optim makes it."""
+    param, grad, *states = tensors
+    names = {"adam_step": ("exp_avgs", "exp_avg_sqs"), "adagrad_step": ("sums",),
+             "lion_step": ("exp_avgs",)}[kernel]  # fmt: skip
+    arguments: dict[str, Any] = {
+        "params": [param.data_ptr()], "grads": [grad.data_ptr()], "copies": [0],
+        "numels": [param.numel()], "param_dtypes": [0], "grad_dtypes": [0], "copy_dtypes": [-1],
+        **{name: [state.data_ptr()] for name, state in zip(names, states, strict=True)},
+        **_NATIVE_HYPER[kernel], **change,
+    }  # fmt: skip
+    if kernel != "lion_step":
+        arguments["steps"] = [1]
+    if kernel == "adam_step":
+        arguments |= {"decoupled": True, "bias_correction": True}
+    getattr(_cpu_optim, kernel)(**arguments)
+
+
+def _fresh(kernel: str) -> list[torch.Tensor]:
+    return [torch.ones(4) for _ in range(4 if kernel == "adam_step" else 3)]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "change", "message"),
+    [
+        ("adam_step", {"lr": -1.0}, r"^lr must be a finite number >= 0 \(at most float32's 3.403e\+38\), got -1$"),
+        ("adam_step", {"lr": math.nan}, r"^lr must be .*, got nan$"),
+        ("adam_step", {"beta1": 1.5}, r"^beta1 must be in \[0, 1\), got 1.5$"),
+        ("adam_step", {"beta2": 1.0}, r"^beta2 must be in \[0, 1\), got 1$"),
+        ("adam_step", {"eps": 0.0}, r"^eps must be a finite number > 0 that float32 holds \(1.401e-45 to 3.403e\+38\), got 0$"),
+        ("adam_step", {"eps": -1.0}, r"^eps must be .*, got -1$"),
+        ("adam_step", {"weight_decay": math.inf}, r"^weight_decay must be a finite number >= 0 .*, got inf$"),
+        ("adagrad_step", {"lr": math.nan}, r"^lr must be .*, got nan$"),
+        ("adagrad_step", {"lr_decay": -1.0}, r"^lr_decay must be a finite number >= 0 .*, got -1$"),
+        ("adagrad_step", {"eps": 0.0}, r"^eps must be .*, got 0$"),
+        ("adagrad_step", {"weight_decay": -3.0}, r"^weight_decay must be .*, got -3$"),
+        ("lion_step", {"lr": math.nan}, r"^lr must be .*, got nan$"),
+        ("lion_step", {"beta1": 2.0}, r"^beta1 must be in \[0, 1\), got 2$"),
+        ("lion_step", {"beta2": -1.0}, r"^beta2 must be in \[0, 1\), got -1$"),
+        ("lion_step", {"weight_decay": -5.0}, r"^weight_decay must be .*, got -5$"),
+    ],
+)  # fmt: skip
+def test_the_kernels_refuse_hyper_parameters_out_of_range(
+    kernel: str, change: dict[str, float], message: str
+) -> None:
+    # Accepted before: the caller's tensors came back NaN, infinite or stepped the wrong way.
+    tensors = _fresh(kernel)
+    with pytest.raises(ValueError, match=message):
+        _native_step(kernel, tensors, **change)
+    assert all(torch.equal(t, torch.ones(4)) for t in tensors)  # refused before any write
+
+
+_EDGES = [
+    0.0, -0.0, 1.0, math.nextafter(1.0, 0.0), hyperparameters.FLOAT32_MAX,
+    math.nextafter(hyperparameters.FLOAT32_MAX, math.inf), hyperparameters.FLOAT32_TINY,
+    math.nextafter(hyperparameters.FLOAT32_TINY, 0.0), -hyperparameters.FLOAT32_TINY,
+]  # fmt: skip
+
+
+@given(
+    kernel_and_name=st.sampled_from(
+        [(kernel, name) for kernel, hyper in _NATIVE_HYPER.items() for name in hyper]
+    ),
+    value=st.one_of(st.floats(), st.sampled_from(_EDGES)),
+)
+@example(kernel_and_name=("adam_step", "eps"), value=hyperparameters.FLOAT32_TINY)
+def test_the_kernels_accept_exactly_the_hyper_parameters_python_accepts(
+    kernel_and_name: tuple[str, str], value: float
+) -> None:
+    kernel, name = kernel_and_name
+    try:
+        _PYTHON_CHECK[name](value)
+        python_accepts = True
+    except ValueError:
+        python_accepts = False
+    if python_accepts:
+        _native_step(kernel, _fresh(kernel), **{name: value})
+    else:
+        with pytest.raises(ValueError, match=f"^{name} must be "):
+            _native_step(kernel, _fresh(kernel), **{name: value})
+
+
+_INTEGER_RANGES = {torch.int64: (-(2**63), 2**63 - 1), torch.int32: (-(2**31), 2**31 - 1),
+                   torch.uint8: (0, 255)}  # fmt: skip
+
+
+@st.composite
+def _one_element_tensors(draw: st.DrawFn) -> torch.Tensor:
+    dtype = draw(st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16,
+                                  *_INTEGER_RANGES]))  # fmt: skip
+    if dtype in _INTEGER_RANGES:
+        value: float = draw(st.integers(*_INTEGER_RANGES[dtype]))
+    else:
+        value = draw(st.one_of(st.floats(), st.sampled_from([0.9, 0.999, 1e-8, 1e-45, 1.0])))
+    return torch.tensor(value, dtype=dtype).reshape(draw(st.sampled_from([(), (1,), (1, 1)])))
+
+
+def _outcome(check: Any, value: object) -> tuple[bool, object]:
+    try:
+        return True, check(value)
+    except ValueError:
+        return False, None
+
+
+@given(tensor=_one_element_tensors(), name=st.sampled_from(sorted(_PYTHON_CHECK)))
+def test_a_one_element_tensor_is_checked_as_the_number_it_holds(
+    tensor: torch.Tensor, name: str
+) -> None:
+    # torch.optim takes lr and betas as tensors, and its checkpoints carry them; they were
+    # refused in range ("betas[0] must be in [0, 1), got tensor(0.9000)").
+    check = _PYTHON_CHECK[name]
+    assert _outcome(check, tensor) == _outcome(check, tensor.item())
+
+
+def test_tensor_hyper_parameters_step_as_the_numbers_they_hold() -> None:
+    results = []
+    for wrap in (float, lambda v: torch.tensor(v, dtype=torch.float64)):
+        params, exp_avgs, exp_avg_sqs = [torch.ones(8)], [torch.zeros(8)], [torch.zeros(8)]
+        cpu_optim.adam_step(params, [torch.linspace(-1, 1, 8)], exp_avgs, exp_avg_sqs, [1],
+                            lr=wrap(0.01), betas=(wrap(0.9), wrap(0.999)), eps=wrap(1e-8),
+                            weight_decay=wrap(0.1), adamw=True)  # fmt: skip
+        results.append((params[0], exp_avgs[0], exp_avg_sqs[0]))
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))  # bit for bit
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (torch.zeros(2), r"shape \(2,\), torch.float32, on cpu"),
+        (torch.tensor(True), r"shape \(\), torch.bool, on cpu"),
+        (torch.tensor(0.1j), r"shape \(\), torch.complex64, on cpu"),
+        (torch.zeros((), device="meta"), r"shape \(\), torch.float32, on meta"),
+        (torch.zeros(1).to_sparse(), r"shape \(1,\), torch.float32, on cpu"),
+    ],
+)
+def test_a_tensor_torch_optim_would_not_take_is_refused_as_such(
+    value: torch.Tensor, shown: str
+) -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"^lr must be a number, or a tensor of one floating-point or integer element on "
+        rf"the CPU \(as torch.optim takes one\), got a tensor of {shown}; pass a number",
+    ):
+        _adam(lr=value)
+    with pytest.raises(
+        ValueError, match=r"^betas\[1\] must be in \[0, 1\), got a tensor holding 1.0$"
+    ):
+        _adam(betas=(torch.tensor(0.9), torch.tensor(1.0)))  # in range or not, by its value
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

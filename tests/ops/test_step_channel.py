@@ -24,6 +24,7 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.mmap.restype = ctypes.c_void_p
 _LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]  # fmt: skip
 _LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 def _group(lr: float = 1e-3, bias_correction: bool = True) -> GroupHyper:
@@ -161,8 +162,7 @@ def test_memory_no_channel_was_made_in_is_refused() -> None:
         step_channel.submit(small.data_ptr(), 0, 1, [_group()])
 
 
-def _map(size: int, prot: int) -> int:
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+def _map(size: int, prot: int, flags: int = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) -> int:
     address = _LIBC.mmap(None, size, prot, flags, -1, 0)
     assert address not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
     return int(address)
@@ -182,6 +182,40 @@ def test_unmapped_and_read_only_memory_are_errors_not_crashes() -> None:
             step_channel.init(read_only, 1)
     finally:
         _LIBC.munmap(read_only, size)
+
+
+_CALLS = {
+    "submit": lambda a: step_channel.submit(a, 1, 2, [_group()]),
+    "wait": lambda a: step_channel.wait(a, 0.0),
+    "close": step_channel.close,
+    "complete": step_channel.complete,
+    "next_command": lambda a: step_channel.next_command(a, 0.0),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_CALLS))
+@pytest.mark.parametrize("protection", ["whole", "last page"])
+def test_a_channel_this_process_may_only_read_is_refused_not_a_crash(
+    call: str, protection: str
+) -> None:
+    # A real channel in shared memory, then made read-only here (as a process that maps
+    # it read-only sees it): every call writes the block, and each died with SIGSEGV.
+    size = step_channel.channel_bytes()
+    address = _map(size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    try:
+        step_channel.init(address, 1)
+        step_channel.submit(address, 0, 1, [_group()])
+        pages = (address, size) if protection == "whole" else ((address + size - 1) & ~4095, 1)
+        assert _LIBC.mprotect(*pages, mmap.PROT_READ) == 0, ctypes.get_errno()
+        with pytest.raises(
+            ValueError, match=rf"address {hex(address)} \({size} bytes\) is not writable memory"
+        ):
+            _CALLS[call](address)
+        # Refused without a byte written: writable again, the channel is as it was.
+        assert _LIBC.mprotect(address, size, mmap.PROT_READ | mmap.PROT_WRITE) == 0
+        assert step_channel.next_command(address, 0.0) == StepCommand(0, 1, (_group(),))
+    finally:
+        _LIBC.munmap(address, size)
 
 
 def test_waiting_releases_the_gil(channel: int) -> None:
@@ -234,3 +268,29 @@ def test_the_python_limits_are_the_native_ones() -> None:
         _cpu_optim.CHANNEL_MAX_GROUPS,
         _cpu_optim.CHANNEL_SLOTS,
     )
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ([-1.0, 0.9, 0.999, 1e-8, 0.0], r"group 1: lr must be a finite number >= 0 .*got -1$"),
+        ([float("nan"), 0.9, 0.999, 1e-8, 0.0], r"group 1: lr must be .*got nan$"),
+        ([1e-3, 5.0, 0.999, 1e-8, 0.0], r"group 1: beta1 must be in \[0, 1\), got 5$"),
+        ([1e-3, 0.9, -2.0, 1e-8, 0.0], r"group 1: beta2 must be in \[0, 1\), got -2$"),
+        (
+            [1e-3, 0.9, 0.999, 0.0, 0.0],
+            r"group 1: eps must be a finite number > 0 that float32 holds \(1.401e-45 to 3.403e\+38\), got 0$",
+        ),
+        ([1e-3, 0.9, 0.999, 1e-8, 1e39], r"group 1: weight_decay must be .*got 1e\+39$"),
+    ],
+)
+def test_the_native_submit_checks_each_groups_hyper_parameters(
+    channel: int, row: list[float], message: str
+) -> None:
+    # Only finiteness was checked: a negative lr or a beta of 5 went to the worker.
+    from accel.ops import _cpu_optim
+
+    good = [1e-3, 0.9, 0.999, 1e-8, 0.0]
+    with pytest.raises(ValueError, match=message):
+        _cpu_optim.channel_submit(channel, 0, 1, [good, row], [True, True])
+    assert step_channel.next_command(channel, 0.0) is None  # nothing was queued

@@ -21,6 +21,7 @@ import multiprocessing
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import example, given
@@ -733,3 +734,179 @@ def test_a_parameter_listed_twice_and_a_transposed_one_are_named_as_such() -> No
         ValueError, match=r"params\[0\] must be contiguous: the step updates it in place"
     ):
         CPUAdam([transposed]).step()
+
+
+def _tensor_hyper(lr: float = 0.01) -> dict[str, Any]:
+    return {"lr": torch.tensor(lr), "betas": (torch.tensor(0.9), torch.tensor(0.999))}
+
+
+def test_a_torch_checkpoint_with_tensor_lr_and_betas_loads_and_steps() -> None:
+    # torch.optim.AdamW takes them and saves them in its param groups; CPUAdam loaded such
+    # a checkpoint and failed at its first step ("betas[0] must be in [0, 1), got
+    # tensor(0.9000)").
+    generator = torch.Generator().manual_seed(3)
+    grads = [torch.randn(64, generator=generator) for _ in range(6)]
+    start = torch.randn(64, generator=generator)
+
+    def run(second: type[torch.optim.Optimizer]) -> torch.Tensor:
+        p = start.clone().requires_grad_()
+        first = torch.optim.AdamW([p], weight_decay=0.01, **_tensor_hyper())
+        for g in grads[:3]:
+            p.grad = g.clone()
+            first.step()
+        resumed = second([p], lr=0.5, weight_decay=0.01)  # the checkpoint's lr wins
+        resumed.load_state_dict(first.state_dict())
+        assert isinstance(resumed.param_groups[0]["lr"], torch.Tensor)
+        for g in grads[3:]:
+            p.grad = g.clone()
+            resumed.step()
+        return p.detach()
+
+    torch.testing.assert_close(run(CPUAdam), run(torch.optim.AdamW), rtol=1e-5, atol=1e-6)
+
+
+def test_a_tensor_lr_is_read_at_each_step_as_a_scheduler_changes_it() -> None:
+    # torch's schedulers change a tensor lr in place (fill_): the group keeps the tensor.
+    generator = torch.Generator().manual_seed(4)
+    grads = [torch.randn(32, generator=generator) for _ in range(5)]
+    results = []
+    for cls in (torch.optim.AdamW, CPUAdam):
+        p = torch.ones(32, requires_grad=True)
+        optimizer = cls([p], weight_decay=0.01, **_tensor_hyper(0.1))
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        for g in grads:
+            p.grad = g.clone()
+            optimizer.step()
+            scheduler.step()
+        assert float(optimizer.param_groups[0]["lr"]) == pytest.approx(0.1 * 0.5**5)
+        results.append(p.detach())
+    torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("cls", "options"),
+    [
+        (CPUAdam, {"eps": 1e-6, "weight_decay": 0.1}),
+        (CPUAdagrad, {"lr_decay": 0.01, "weight_decay": 0.1, "initial_accumulator_value": 0.5}),
+        (CPULion, {"betas": (0.8, 0.95), "weight_decay": 0.1}),
+    ],
+)
+def test_tensor_hyper_parameters_step_as_the_numbers_they_hold(
+    cls: type[CPUOptimizer], options: dict[str, Any]
+) -> None:
+    # float64 tensors hold each number exactly: the steps must be the same, bit for bit.
+    def as_tensors(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(as_tensors(v) for v in value)
+        return torch.tensor(value, dtype=torch.float64)
+
+    results = []
+    for hyper in (
+        {"lr": 0.01, **options},
+        {k: as_tensors(v) for k, v in {"lr": 0.01, **options}.items()},
+    ):
+        p = torch.linspace(-1, 1, 100).requires_grad_()
+        optimizer = cls([p], **hyper)
+        for step in range(3):
+            p.grad = torch.linspace(-1, 1, 100) * (step + 1)
+            optimizer.step()
+        results.append(p.detach())
+    assert torch.equal(results[0], results[1])
+
+
+def _overlapping_groups() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    base = torch.zeros(6)
+    first, second = base[:4], base[2:]
+    for view in (first, second):
+        view.requires_grad_(True)
+        view.grad = torch.ones(4)
+    return base, first, second
+
+
+def test_parameters_of_two_groups_that_share_memory_are_refused() -> None:
+    # Each group's call refused its own overlaps only: across two groups the shared
+    # elements were stepped twice (base came out [-0.1, -0.1, -0.2, -0.2, -0.1, -0.1]).
+    base, first, second = _overlapping_groups()
+    unrelated = torch.nn.Parameter(torch.zeros(3))
+    unrelated.grad = torch.ones(3)
+    optimizer = CPUAdam([{"params": [unrelated, first]}, {"params": [second]}], lr=0.1)
+    with pytest.raises(
+        ValueError,
+        match=r"^param_groups\[0\] params\[1\] and param_groups\[1\] params\[0\] overlap in "
+        r"memory; each tensor needs its own storage$",
+    ):
+        optimizer.step()
+    assert not base.any()
+    assert not unrelated.detach().any()
+    assert all(float(state["step"]) == 0 for state in optimizer.state.values())
+
+
+def test_a_parameter_moved_onto_another_groups_memory_is_refused_at_the_next_step() -> None:
+    # The check is skipped while the parameters' addresses stay those it last found
+    # disjoint: a storage swapped in between (param.data = ...) is checked again.
+    a, b = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4))
+    optimizer = CPUAdam([{"params": [a]}, {"params": [b]}], lr=0.1)
+    for _ in range(2):
+        a.grad, b.grad = torch.ones(4), torch.ones(4)
+        optimizer.step()
+    b.data = a.data[1:3]
+    b.grad = torch.ones(2)
+    optimizer.state[b].update(exp_avg=torch.zeros(2), exp_avg_sq=torch.zeros(2))
+    before = a.detach().clone()
+    with pytest.raises(
+        ValueError, match=r"param_groups\[0\] params\[0\] and param_groups\[1\] params\[0\] overlap"
+    ):
+        optimizer.step()
+    assert torch.equal(a.detach(), before)
+
+
+def test_groups_may_share_memory_with_a_frozen_parameter() -> None:
+    # Only the parameters a step updates (those with gradients) must not overlap.
+    base, first, second = _overlapping_groups()
+    second.grad = None
+    CPUAdam([{"params": [first]}, {"params": [second]}], lr=0.1).step()
+    assert base[:4].lt(0).all()
+    assert not base[4:].any()
+
+
+@pytest.mark.parametrize(
+    "saved_step",
+    [np.int64(2), np.int32(2), np.uint8(2), np.float64(2.0), np.float32(2.0), 2, 2.0,
+     torch.tensor(2), torch.tensor(2.0, dtype=torch.float64), torch.tensor([2.0])],
+    ids=repr,
+)  # fmt: skip
+def test_a_checkpoint_step_of_any_whole_number_type_loads(saved_step: object) -> None:
+    # torch.optim.AdamW loads a NumPy integer step (a checkpoint written with NumPy);
+    # CPUAdam refused it as "must be a whole number >= 0, got np.int64(1)".
+    def trained() -> tuple[torch.Tensor, dict[str, Any]]:
+        p = torch.nn.Parameter(torch.linspace(-1, 1, 16))
+        optimizer = CPUAdam([p], lr=0.1)
+        for _ in range(2):
+            p.grad = torch.linspace(1, -1, 16)
+            optimizer.step()
+        return p, optimizer.state_dict()
+
+    results = []
+    for step in (torch.tensor(2.0), saved_step):
+        p, saved = trained()
+        saved["state"][0]["step"] = step
+        resumed = CPUAdam([p], lr=0.1)
+        resumed.load_state_dict(saved)
+        p.grad = torch.linspace(1, -1, 16)
+        resumed.step()
+        assert float(resumed.state[p]["step"]) == 3
+        results.append(p.detach())
+    assert torch.equal(results[0], results[1])  # step 3's bias correction, whatever held 2
+
+
+def test_a_state_without_a_step_is_named_not_a_key_error() -> None:
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    optimizer = CPUAdam([param])
+    optimizer.state[param].update(exp_avg=torch.zeros(4), exp_avg_sq=torch.zeros(4))
+    with pytest.raises(
+        ValueError,
+        match=r"^param_groups\[0\] params\[0\]: the state has no 'step' \(keys: \['exp_avg', "
+        r"'exp_avg_sq'\]\); was it loaded from another optimizer than CPUAdam\?$",
+    ):
+        optimizer.step()

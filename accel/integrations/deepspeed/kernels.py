@@ -476,9 +476,11 @@ class CPULionKernels(_OptimizerModule):
         grads: torch.Tensor,
         exp_avg: torch.Tensor,
     ) -> int:
-        """One Lion step of one tensor, in place (decoupled weight decay; ``step`` is not
-        used: a Lion step does not depend on its number)."""
+        """One Lion step of one tensor, in place (decoupled weight decay). ``step`` is
+        checked as :meth:`CPUAdamKernels.adam_update` checks it (a whole number >= 1), then
+        not used: a Lion step does not depend on its number."""
         self._optimizers.get(optimizer_id)
+        hyperparameters.check_step(step, "step")
         _in_place(
             lambda p, g, s: cpu_optim.lion_step(
                 p, g, s[0], lr=lr, betas=(beta1, beta2), weight_decay=weight_decay
@@ -558,9 +560,10 @@ class FusedLionKernels(DeepSpeedModule):
         step: int,
         weight_decay: float,
     ) -> None:
-        """One Lion step over ``[grads, params, exp_avgs]``, the lists checked as
-        :meth:`FusedAdamKernels.multi_tensor_adam` checks its own (``step`` is not used by
-        Lion)."""
+        """One Lion step over ``[grads, params, exp_avgs]``, the lists and ``step`` checked
+        as :meth:`FusedAdamKernels.multi_tensor_adam` checks its own (``step``, a whole
+        number >= 1, is then not used: a Lion step does not depend on its number)."""
+        hyperparameters.check_step(step, "step")
         grads, params, exp_avgs = _tensor_lists(tensor_lists, ("grads", "params", "exp_avgs"))
         _in_place(
             lambda p, g, s: cpu_optim.lion_step(

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from accel.ops import isa
 from accel.ops.catalog import (
     PREBUILT_OPS,
     DeepSpeedOp,
@@ -87,8 +88,12 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
             instance of the row's ``deepspeed.kernels`` class.
 
         Raises:
-            RuntimeError: The kernels cannot load here; the message says why.
+            ValueError: ``ACCEL_CPU_ISA`` holds a bad value and the kernels have not loaded
+                yet (the message names it, its value and the levels).
+            RuntimeError: The kernels cannot load here for another reason; the message
+                says why.
         """
+        isa.check_before_loading(self.spec.native_module)
         reason = self.incompatibility_reason()
         if reason is not None:
             raise RuntimeError(f"cannot load {self.NAME}: {reason}")
@@ -104,6 +109,7 @@ class AccelOpBuilder(OpBuilder):  # type: ignore[misc]
             :meth:`load`'s kernels object.
 
         Raises:
+            ValueError: As :meth:`load`, for a bad ``ACCEL_CPU_ISA``.
             RuntimeError: The kernels cannot load here; the message says why.
         """
         return self.load(verbose)

@@ -394,6 +394,43 @@ def test_adam_rollback_refuses_a_step_it_cannot_undo(change: dict[str, Any], mes
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        (-5, r"^step must be >= 1 \(the step being taken\) and below 2\*\*63, got -5$"),
+        (0, r"^step must be >= 1 \(the step being taken\) and below 2\*\*63, got 0$"),
+        (None, r"^step must be a whole number >= 1, got None$"),
+        ("x", r"^step must be a whole number >= 1, got 'x'$"),
+        (2.5, r"^step must be a whole number >= 1, got 2\.5$"),
+    ],
+)
+@pytest.mark.parametrize("function", ["lion_update", "multi_tensor_lion"])
+def test_lion_functions_check_their_step_as_adam_update_does(
+    function: str, step: object, message: str
+) -> None:
+    # Lion does not use the step's number, but took any value without a word.
+    p, g, m, _ = _tensors(8, 0)
+    before = [t.clone() for t in (p, g, m)]
+    ops = kernels.CPULionKernels()
+    ops.create_lion(0, 1e-3, 0.9, 0.99, 0.0, False)
+
+    def call(step: Any) -> None:
+        if function == "lion_update":
+            ops.lion_update(0, step, 1e-3, 0.9, 0.99, 0.0, p, g, m)
+        else:
+            fused = kernels.FusedLionKernels()
+            fused.multi_tensor_lion(
+                2048, torch.zeros(1), [[g], [p], [m]], 1e-3, 0.9, 0.99, step, 0.0
+            )
+
+    with pytest.raises(ValueError, match=message):
+        call(step)
+    for got, want in zip((p, g, m), before, strict=True):
+        assert torch.equal(got, want)
+    call(np.int64(3))  # a whole number of any integer type steps
+    assert not torch.equal(p, before[0])
+
+
 def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
     ops = kernels.CPUAdamKernels()
     p, g, m, v = _tensors(4, 0)
