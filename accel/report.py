@@ -14,6 +14,7 @@ from accel import _registry, extensions
 from accel._probe import raised
 from accel._selection import current_selection
 from accel._version import __version__
+from accel.ops.isa import load_native
 from accel.protocols import CAPABILITIES, Accelerator, OpBuilderAPI
 
 
@@ -95,7 +96,7 @@ def _collectives() -> str:
     """The collectives line: the shared-memory module, and the pool size (or what is wrong
     with its variable). Which path a group takes is decided per call, every rank alike."""
     try:
-        from accel.ops import _shm_comm  # noqa: F401  # pyright: ignore[reportUnusedImport]
+        load_native("accel.ops._shm_comm")  # a bad ACCEL_CPU_ISA: its ValueError
     except ImportError as error:
         return f"torch.distributed only (accel.ops._shm_comm does not import: {error})"
     from accel.comm._segment import POOL_ENV, pool_bytes

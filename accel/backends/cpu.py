@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ from accel.mixins import (
     TensorPlacementMixin,
 )
 from accel.mixins.dtype import matmul_runs
+from accel.ops.isa import load_native
 from accel.ops.table import PrebuiltOpBuilders
 from accel.protocols._contract import implements
 from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties, DevicePropertiesAPI
@@ -68,7 +68,7 @@ def _without_oneccl() -> str:
     # "accel" is gloo plus shared-memory sums for the ranks of one node: correct wherever
     # gloo is, and faster when ranks share a node. It needs the native segment code.
     try:
-        importlib.import_module("accel.ops._shm_comm")
+        load_native("accel.ops._shm_comm")
         import accel.comm.process_group  # registers "accel" with torch.distributed
     except ImportError:
         logger.info("accel's shared-memory extension is missing; the CPU uses gloo")

@@ -36,6 +36,7 @@ from accel.comm._link import Members, TorchGroup
 from accel.comm._nodes import NODE_ENV, node_identity
 from accel.comm._spanning import Spanning, build, placement
 from accel.ops._dtypes import dtype_codes
+from accel.ops.isa import load_native
 
 _log = logging.getLogger("accel.comm")
 # torch's graph-break decorator (untyped) and its internal-overlap check (private), as Any.
@@ -154,7 +155,7 @@ _keys = itertools.count(1)
 def summable_codes() -> dict[torch.dtype, int]:
     """The dtypes the shared-memory path sums; none when the extension is not built."""
     try:
-        from accel.ops import _shm_comm
+        _shm_comm = load_native("accel.ops._shm_comm")
     except ImportError:
         return {}
     return dtype_codes(_shm_comm)
@@ -163,10 +164,10 @@ def summable_codes() -> dict[torch.dtype, int]:
 @functools.cache
 def wire_code(dtype: torch.dtype) -> int:
     """A dtype's code in the segment's announcements (summable or not)."""
-    from accel.ops import _shm_comm
-
+    _shm_comm = load_native("accel.ops._shm_comm")
     name = str(dtype).removeprefix("torch.")
-    return summable_codes().get(dtype, _shm_comm.OTHER_DTYPES.get(name, _shm_comm.UNKNOWN_DTYPE))
+    other: int = _shm_comm.OTHER_DTYPES.get(name, _shm_comm.UNKNOWN_DTYPE)
+    return summable_codes().get(dtype, other)
 
 
 def by_key(key: int) -> ShmGroup:
@@ -190,7 +191,7 @@ def _open(
     path: str, create: bool, rank: int, world: int, session: int, pids: list[int], pool: int
 ) -> tuple[Any, str]:
     try:
-        from accel.ops import _shm_comm
+        _shm_comm = load_native("accel.ops._shm_comm")
 
         communicator = _shm_comm.Communicator(
             path=path, create=create, rank=rank, world=world, slot_bytes=SLOT_BYTES,
@@ -280,7 +281,7 @@ def _pool_bytes_for(world: int) -> int:
     """
     pool = pool_bytes()
     try:
-        from accel.ops import _shm_comm
+        _shm_comm = load_native("accel.ops._shm_comm")
     except ImportError:
         return pool  # no segment at all: _open says so, and every rank falls back
     try:

@@ -4,6 +4,7 @@ best level; each lower one runs here in a process capped at it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -108,6 +109,71 @@ def test_a_bad_value_fails_the_import_in_python_and_in_the_extension() -> None:
         "accel: error: ACCEL_CPU_ISA is 'avx512'; expected one of baseline, x86-64-v3, "
         "x86-64-v4 (or unset)"
     ]
+
+
+# Set after accel.ops is imported (its own check passed) and before the kernels' first use,
+# which loads them: each path said "not built" instead (an ImportError, None, a builder's
+# "reinstall accel"), what callers take for a missing build and quietly fall back from.
+_SET_AFTER_IMPORT = r"""
+import importlib.util, os, sys
+import torch
+import accel
+from accel.comm import _segment
+from accel.ops import isa, step_channel
+from accel.ops.prebuilt import CPUAdamBuilder, ShareMemCommBuilder
+from accel.optim import CPUAdam
+
+with_deepspeed = sys.argv[1] == "deepspeed"
+if with_deepspeed:  # its import asks for the collectives, which loads accel.ops._shm_comm
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    from accel.integrations import deepspeed as accel_deepspeed
+    accel_deepspeed.install()
+    from deepspeed.accelerator import get_accelerator
+os.environ["ACCEL_CPU_ISA"] = "avx512"
+param = torch.nn.Parameter(torch.zeros(4))
+param.grad = torch.ones(4)
+calls = {
+    "active": isa.active, "describe": isa.describe, "step": CPUAdam([param]).step,
+    "channel": step_channel.channel_bytes, "load": CPUAdamBuilder().load,
+}
+if with_deepspeed:
+    deepspeeds = get_accelerator().create_op_builder("CPUAdamBuilder")
+    calls["deepspeed load"] = deepspeeds.load
+    print("deepspeed compatible", deepspeeds.is_compatible(), deepspeeds.incompatibility_reason())
+else:
+    calls["comm load"] = ShareMemCommBuilder().load
+    calls["collectives"] = accel.get_accelerator().communication_backend_name
+    calls["summable"] = _segment.summable_codes
+for name, call in calls.items():
+    try:
+        print(name, "returned", call())
+    except Exception as error:
+        print(name, type(error).__name__, error)
+print("compatible", CPUAdamBuilder().is_compatible(), CPUAdamBuilder().incompatibility_reason())
+print("loaded", sorted(m for m in sys.modules if m in isa.NATIVE_MODULES))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", ["accel", "deepspeed"])
+def test_a_bad_value_set_before_the_kernels_load_is_the_error_naming_it(first: str) -> None:
+    if first == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed")
+    result = _python(_SET_AFTER_IMPORT, first)
+    assert result.returncode == 0, result.stderr
+    error = "ACCEL_CPU_ISA is 'avx512'; expected one of baseline, x86-64-v3, x86-64-v4 (or unset)"
+    lines = result.stdout.splitlines()
+    calls = ["active", "describe", "step", "channel", "load"]
+    if first == "deepspeed":
+        calls.append("deepspeed load")
+        assert f"deepspeed compatible False {error}" in lines
+        assert "loaded ['accel.ops._shm_comm']" in lines  # DeepSpeed's import asked for it
+    else:
+        calls += ["comm load", "collectives", "summable"]  # these fell back to gloo quietly
+        assert "loaded []" in lines  # the extensions never began to load
+    for call in calls:
+        assert f"{call} ValueError {error}" in lines, result.stdout
+    assert f"compatible False {error}" in lines
 
 
 @pytest.mark.slow
