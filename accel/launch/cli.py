@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from typing_extensions import Protocol, runtime_checkable
 
@@ -39,6 +39,8 @@ class _NumaDevices(Protocol):
 # nproc_per_node's default until the command line is read: anything the user wrote (any
 # spelling torchrun's parser accepts, abbreviations included) replaces it.
 _FROM_BACKEND = "accel:device_count"
+MAX_LOCAL_RANKS = 65536  # ranks one launcher starts
+MAX_MONITOR_INTERVAL = 86400.0  # seconds; the agent's clock overflows on inf
 
 
 def _ranks(value: str, parser: argparse.ArgumentParser, torchrun: Any) -> int:
@@ -49,6 +51,8 @@ def _ranks(value: str, parser: argparse.ArgumentParser, torchrun: Any) -> int:
         parser.error(f"--nproc-per-node {value!r}: {error or 'not a number of ranks'}")
     if ranks < 1:  # "-1" and " 0" too: torchrun reads them with int()
         parser.error(f"--nproc-per-node must be at least 1, got {value.strip()}")
+    if ranks > MAX_LOCAL_RANKS:  # a typo's count would be planned (and fail) rank by rank
+        parser.error(f"--nproc-per-node must be at most {MAX_LOCAL_RANKS}, got {value.strip()}")
     return ranks
 
 
@@ -141,7 +145,14 @@ def make_plan(
                     f"{core_list_source}: cores {outside} are not on the NUMA nodes the backend "
                     "uses (ACCEL_VISIBLE_NUMA_NODES)"
                 )
-        blocks = list(split_cores(cores, ranks))
+        try:
+            blocks = list(split_cores(cores, ranks))
+        except ValueError as error:
+            source = core_list_source if core_list is not None else (
+                "--bind-cores-to-rank (the cores of this process's CPU affinity, on the NUMA "
+                "nodes the backend uses)"
+            )  # fmt: skip
+            raise ValueError(f"{source}: {error}") from None
     entries: list[RankPlan] = []
     for rank, block in enumerate(blocks):
         env: dict[str, str] = {}
@@ -151,6 +162,39 @@ def make_plan(
                 _inherited_ids(env, ranks)
         entries.append({"cores": block, "env": env})
     return {"ranks": entries}
+
+
+def _usage_error(message: str) -> NoReturn:
+    """argparse's ``error``, in one line: the usage (19 lines) is ``accel run --help``'s."""
+    print(f"accel run: error: {message} (accel run --help lists the options)", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _script_after_separator(arguments: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``arguments`` with ``--`` before the script, so that none of the script's own
+    arguments is read as an abbreviation of a launcher option: argparse looks at every
+    argument for one, and ``train.py --bind 0.0.0.0`` failed with "ambiguous option: --bind
+    could match --bind-cores-to-rank, --bind-core-list" (torchrun passes it on). Arguments
+    this cannot place (an unknown option) are left for argparse to report."""
+    actions = parser._option_string_actions  # pyright: ignore[reportPrivateUsage]
+    index = 0
+    while index < len(arguments):
+        argument = arguments[index]
+        if argument == "--" or not argument.startswith("-") or argument == "-":
+            break
+        name, attached = argument.split("=", 1)[0], "=" in argument
+        if not argument.startswith("--") and argument[:2] in actions and len(argument) > 2:
+            name, attached = argument[:2], True  # -n2: a short option and its value
+        matches = {actions[s] for s in actions if s == name} or {
+            actions[s] for s in actions if s.startswith(name) and name.startswith("--")
+        }
+        nargs = {action.nargs for action in matches}
+        if len(matches) != 1 or not nargs <= {None, 0}:
+            return arguments  # argparse says what is wrong (or reads it as it does)
+        index += 2 if nargs == {None} and not attached else 1
+    if index >= len(arguments) or arguments[index] == "--":
+        return arguments
+    return [*arguments[:index], "--", *arguments[index:]]
 
 
 def _check_torchrun_options(args: Any, parser: argparse.ArgumentParser, torchrun: Any) -> None:
@@ -164,8 +208,11 @@ def _check_torchrun_options(args: Any, parser: argparse.ArgumentParser, torchrun
         parser.error(f"--nnodes must be at least 1 (and MIN <= MAX), got {args.nnodes!r}")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts must be 0 or more, got {args.max_restarts}")
-    if not args.monitor_interval > 0:
-        parser.error(f"--monitor-interval must be more than 0 seconds, got {args.monitor_interval}")
+    if not 0 < args.monitor_interval <= MAX_MONITOR_INTERVAL:
+        parser.error(
+            f"--monitor-interval must be more than 0 and at most {MAX_MONITOR_INTERVAL:g} "
+            f"seconds, got {args.monitor_interval}"
+        )
 
 
 def _check_program(args: Any, parser: argparse.ArgumentParser) -> None:
@@ -215,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser: argparse.ArgumentParser = torchrun.get_args_parser()
     parser.prog = "accel run"
+    parser.error = _usage_error  # type: ignore[method-assign]  # one line, not the usage
     parser.description = (
         "torchrun, with every torchrun option, and accel's defaults: --nproc-per-node is "
         "the selected backend's device count unless given (or PET_NPROC_PER_NODE is set)."
@@ -246,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if "PET_NPROC_PER_NODE" not in os.environ:  # torchrun's own variable keeps its meaning
         parser.set_defaults(nproc_per_node=_FROM_BACKEND)
-    args = parser.parse_args(arguments)
+    args = parser.parse_args(_script_after_separator(arguments, parser))
     try:
         extensions.apply_launch(args, os.environ)  # the ranks inherit what they set
     except ValueError as error:
@@ -279,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_program(args, parser)
     if not args.virtual_local_rank:  # torch gives each rank its device itself then
         os.environ[PLAN_ENV] = json.dumps(plan)
+    else:  # nor may an outer launch's plan (this one started from its rank) apply
+        os.environ.pop(PLAN_ENV, None)
     if binds:
         # Each rank sets its own value; this only stops torchrun announcing "1 for everyone".
         os.environ.setdefault("OMP_NUM_THREADS", "1")

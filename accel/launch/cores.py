@@ -59,11 +59,14 @@ def node_of_cores(cores: list[int], topology: Mapping[int, frozenset[int]]) -> d
 def split_cores(
     cores: list[int], ranks: int, topology: Mapping[int, frozenset[int]] | None = None
 ) -> list[list[int]]:
-    """Split ``cores`` evenly among ``ranks``, never letting a rank straddle NUMA nodes
-    when the ranks divide among the nodes; each rank gets a disjoint, non-empty set.
+    """Split ``cores`` among ``ranks``, each rank a disjoint, non-empty set, no rank
+    straddling NUMA nodes when there are at least as many ranks as nodes.
 
-    Ranks are given to nodes in proportion to the node's cores; within a node, cores are
-    dealt out in contiguous blocks (neighbouring cores share caches).
+    Ranks are given to nodes in proportion to the node's cores (the largest remainders
+    taking the ranks left over), so ranks get about the same number of cores however the
+    nodes differ in size; within a node, cores are dealt out in contiguous blocks
+    (neighbouring cores share caches). Fewer ranks than nodes share all the cores in
+    contiguous blocks.
 
     Args:
         cores: The cores to share out, in order.
@@ -80,18 +83,26 @@ def split_cores(
         raise ValueError(f"--nproc-per-node must be >= 1, got {ranks}")
     if len(cores) < ranks:
         raise ValueError(
-            f"cannot bind {ranks} ranks to {len(cores)} cores ({cores}): "
+            f"cannot bind {ranks} ranks to {len(cores)} cores ({format_id_list(cores)}): "
             "every rank needs at least one core"
         )
-    groups = node_of_cores(cores, _host.numa_topology() if topology is None else topology)
-    if (
-        len(groups) > 1
-        and ranks % len(groups) == 0
-        and all(len(g) >= ranks // len(groups) for g in groups.values())
-    ):
-        per_node = ranks // len(groups)
-        return [block for group in groups.values() for block in _blocks(group, per_node)]
-    return _blocks(cores, ranks)
+    groups = list(
+        node_of_cores(cores, _host.numa_topology() if topology is None else topology).values()
+    )
+    if len(groups) < 2 or ranks < len(groups):
+        return _blocks(cores, ranks)
+    # ranks * len(group) / len(cores) <= len(group): no node gets more ranks than cores.
+    shares = [divmod(ranks * len(group), len(cores)) for group in groups]
+    counts = [whole for whole, _ in shares]
+    by_remainder = sorted(range(len(groups)), key=lambda i: -shares[i][1])
+    for node in by_remainder[: ranks - sum(counts)]:
+        counts[node] += 1
+    return [
+        block
+        for group, count in zip(groups, counts, strict=True)
+        if count
+        for block in _blocks(group, count)
+    ]
 
 
 def _blocks(cores: list[int], count: int) -> list[list[int]]:

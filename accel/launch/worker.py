@@ -78,7 +78,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments = list(sys.argv[1:] if argv is None else argv)
     raw_plan = os.environ.get(PLAN_ENV)
     if raw_plan is not None:
-        apply_plan(int(os.environ.get("LOCAL_RANK", "0")), cast(Plan, json.loads(raw_plan)))
+        try:
+            plan = cast(Plan, json.loads(raw_plan))
+        except ValueError:
+            raise SystemExit(
+                f"accel.launch.worker: {PLAN_ENV} is not the plan accel run writes (JSON): "
+                f"{raw_plan[:80]!r}"
+            ) from None
+        apply_plan(int(os.environ.get("LOCAL_RANK", "0")), plan)
     mode = arguments.pop(0) if arguments and arguments[0] in ("--module", "--exec") else None
     if not arguments:
         raise SystemExit("accel.launch.worker: no program to run")
@@ -102,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = [target, *rest]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
         return
-    path = os.path.abspath(target)
+    path = os.path.join(os.getcwd(), target)
+    if os.path.realpath(os.path.normpath(path)) != os.path.realpath(path):
+        # "link/../x.py" is "x.py" beside the link's target for the kernel (and for
+        # `python link/../x.py`); runpy would normalise it to "x.py" beside the link.
+        path = os.path.realpath(path)
     if started_as_script and not os.path.isdir(path) and not _is_zip(path):
         # Python resolves a symbolic link to find the script's directory.
         sys.path.insert(0, os.path.dirname(os.path.realpath(path)))

@@ -18,6 +18,7 @@ import pytest
 
 from accel import _host
 from accel.launch import cli as launch_cli
+from accel.launch import worker
 from accel.launch.cores import parse_core_list, split_cores
 from accel.launch.worker import PLAN_ENV
 
@@ -38,13 +39,23 @@ def test_split_keeps_each_rank_inside_one_numa_node() -> None:
     assert split_cores([0, 1, 2, 4, 5, 6, 7], 2, TWO_NODES) == [[0, 1, 2], [4, 5, 6, 7]]
 
 
+def test_nodes_of_unequal_size_get_ranks_in_proportion_to_their_cores() -> None:
+    # Every node got the same number of ranks: 6 and 2 cores for 4 ranks gave 3, 3, 1, 1.
+    unequal = {0: frozenset(range(6)), 1: frozenset({6, 7})}
+    assert split_cores(list(range(8)), 4, unequal) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    wide = {0: frozenset(range(52)), 1: frozenset(range(56, 60))}
+    blocks = split_cores([*range(52), *range(56, 60)], 4, wide)
+    assert [len(block) for block in blocks] == [13, 13, 13, 13]  # the small node left idle
+    assert split_cores(list(range(8)), 1, unequal) == [list(range(8))]  # fewer ranks: all
+
+
 def test_no_ranks_is_an_error() -> None:
     with pytest.raises(ValueError, match="--nproc-per-node must be >= 1, got 0"):
         split_cores([0, 1], 0, TWO_NODES)
 
 
 def test_too_few_cores_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"cannot bind 3 ranks to 2 cores \(\[0, 1\]\)"):
+    with pytest.raises(ValueError, match=r"cannot bind 3 ranks to 2 cores \(0-1\)"):
         split_cores([0, 1], 3, TWO_NODES)
 
 
@@ -203,6 +214,78 @@ def test_a_bad_rank_count_is_a_usage_error_naming_it(
     assert message in stderr
     assert "Traceback" not in stderr
     assert launched == []
+
+
+@pytest.mark.parametrize(
+    "script_arguments",
+    [["--bind", "0.0.0.0:8000"], ["--bind=0.0.0.0:8000"], ["--bind-core", "3"], ["--b", "1"],
+     ["--nproc-per-node", "5"], ["--", "x"]],
+)  # fmt: skip
+def test_the_scripts_arguments_reach_it_unchanged(
+    launched: list[Any], script_arguments: list[str]
+) -> None:
+    # argparse read "--bind" after the script as an abbreviation of accel's --bind-* options:
+    # "ambiguous option: --bind could match --bind-cores-to-rank, --bind-core-list".
+    launch_cli.main(["--standalone", "--nproc-per-node=1", "world.py", *script_arguments])
+    assert launched[0].training_script_args[-1 - len(script_arguments) :] == [
+        "world.py", *script_arguments
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [(["--nproc-per-node", "99999999999"], "--nproc-per-node must be at most 65536"),
+     (["--bogus"], "unrecognized arguments: --bogus"),
+     (["--monitor-interval", "inf"], "--monitor-interval must be more than 0 and at most 86400"),
+     (["--bind-cores-to-rank", "--nproc-per-node", "9999"], "--bind-cores-to-rank (the cores of")],
+)  # fmt: skip
+def test_a_value_that_would_fail_later_is_a_one_line_usage_error(
+    launched: list[Any], capsys: pytest.CaptureFixture[str], arguments: list[str], message: str
+) -> None:
+    # A MemoryError planning 10**11 ranks, an OverflowError in the agent's clock, and a
+    # core shortage that named no source; argparse's own errors printed the whole usage.
+    with pytest.raises(SystemExit) as exited:
+        launch_cli.main(["--standalone", *arguments, "world.py"])
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("accel run: error: ")
+    assert message in lines[0]
+    assert launched == []
+
+
+def test_a_launch_without_a_plan_drops_the_one_it_inherited(launched: list[Any]) -> None:
+    # Started from a rank of an outer `accel run --bind-cores-to-rank`, an inner launch with
+    # --virtual-local-rank left the outer plan in place: its ranks took rank 0's cores.
+    os.environ[PLAN_ENV] = json.dumps({"ranks": [{"cores": [0], "env": {}}]})
+    launch_cli.main(["--standalone", "--nproc-per-node=1", "--virtual-local-rank", "world.py"])
+    assert PLAN_ENV not in os.environ
+
+
+def test_a_plan_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PLAN_ENV, "{not json")
+    with pytest.raises(SystemExit, match=f"{PLAN_ENV} is not the plan accel run writes"):
+        worker.main(["world.py"])
+
+
+def test_a_path_through_a_link_and_up_runs_what_python_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "link/../x.py" was normalised to "x.py" beside the link; the kernel (and Python) go
+    # up from the link's target.
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "x.py").write_text("import builtins; builtins.ran = 'real'\n")
+    (tmp_path / "x.py").write_text("import builtins; builtins.ran = 'beside the link'\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(PLAN_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    worker.main(["link/../x.py"])
+    import builtins
+
+    assert builtins.ran == "real"  # type: ignore[attr-defined]
+    del builtins.ran  # type: ignore[attr-defined]
 
 
 def test_bad_core_list_fails_before_starting_ranks(
