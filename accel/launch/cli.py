@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from typing_extensions import Protocol, runtime_checkable
@@ -164,6 +164,20 @@ def make_plan(
     return {"ranks": entries}
 
 
+def _last_short_option(argument: str, actions: Mapping[str, argparse.Action]) -> tuple[str, bool]:
+    """The last option of a cluster of short ones (``-mt3``: ``-m``, then ``-t`` with the
+    value ``3``) and whether its value is attached; ``("", False)`` when a letter names no
+    option."""
+    for position in range(1, len(argument)):
+        option = f"-{argument[position]}"
+        action = actions.get(option)
+        if action is None:
+            return "", False
+        if action.nargs != 0:
+            return option, position + 1 < len(argument)
+    return f"-{argument[-1]}", False
+
+
 def _usage_error(message: str) -> NoReturn:
     """argparse's ``error``, in one line: the usage (19 lines) is ``accel run --help``'s."""
     print(f"accel run: error: {message} (accel run --help lists the options)", file=sys.stderr)
@@ -183,8 +197,9 @@ def _script_after_separator(arguments: list[str], parser: argparse.ArgumentParse
         if argument == "--" or not argument.startswith("-") or argument == "-":
             break
         name, attached = argument.split("=", 1)[0], "=" in argument
-        if not argument.startswith("--") and argument[:2] in actions and len(argument) > 2:
-            name, attached = argument[:2], True  # -n2: a short option and its value
+        if not argument.startswith("--") and len(argument) > 2:
+            # -mt3, -mt 3, -t3: short flags, then at most one option with a value
+            name, attached = _last_short_option(argument, actions)
         matches = {actions[s] for s in actions if s == name} or {
             actions[s] for s in actions if s.startswith(name) and name.startswith("--")
         }
@@ -192,8 +207,8 @@ def _script_after_separator(arguments: list[str], parser: argparse.ArgumentParse
         if len(matches) != 1 or not nargs <= {None, 0}:
             return arguments  # argparse says what is wrong (or reads it as it does)
         index += 2 if nargs == {None} and not attached else 1
-    if index >= len(arguments) or arguments[index] == "--":
-        return arguments
+    if index >= len(arguments) or "--" in arguments[index : index + 2]:
+        return arguments  # argparse drops a "--" right after the script, as torchrun's does
     return [*arguments[:index], "--", *arguments[index:]]
 
 

@@ -64,9 +64,10 @@ def split_cores(
 
     Ranks are given to nodes in proportion to the node's cores (the largest remainders
     taking the ranks left over), so ranks get about the same number of cores however the
-    nodes differ in size; within a node, cores are dealt out in contiguous blocks
-    (neighbouring cores share caches). Fewer ranks than nodes share all the cores in
-    contiguous blocks.
+    nodes differ in size; a small node may be left without a rank (6 and 2 cores, 2 ranks:
+    3 cores each on the first), as ranks that step together wait for the one with the
+    fewest cores. Within a node, cores are dealt out in contiguous blocks (neighbouring
+    cores share caches). Fewer ranks than nodes share all the cores in contiguous blocks.
 
     Args:
         cores: The cores to share out, in order.

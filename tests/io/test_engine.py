@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import pytest
 import torch
@@ -991,15 +992,19 @@ def test_an_engine_dropped_unclosed_logs_the_failures_nobody_took(
         request = engine.read(torch.empty(1 << 24, dtype=torch.uint8), "/proc/self/status")
         if take:
             assert isinstance(request.exception(timeout=10), OSError)
-        while engine.pending():
+        gone = weakref.ref(engine)
+        del engine, request
+        for _ in range(1000):  # its threads hold it until the request has ended
+            gc.collect()
+            if gone() is None:
+                return
             threading.Event().wait(0.01)
+        raise AssertionError("the engine was never collected")
 
     with caplog.at_level("ERROR", logger="accel"):
         dropped(take=True)
-        gc.collect()
         assert not caplog.records  # taken by exception(): reported already
         dropped(take=False)
-        gc.collect()
     messages = [record.getMessage() for record in caplog.records]
     assert len(messages) == 1, messages
     assert "dropped without close(), and this failure was never reported: OSError" in messages[0]

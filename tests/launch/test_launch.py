@@ -219,7 +219,7 @@ def test_a_bad_rank_count_is_a_usage_error_naming_it(
 @pytest.mark.parametrize(
     "script_arguments",
     [["--bind", "0.0.0.0:8000"], ["--bind=0.0.0.0:8000"], ["--bind-core", "3"], ["--b", "1"],
-     ["--nproc-per-node", "5"], ["--", "x"]],
+     ["--nproc-per-node", "5"], ["--lr", "--", "--bind"]],
 )  # fmt: skip
 def test_the_scripts_arguments_reach_it_unchanged(
     launched: list[Any], script_arguments: list[str]
@@ -230,6 +230,23 @@ def test_the_scripts_arguments_reach_it_unchanged(
     assert launched[0].training_script_args[-1 - len(script_arguments) :] == [
         "world.py", *script_arguments
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "script", "tee"),
+    [(["world.py", "--", "--lr", "1"], ["world.py", "--lr", "1"], "0"),
+     (["world.py", "--"], ["world.py"], "0"),
+     (["-mt", "3", "world", "--bind"], ["world", "--bind"], "3"),
+     (["-mt3", "world"], ["world"], "3")],
+)  # fmt: skip
+def test_the_command_line_means_what_it_means_to_torchrun(
+    launched: list[Any], command: list[str], script: list[str], tee: str
+) -> None:
+    # argparse drops a "--" right after the script; -mt 3 is -m, then -t 3.
+    launch_cli.main(["--standalone", "--nproc-per-node=1", *command])
+    args = launched[0]
+    assert args.training_script_args[-len(script) :] == script
+    assert args.tee == tee
 
 
 @pytest.mark.parametrize(
