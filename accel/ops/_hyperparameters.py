@@ -47,11 +47,12 @@ def _read(value: object, name: str) -> tuple[object, str]:
         or value.device.type != "cpu"
         or not (value.is_floating_point() or value.dtype in _INTEGER_DTYPES)
     ):
+        layout = "" if value.layout == torch.strided else f", {value.layout}"
         raise ValueError(
             f"{name} must be a number, or a tensor of one floating-point or integer element "
             f"on the CPU (as torch.optim takes one), got a tensor of shape "
-            f"{tuple(value.shape)}, {value.dtype}, {value.layout}, on {value.device}; pass a "
-            f"number (tensor.item()) or such a tensor"
+            f"{tuple(value.shape)}, {value.dtype}{layout}, on {value.device}; pass a number "
+            f"(tensor.item()) or such a tensor"
         )
     number = value.item()
     return number, f"a tensor holding {number!r}"

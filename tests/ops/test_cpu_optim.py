@@ -369,7 +369,7 @@ def test_tensor_hyper_parameters_step_as_the_numbers_they_hold() -> None:
         (torch.tensor(True), r"shape \(\), torch.bool, on cpu"),
         (torch.tensor(0.1j), r"shape \(\), torch.complex64, on cpu"),
         (torch.zeros((), device="meta"), r"shape \(\), torch.float32, on meta"),
-        (torch.zeros(1).to_sparse(), r"shape \(1,\), torch.float32, on cpu"),
+        (torch.zeros(1).to_sparse(), r"shape \(1,\), torch.float32, torch.sparse_coo, on cpu"),
     ],
 )
 def test_a_tensor_torch_optim_would_not_take_is_refused_as_such(
