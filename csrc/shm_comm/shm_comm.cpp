@@ -853,8 +853,15 @@ class Communicator {
   // anywhere in the protocol), so later calls fail at once instead of deadlocking.
   // The peers learn of it through Control::stopped, so that none waits out its timeout for
   // this rank.
+  //
+  // One collective at a time, whichever thread calls: two threads of one rank would share
+  // the step counter and the slots, and each would take the other's progress for a peer's,
+  // so a wait could neither finish nor time out. Taken without the GIL (the callers have
+  // released it); a thread that waited behind a collective that failed fails too.
   template <typename Steps>
   bool guarded(Steps steps) {
+    std::lock_guard<std::mutex> one_at_a_time(collective_);
+    if (broken_.size()) throw std::runtime_error("this communicator failed earlier (" + broken_ + "); create a new process group");
     try {
       return steps();
     } catch (const std::exception& error) {
@@ -1162,6 +1169,7 @@ class Communicator {
   std::shared_ptr<Pool> pool_;
   std::array<uint64_t, kReduceScatter + 1> pooled_calls_{};  // by Op
   uint64_t sequence_ = 0;
+  std::mutex collective_;  // held by the collective under way (see guarded)
   std::string broken_;
 };
 

@@ -61,6 +61,15 @@ def test_two_groups_first_used_from_two_threads_in_either_order(
         assert report[f"threads_{backend}"] == {"sums": [3.0, 3.0], "alive": [False, False]}
 
 
+def test_one_group_used_from_two_threads_at_once_works_as_on_gloo(
+    reports: list[dict[str, Any]],
+) -> None:
+    for report in reports:
+        assert report["one_group_threads"] == {
+            "outcomes": ["ok", "ok"], "alive": [False, False], "within_timeout": True
+        }  # fmt: skip
+
+
 def test_async_reductions_on_two_groups_issued_in_either_order(
     reports: list[dict[str, Any]],
 ) -> None:

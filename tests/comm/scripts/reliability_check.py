@@ -404,12 +404,48 @@ def powersgd_ddp(rank: int) -> dict[str, Any]:
     return losses
 
 
+def one_group_used_from_two_threads_at_once(rank: int) -> dict[str, Any]:
+    """Two threads gather on one "accel" group at once, as they may on gloo: each
+    collective's steps must not mix with the other thread's (they waited out the group's
+    timeout, blaming this rank, or for ever). (The same collective in both threads: the
+    ranks may pair the threads' calls either way. Different ones paired across ranks are
+    a mismatch, an error naming both.)"""
+    group = dist.new_group([0, 1], backend="accel", timeout=SHORT)
+    outcomes: list[Any] = [None, None]
+    expected = torch.arange(2, dtype=torch.float32).repeat_interleave(1000)
+
+    def use(index: int) -> None:
+        def calls() -> None:
+            for _ in range(100):
+                gathered = torch.empty(2000)
+                dist.all_gather_into_tensor(gathered, torch.full((1000,), float(rank)), group=group)
+                assert torch.equal(gathered, expected), "wrong gather"
+            outcomes[index] = "ok"
+
+        error = _error(calls)
+        if error is not None:
+            outcomes[index] = error
+
+    threads = [threading.Thread(target=use, args=(index,), daemon=True) for index in (0, 1)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return {
+        "outcomes": outcomes,
+        "alive": [t.is_alive() for t in threads],
+        "within_timeout": time.monotonic() - started < SHORT.total_seconds(),
+    }
+
+
 def main() -> None:
     store, rank, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     cases = {
         "threads_gloo": lambda: two_groups_first_used_from_two_threads(rank, "gloo"),
         "threads_accel": lambda: two_groups_first_used_from_two_threads(rank, "accel"),
+        "one_group_threads": lambda: one_group_used_from_two_threads_at_once(rank),
         "async_order": lambda: async_reductions_on_two_groups_in_either_order(rank),
         "async_order_gloo": lambda: async_reductions_on_two_gloo_groups_in_either_order(rank),
         "late_pooled": lambda: late_peer_and_a_pooled_tensor(rank),
