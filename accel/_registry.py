@@ -267,26 +267,32 @@ _names: dict[str, EntryPoint] | None = None  # every registered name, nothing im
 _loaded: dict[str, Registered] = {}  # the backends imported so far, by name
 
 
+def _names_known() -> dict[str, EntryPoint]:
+    """Every registered name's entry point, found once. Call with ``_lock`` held."""
+    global _names
+    if _names is None:
+        _names = _named()
+    return _names
+
+
 def _entry_named(name: str) -> Registered | None:
     """The backend registered as ``name``, imported if it was not (and only it: a naming
     ``ACCEL_BACKEND`` does not wait on, or break on, another plugin's import). Call with
     ``_lock`` held."""
-    global _names
-    if _names is None:
-        _names = _named()
-    if name not in _loaded and name in _names:
-        _loaded[name] = _load(_names[name])
+    names = _names_known()
+    if name not in _loaded and name in names:
+        _loaded[name] = _load(names[name])
     return _loaded.get(name)
 
 
 def registry() -> dict[str, Registered]:
     """The process's registry, every backend imported on first use."""
-    global _registry, _names
+    global _registry
     with _lock:
         if _registry is None:
-            if _names is None:
-                _names = _named()
-            _registry = _by_priority([_entry_named(name) or _load(_names[name]) for name in _names])
+            for name in _names_known():
+                _entry_named(name)
+            _registry = _by_priority(list(_loaded.values()))
         return _registry
 
 
@@ -300,7 +306,7 @@ def available(name: str, source: str) -> type[Accelerator]:
     """
     with _lock:
         entry = _entry_named(name)
-        known = list(_registry if _registry is not None else cast("dict[str, EntryPoint]", _names))
+        known = list(_registry if _registry is not None else _names_known())
     if entry is None:
         raise ValueError(f"{source} names no backend; expected one of: {', '.join(known)}")
     if entry.backend is None:

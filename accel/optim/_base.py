@@ -41,7 +41,9 @@ class CPUOptimizer(torch.optim.Optimizer):
 
     Subclasses name their fp32 state tensors (``state_names``), how a new state starts
     (``initial_state``) and the call (``_apply``). States use torch's key names and a
-    ``step`` tensor, so ``state_dict()`` moves between this optimizer and torch's.
+    ``step`` tensor, so ``state_dict()`` moves between this optimizer and torch's. As in
+    ``torch.optim``, every hyper-parameter may be a one-element tensor, kept as such: its
+    value is read at each step, so a scheduler may change it in place.
     """
 
     state_names: tuple[str, ...] = ()

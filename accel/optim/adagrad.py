@@ -16,9 +16,6 @@ from accel.optim._base import CPUOptimizer, GroupTensors
 class CPUAdagrad(CPUOptimizer):
     """Adagrad matching ``torch.optim.Adagrad`` to fp32 rounding; state key ``sum``.
 
-    Each hyper-parameter may be a one-element tensor, as ``lr`` may in ``torch.optim``
-    (kept as such; its value is read at each step).
-
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.
         lr: The learning rate, >= 0.

@@ -21,10 +21,7 @@ class CPUAdam(CPUOptimizer):
     Param groups carry torch's keys (``decoupled_weight_decay``, ``amsgrad`` ...), so a
     ``state_dict()`` loads into ``torch.optim.AdamW`` and back. A group chooses AdamW with
     ``decoupled_weight_decay`` (``adamw_mode`` in a group is refused); one loaded without
-    it (a checkpoint of an older torch) takes the constructor's ``adamw_mode``. As in
-    ``torch.optim``, ``lr`` and the betas (and the other hyper-parameters) may be
-    one-element tensors, kept as such: their values are read at each step, so a scheduler
-    may change them in place.
+    it (a checkpoint of an older torch) takes the constructor's ``adamw_mode``.
 
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.

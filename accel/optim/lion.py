@@ -17,8 +17,7 @@ class CPULion(CPUOptimizer):
     """Lion: ``p -= lr * sign(beta1*m + (1-beta1)*g)``, then ``m = beta2*m + (1-beta2)*g``.
 
     Weight decay is decoupled (``p *= 1 - lr*wd`` first), as in the paper. State key
-    ``exp_avg`` (fp32). Each hyper-parameter may be a one-element tensor, as ``lr``
-    and the betas may in ``torch.optim`` (kept as such; its value is read at each step).
+    ``exp_avg`` (fp32).
 
     Args:
         params: The parameters, or param groups, as ``torch.optim`` takes them.
