@@ -200,9 +200,11 @@ def _script_after_separator(arguments: list[str], parser: argparse.ArgumentParse
         if not argument.startswith("--") and len(argument) > 2:
             # -mt3, -mt 3, -t3: short flags, then at most one option with a value
             name, attached = _last_short_option(argument, actions)
-        matches = {actions[s] for s in actions if s == name} or {
-            actions[s] for s in actions if s.startswith(name) and name.startswith("--")
-        }
+        exact = actions.get(name)
+        matches = {exact} if exact is not None else {
+            action for option, action in actions.items()
+            if name.startswith("--") and option.startswith(name)
+        }  # fmt: skip
         nargs = {action.nargs for action in matches}
         if len(matches) != 1 or not nargs <= {None, 0}:
             return arguments  # argparse says what is wrong (or reads it as it does)
