@@ -30,6 +30,7 @@ from accel.mixins import (
     TorchHostCacheMixin,
     TorchStreamMixin,
 )
+from accel.mixins.device import check_below_count
 from accel.mixins.dtype import triton_runs_on
 from accel.ops.table import PrebuiltOpBuilders
 from accel.protocols._contract import implements
@@ -129,10 +130,13 @@ class CUDAAccelerator(
         nvml = _nvml()
         if nvml is not None:
             raw = os.environ.get(_cuda_visible.ENV)
-            handle = _cuda_visible.nvml_handle(torch_index, raw, nvml)
             try:
+                handle = _cuda_visible.nvml_handle(torch_index, raw, nvml)
                 return int(nvml.nvmlDeviceGetMemoryInfo(handle).free)
-            except nvml.NVMLError as error:
+            except (nvml.NVMLError, ValueError) as error:
+                if index is not None:
+                    # device_count() asks NVML (no context), honouring CUDA_VISIBLE_DEVICES.
+                    check_below_count(index, torch.cuda.device_count(), "cuda")
                 logger.info("NVML memory query failed (%s); asking torch.cuda", error)
         free, _total = torch.cuda.mem_get_info(torch_index)
         return int(free)

@@ -59,6 +59,7 @@ class HPUAccelerator(DiscoveredTorchDevice):
     runtime_modules: ClassVar[tuple[str, ...]] = ("habana_frameworks.torch.hpu",)
     visible_devices_env_names: ClassVar[tuple[str, ...]] = ("HABANA_VISIBLE_MODULES",)
     exported_env_prefixes: ClassVar[tuple[str, ...]] = ("HABANA", "PT_HPU", "HCCL")
+    default_compile_backend: ClassVar[str] = "hpu_backend"  # inductor has no HPU codegen
 
 
 class MLUAccelerator(DiscoveredTorchDevice):

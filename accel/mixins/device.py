@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Generator
+from types import ModuleType
 from typing import ClassVar
 
 import torch
 from typing_extensions import Protocol
 
 from accel._device_module import device_module
+from accel._signatures import takes_positional
 from accel._validate import check_device, check_index, check_optional_index
 from accel.protocols._contract import implements
 from accel.protocols.device import DeviceAPI, DeviceLike, DeviceProperties, DevicePropertiesAPI
@@ -208,6 +210,23 @@ class DeviceNamingMixin:
         return device_scope(self, device_index)
 
 
+def module_total_memory(module: ModuleType, index: int) -> int:
+    """A device's size in bytes.
+
+    Args:
+        module: The device's torch module (``torch.cuda``, ``torch.hpu``, ...).
+        index: The device index.
+
+    Returns:
+        ``get_device_properties(index).total_memory`` where the properties are an object
+        with it, else ``mem_get_info(index)``'s total (Gaudi's properties are a ``str``).
+    """
+    total = getattr(module.get_device_properties(index), "total_memory", None)
+    if total is None:
+        _free, total = module.mem_get_info(index)
+    return int(total)
+
+
 @implements(DeviceAPI, DevicePropertiesAPI)
 class TorchDeviceMixin:
     """DeviceAPI's selection members (count, current, set, synchronize, availability)."""
@@ -231,7 +250,16 @@ class TorchDeviceMixin:
         )
 
     def synchronize(self, device_index: int | None = None) -> None:
-        device_module(self.device_type).synchronize(check_optional_index(device_index))
+        """``torch.<type>.synchronize(i)``; on a module whose ``synchronize()`` takes no device
+        (Gaudi: one device per process) the index is checked against ``device_count()``."""
+        index = check_optional_index(device_index)
+        sync = device_module(self.device_type).synchronize
+        if takes_positional(sync):
+            sync(index)
+            return
+        if index is not None:
+            check_below_count(index, self.device_count(), self.device_type)
+        sync()
 
     def is_available(self) -> bool:
         return bool(device_module(self.device_type).is_available())
@@ -241,14 +269,17 @@ class TorchDeviceMixin:
         gives none, the processor count the SMs (CUDA, ROCm) or EUs (XPU)."""
         index = check_optional_index(device_index)
         module = device_module(self.device_type)
-        found = module.get_device_properties(self.current_device() if index is None else index)
+        index = self.current_device() if index is None else index
+        found = module.get_device_properties(index)
+        if isinstance(found, str):  # Gaudi: a description, not an object
+            found = None
         processors = getattr(found, "multi_processor_count", None)  # CUDA, ROCm
         if processors is None:
             processors = getattr(found, "gpu_eu_count", None)  # XPU
         major, minor = getattr(found, "major", None), getattr(found, "minor", None)
         return DeviceProperties(
             name=str(getattr(found, "name", f"{self.device_type} device")),
-            total_memory=int(found.total_memory),
+            total_memory=module_total_memory(module, index),
             multi_processor_count=None if processors is None else int(processors),
             compute_capability=(
                 (int(major), int(minor)) if major is not None and minor is not None else None

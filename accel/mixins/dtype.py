@@ -10,6 +10,7 @@ import torch
 from typing_extensions import Protocol
 
 from accel._device_module import device_module
+from accel._signatures import takes_keyword
 from accel._validate import check_optional_index
 from accel.protocols._contract import implements
 from accel.protocols.device import DeviceCapabilityAPI
@@ -83,9 +84,14 @@ class TorchDTypeMixin:
     device_type: ClassVar[str]
 
     def is_bf16_supported(self) -> bool:
-        """``torch.<type>.is_bf16_supported()`` where it exists, else a probe matmul."""
+        """``torch.<type>.is_bf16_supported()`` (native support only, where it can say) where it
+        exists, else a probe matmul."""
         native = getattr(device_module(self.device_type), "is_bf16_supported", None)
         if callable(native):
+            # Native support only, as on CUDA: torch.xpu.is_bf16_supported() counts emulated
+            # bf16 by default (torch/xpu/__init__.py: including_emulation=True).
+            if takes_keyword(native, "including_emulation"):
+                return bool(native(including_emulation=False))
             return bool(native())
         return matmul_runs(self.device_type, torch.bfloat16)
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from accel._device_module import device_module
+from accel._signatures import takes_keyword, takes_positional
 from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
 
@@ -24,6 +25,7 @@ from accel.protocols.graph import CaptureErrorMode, CaptureGraph, GraphAPI, Grap
 from accel.protocols.graph import Graph as GraphHandle
 
 CAPTURE_ERROR_MODES = ("default", "global", "thread_local", "relaxed")
+
 
 _WHY = "the device cannot capture and replay graphs"
 
@@ -123,12 +125,24 @@ def capture_graph_class(device_type: str) -> type | None:
         return accelerator_graph_class(device_type)
     module = device_module(device_type)
 
+    # torch.cuda.CUDAGraph takes keep_graph and capture_error_mode; torch.xpu.XPUGraph no
+    # capture_error_mode; torch_npu's NPUGraph no keep_graph; Gaudi's HPUGraph neither.
+    found: Any = base
+    base_name = f"torch.{device_type}.{found.__name__}"
+    takes_keep = takes_positional(found.__init__, bound=True)
+    takes_mode = takes_keyword(found.capture_begin, "capture_error_mode")
+    takes_pool = takes_keyword(found.capture_begin, "pool")
+
     class DeviceGraph(base):  # type: ignore[misc, valid-type]  # a class found at run time
         """``torch.<type>.<TYPE>Graph`` with ``torch.accelerator.Graph``'s shape."""
 
         def __new__(cls, keep_graph: bool = False, *_: Any, **__: Any) -> Any:
             # torch's graph classes take only keep_graph when made: __init__ keeps the rest.
-            return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            if found.__new__ is object.__new__:
+                return object.__new__(cls)
+            if takes_keep:
+                return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            return super().__new__(cls)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
         def __init__(
             self,
@@ -137,17 +151,43 @@ def capture_graph_class(device_type: str) -> type | None:
             pool: tuple[int, int] | None = None,
             capture_error_mode: CaptureErrorMode = "default",
         ) -> None:
-            super().__init__(keep_graph)  # pyright: ignore[reportUnknownMemberType]
+            if keep_graph and not takes_keep:
+                raise ValueError(
+                    f"keep_graph=True: {base_name} keeps no graph "
+                    "after capture; expected keep_graph=False on this device"
+                )
+            if pool is not None and not takes_pool:
+                raise ValueError(
+                    f"pool={pool!r}: {base_name} shares no memory "
+                    "pools; expected pool=None on this device"
+                )
+            if capture_error_mode != "default" and not takes_mode:
+                raise ValueError(
+                    f"capture_error_mode={capture_error_mode!r}: {base_name}.capture_begin "
+                    "takes no capture_error_mode; expected "
+                    "'default' on this device"
+                )
+            if takes_keep:
+                super().__init__(keep_graph)  # pyright: ignore[reportUnknownMemberType]
+            else:
+                super().__init__()  # pyright: ignore[reportUnknownMemberType]
             self.graph_pool = pool
             self.capture_error_mode = capture_error_mode
 
-        def capture_begin(self, pool: Any = None, capture_error_mode: Any = None) -> None:
-            """Start capturing with the settings given when the graph was made (or these)."""
+        def capture_begin(
+            self, pool: Any = None, capture_error_mode: Any = None, **kwargs: Any
+        ) -> None:
+            """Start capturing with the settings given when the graph was made (or these);
+            other keywords (``torch.cuda.graph`` passes ``check_input_liveness``) go to the
+            device's own ``capture_begin``."""
             mode = self.capture_error_mode if capture_error_mode is None else capture_error_mode
-            extra = {} if mode == "default" else {"capture_error_mode": mode}
-            super().capture_begin(  # pyright: ignore[reportUnknownMemberType]
-                pool=self.graph_pool if pool is None else pool, **extra
-            )
+            extra = dict(kwargs)
+            if mode != "default":
+                extra["capture_error_mode"] = mode
+            chosen = self.graph_pool if pool is None else pool
+            if chosen is not None or takes_pool:
+                extra["pool"] = chosen
+            super().capture_begin(**extra)  # pyright: ignore[reportUnknownMemberType]
 
         def __enter__(self) -> None:
             # As torch.accelerator.Graph does: nothing queued or cached leaks into the capture.
@@ -214,9 +254,17 @@ class TorchGraphMixin:
         checked = self._checked(graph)
         if module_graph_class(self.device_type) is None:
             return _accelerator_capture(checked, pool, stream)
-        context: AbstractContextManager[None] = device_module(self.device_type).graph(
-            checked, pool=pool, stream=stream
-        )
+        capture = device_module(self.device_type).graph
+        if pool is None and not takes_keyword(capture, "pool"):
+            # Gaudi's torch.hpu.graph(hpu_graph, stream=None, dry_run=False) has no pool.
+            context: AbstractContextManager[None] = capture(checked, stream=stream)
+            return context
+        if not takes_keyword(capture, "pool"):
+            raise ValueError(
+                f"pool={pool!r}: torch.{self.device_type}.graph shares no memory pools; "
+                "expected pool=None on this device"
+            )
+        context = capture(checked, pool=pool, stream=stream)
         return context
 
     def Graph(

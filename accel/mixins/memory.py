@@ -17,7 +17,7 @@ from typing_extensions import Protocol
 from accel import _host
 from accel._device_module import device_module
 from accel._validate import check_optional_index
-from accel.mixins.device import CountedDevices, check_counted_index
+from accel.mixins.device import CountedDevices, check_counted_index, module_total_memory
 from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
 from accel.protocols.memory import (
@@ -177,9 +177,8 @@ class TorchMemoryUsageMixin(_TorchMemoryIndex, MemoryInfoMixin):
         return int(device_module(self.device_type).memory_reserved(self._index(device_index)))
 
     def total_memory(self, device_index: int | None = None) -> int:
-        """From ``torch.<type>.get_device_properties``."""
-        module = device_module(self.device_type)
-        return int(module.get_device_properties(self._index(device_index)).total_memory)
+        """From ``torch.<type>.get_device_properties``, else ``mem_get_info``'s total."""
+        return module_total_memory(device_module(self.device_type), self._index(device_index))
 
     def available_memory(self, device_index: int | None = None) -> int:
         """The free size ``torch.<type>.mem_get_info`` reports."""

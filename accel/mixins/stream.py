@@ -10,11 +10,12 @@ any mixin that implements the capability in the bases: the first one decides.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from accel._device_module import device_module
+from accel._signatures import keywords
 from accel._validate import check_optional_index
 from accel.protocols._contract import implements
 from accel.protocols._unsupported import Absence, AbsentMembers
@@ -69,10 +70,22 @@ class TorchStreamMixin:
     def Event(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
     ) -> torch.Event:
-        """A new ``torch.<type>.Event``."""
-        event: torch.Event = device_module(self.device_type).Event(
-            enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
-        )
+        """A new ``torch.<type>.Event``. ``blocking``/``interprocess`` are passed only when set, so
+        devices whose events take ``enable_timing`` alone (``torch.xpu.Event``, Gaudi's) work;
+        setting one such a device's events lack is a ``ValueError`` naming it."""
+        factory = device_module(self.device_type).Event
+        kwargs: dict[str, bool] = {"enable_timing": enable_timing}
+        accepted = keywords(factory)
+        for name, value in (("blocking", blocking), ("interprocess", interprocess)):
+            if not value:
+                continue
+            if accepted is not None and name not in accepted:
+                raise ValueError(
+                    f"{name}=True: torch.{self.device_type}.Event takes no {name!r} "
+                    f"(it takes {', '.join(sorted(accepted))}); expected {name}=False here"
+                )
+            kwargs[name] = value
+        event: torch.Event = factory(**kwargs)
         return event
 
     def stream(self, stream: torch.Stream | None) -> AbstractContextManager[None]:
@@ -89,9 +102,17 @@ class TorchStreamMixin:
         return stream
 
     def default_stream(self, device_index: int | None = None) -> torch.Stream:
-        stream: torch.Stream = device_module(self.device_type).default_stream(
-            check_optional_index(device_index)
+        """``torch.<type>.default_stream``; where the module has none (``torch.xpu``: its streams
+        have no legacy default stream to synchronise with), the device's current stream, as
+        DeepSpeed's XPU accelerator answers: inside a ``stream()`` block, the block's."""
+        module = device_module(self.device_type)
+        name = (
+            "default_stream"
+            if callable(getattr(module, "default_stream", None))
+            else "current_stream"
         )
+        getter: Any = getattr(module, name)
+        stream: torch.Stream = getter(check_optional_index(device_index))
         return stream
 
     def set_stream(self, stream: torch.Stream) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
@@ -15,18 +14,6 @@ from accel.backends.devices import PrivateUse1Accelerator
 from accel.backends.torch_device import DiscoveredTorchDevice
 from accel.protocols import Accelerator, GraphAPI, StreamAPI
 from tests.support.fakes import fake_device_module
-
-
-@pytest.fixture
-def registered() -> Iterator[list[str]]:
-    """Device types whose fake modules the test registers; removed from torch afterwards."""
-    names: list[str] = []
-    torch.get_device_module.cache_clear()
-    yield names
-    for name in names:
-        delattr(torch, name)
-        sys.modules.pop(f"torch.{name}", None)
-    torch.get_device_module.cache_clear()
 
 
 def _register(names: list[str], device_type: str, **options: object) -> object:
