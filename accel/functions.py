@@ -117,7 +117,7 @@ def set_device(device: DeviceLike, accelerator: Accelerator | None = None) -> No
             indices are rank slots).
     """
     if not _no_device(device):
-        select_device(_resolve(accelerator), device)
+        select_device(_resolve(accelerator), device, "device")
 
 
 def device_index(
@@ -135,7 +135,7 @@ def device_index(
     """
     if device is None or _no_device(device):
         return contextlib.nullcontext()
-    return device_scope(_resolve(accelerator), device)
+    return device_scope(_resolve(accelerator), device, "device")
 
 
 def get_device_properties(

@@ -35,13 +35,15 @@ class _SelectableDevices(Protocol):
     def set_device(self, device_index: int) -> None: ...
 
 
-def _names_no_index(device: DeviceLike, device_type: str) -> ValueError:
+def _names_no_index(device: DeviceLike, device_type: str, argument: str) -> ValueError:
     return ValueError(
-        f"device_index {str(device)!r} names no device index; expected e.g. '{device_type}:0'"
+        f"{argument} {str(device)!r} names no device index; expected e.g. '{device_type}:0'"
     )
 
 
-def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
+def select_device(
+    devices: _SelectableDevices, device: DeviceLike, argument: str = "device_index"
+) -> None:
     """Make ``device`` current through the backend's ``int``-taking ``set_device``.
 
     Args:
@@ -49,6 +51,7 @@ def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
         device: An index, ``"<type>[:<index>]"`` or a ``torch.device``. A name without an
             index leaves the current device as it is on devices whose names carry none (the
             CPU: it names every slot).
+        argument: The caller's name for ``device``, in the errors.
 
     Raises:
         TypeError: ``device`` is not an ``int`` (``bool`` excluded), ``str`` or
@@ -58,28 +61,31 @@ def select_device(devices: _SelectableDevices, device: DeviceLike) -> None:
             backend's ``set_device`` raises.
     """
     device_type = torch.device(devices.device_name()).type
-    index = check_device(device, device_type)
+    index = check_device(device, device_type, argument)
     if index is None:
         if ":" not in devices.device_name(0):
             return
-        raise _names_no_index(device, device_type)
+        raise _names_no_index(device, device_type, argument)
     devices.set_device(index)
 
 
 @contextlib.contextmanager
-def device_scope(devices: _SelectableDevices, device: DeviceLike) -> Generator[None, None, None]:
+def device_scope(
+    devices: _SelectableDevices, device: DeviceLike, argument: str = "device_index"
+) -> Generator[None, None, None]:
     """:func:`select_device` inside a ``with`` block; the previous device comes back after.
 
     Args:
         devices: The backend.
         device: An index, ``"<type>[:<index>]"`` or a ``torch.device``.
+        argument: The caller's name for ``device``, in the errors.
 
     Returns:
         The context manager. Entering it raises what :func:`select_device` raises; leaving
         it makes the device that was current on entry current again.
     """
     previous = devices.current_device()
-    select_device(devices, device)
+    select_device(devices, device, argument)
     try:
         yield
     finally:
@@ -151,7 +157,7 @@ class SingleDeviceMixin:
         """Accepts the only device: ``0``, ``"<type>:0"`` or that ``torch.device``."""
         index = check_device(device_index, self.device_type)
         if index is None:
-            raise _names_no_index(device_index, self.device_type)
+            raise _names_no_index(device_index, self.device_type, "device_index")
         check_below_count(index, self.device_count(), self.device_type)
 
     def synchronize(self, device_index: int | None = None) -> None:
@@ -244,7 +250,7 @@ class TorchDeviceMixin:
         ``ValueError`` (torch refuses it too: it would not say which device)."""
         index = check_device(device_index, self.device_type)
         if index is None:
-            raise _names_no_index(device_index, self.device_type)
+            raise _names_no_index(device_index, self.device_type, "device_index")
         device_module(self.device_type).set_device(
             check_below_count(index, self.device_count(), self.device_type)
         )

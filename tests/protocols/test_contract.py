@@ -132,6 +132,11 @@ def test_accels_functions_serve_a_first_release_backend(board_class: type) -> No
     with accel.device_index(torch.device("cpu", 0), board):
         assert board.current_device() == 0
     assert board.current_device() == 1
+    # The errors name the functions' own argument.
+    with pytest.raises(ValueError, match="device must be a cpu device, got 'cuda:1'"):
+        accel.set_device("cuda:1", board)
+    with pytest.raises(ValueError, match="device must name a cpu device"):
+        accel.device_index("cpu:x", board).__enter__()
     properties = accel.get_device_properties(accelerator=board)
     assert (properties.name, properties.total_memory) == ("cpu", board.total_memory(1))
     # A device as torch's get_device_properties takes it (what `accel port` passes on).

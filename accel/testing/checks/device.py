@@ -85,9 +85,9 @@ def counts_and_synchronize(acc: Accelerator) -> None:
 
 @check(DeviceAPI, "device_name/set_device")
 def bad_device_index_is_rejected(acc: Accelerator) -> None:
-    """``device_name``, ``set_device`` and ``accel.set_device`` reject bad indices with an error
-    naming ``device_index`` (``accel.set_device`` takes a negative index as torch does: it
-    leaves the current device); on a backend that names its devices by index,
+    """``device_name`` and ``set_device`` reject bad indices with an error naming
+    ``device_index``, ``accel.set_device`` naming its ``device`` (it takes a negative index
+    as torch does: it leaves the current device); on a backend that names its devices by index,
     ``set_device`` rejects ``device_count()`` too.
     """
     for bad, error in ((-1, ValueError), ("0", TypeError), (True, TypeError)):
@@ -110,8 +110,8 @@ def bad_device_index_is_rejected(acc: Accelerator) -> None:
         ("0", ValueError), ("meta:0", ValueError), (torch.device("meta"), ValueError),
         (True, TypeError), (1.0, TypeError),
     )  # fmt: skip
-    for value, expected in wrong:
-        raises(expected, "device_index",
+    for value, expected in wrong:  # naming its own argument, `device`
+        raises(expected, "device ",
                functools.partial(functions.set_device, ill_typed(value), acc))  # fmt: skip
 
 
