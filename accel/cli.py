@@ -117,6 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def discard_stdout() -> None:
+    """Point stdout at ``/dev/null`` once its reader went away (``| head``), so that what
+    is still written, and the interpreter's last flush, cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``accel`` command line; returns the exit status.
 
@@ -143,8 +153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # would be the first thing a user reads in the report.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
-        args = build_parser().parse_args(arguments)  # a broken integration raises here
-        return int(args.handler(args))
+        with _stdout_to_stderr():  # an integration's import banner must not reach stdout
+            parser = build_parser()  # a broken integration raises here
+        args = parser.parse_args(arguments)
+        status = int(args.handler(args))
+        sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more can be said; exit quietly, as a
+        # process killed by SIGPIPE would (128 + 13).
+        discard_stdout()
+        return 141
     except (ValueError, TypeError, RuntimeError, OSError) as error:
         # Configuration mistakes (a bad ACCEL_BACKEND, an integration that fails to import)
         # deserve one line, not a traceback.

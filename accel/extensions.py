@@ -341,8 +341,9 @@ def report_sections(accelerator: Accelerator, taken: frozenset[str]) -> dict[str
         The sections by integration name; an integration that returns ``None`` has none.
 
     Raises:
-        IntegrationError: An integration's ``report_section`` raises, or one whose name is
-            one of ``taken`` returns a section (both naming the integration); or the
+        IntegrationError: An integration's ``report_section`` raises or returns something
+            other than a section or ``None``, or one whose name is one of ``taken`` returns a
+            section (both naming the integration); or the
             integrations fail to load (see :func:`discover`).
     """
     sections: dict[str, ReportSection] = {}
@@ -355,6 +356,11 @@ def report_sections(accelerator: Accelerator, taken: frozenset[str]) -> dict[str
             ) from error
         if section is None:
             continue
+        if not isinstance(section, ReportSection):  # pyright: ignore[reportUnnecessaryIsInstance]  # a plugin's answer
+            raise IntegrationError(
+                f"{entry.origin}: report_section returned {type(section).__name__} "
+                f"{section!r:.80}; expected a ReportSection or None"
+            )
         if entry.name in taken:
             raise IntegrationError(
                 f"{entry.origin}: its report section would replace the report's own "

@@ -264,6 +264,7 @@ def render(report: Report, width: int | None = None) -> str:
         Plain text (no markup), tables fitted to the width; sentences are never wrapped.
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     # Recorded into a buffer and exported as plain text, so the caller decides where it goes.
@@ -275,8 +276,8 @@ def render(report: Report, width: int | None = None) -> str:
     console.print("  ".join(f"{name} {version}" for name, version in report.versions.items()))
     console.print(f"cpu kernels: {report.cpu_kernels}")
     console.print(f"collectives: {report.collectives}", markup=False)
-    console.print(f"selected backend: [bold]{report.selected}[/]")
-    console.print(f"chosen by: {report.how} ({report.detail})")
+    console.print(f"selected backend: [bold]{escape(report.selected)}[/]")
+    console.print(f"chosen by: {report.how} ({report.detail})", markup=False)
     console.print(f"devices: {report.device_count}")
 
     backends = Table(title="registered backends", title_justify="left", box=None)
@@ -284,11 +285,11 @@ def render(report: Report, width: int | None = None) -> str:
         backends.add_column(column)
     for row in report.backends:
         backends.add_row(
-            row.name,
+            escape(row.name),
             "-" if row.priority is None else str(row.priority),
             _mark(row.available),
-            row.reason,
-            row.distribution,
+            escape(row.reason),
+            escape(row.distribution),
         )
     console.print(backends)
 
@@ -299,7 +300,7 @@ def render(report: Report, width: int | None = None) -> str:
     )
     matrix.add_column("protocol")
     for row in report.backends:
-        matrix.add_column(row.name, justify="center")
+        matrix.add_column(escape(row.name), justify="center")
     for proto in CAPABILITIES:
         matrix.add_row(
             proto.__name__, *(_mark(row.capabilities[proto.__name__]) for row in report.backends)
@@ -313,7 +314,7 @@ def render(report: Report, width: int | None = None) -> str:
         for column in ("op builder", "compatible", "reason"):
             builders.add_column(column)
         for op in report.op_builders:
-            builders.add_row(op.name, _mark(op.compatible), op.reason)
+            builders.add_row(escape(op.name), _mark(op.compatible), escape(op.reason))
         console.print(builders)
     else:
         console.print("op builders: none (the selected backend ships no native ops)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -186,3 +187,35 @@ def test_a_command_is_required() -> None:
     result = _accel()
     assert result.returncode == 2
     assert "COMMAND" in result.stderr
+
+
+def test_report_text_keeps_brackets_it_is_given() -> None:
+    # Rich read "[errno 13]" as markup and dropped it; "[/x]" raised a MarkupError.
+    from accel.report import BackendRow, OpBuilderRow, collect, render
+
+    said = "probe failed: [errno 13] [/x] [bold]raw[/bold]"
+    real = collect()
+    report = dataclasses.replace(
+        real,
+        detail=said,
+        backends=[dataclasses.replace(real.backends[0], reason=said, distribution="[dist]")],
+        op_builders=[OpBuilderRow("[Builder]", False, said)],
+    )
+    text = render(report, width=400)
+    assert text.count(said) == 3
+    assert "[dist]" in text
+    assert "[Builder]" in text
+    assert isinstance(report.backends[0], BackendRow)
+
+
+def test_a_reader_gone_away_ends_the_command_quietly() -> None:
+    # `accel report --json | head -c 10`: "Exception ignored ... BrokenPipeError" at exit.
+    reader, writer = os.pipe()
+    os.close(reader)
+    with os.fdopen(writer, "w") as closed:
+        result = subprocess.run(
+            [sys.executable, "-m", "accel", "report", "--json"], stdout=closed,
+            stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == ""

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator, MutableMapping
 from importlib.metadata import EntryPoint
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,6 +76,12 @@ class NamedLikeACoreKey(Integration):
     @override
     def report_section(self, accelerator: Accelerator) -> ReportSection:
         return ReportSection({}, ())
+
+
+class ReportSectionOfAnotherType(Integration):
+    @override
+    def report_section(self, accelerator: Accelerator) -> ReportSection:
+        return 42  # type: ignore[return-value]  # what a plugin may do
 
 
 class FailsToConstruct(Integration):
@@ -198,8 +205,22 @@ def test_a_launch_flag_that_cannot_be_honoured_is_a_usage_error(
             f"accel integration 'broken' from <unknown distribution> "
             f"({HERE}:ReportSectionFails): report_section raised ImportError: no driver",
         ),
+        (
+            f"{HERE}:ReportSectionOfAnotherType",
+            f"accel integration 'broken' from <unknown distribution> "
+            f"({HERE}:ReportSectionOfAnotherType): report_section returned int 42; expected a "
+            "ReportSection or None",
+        ),
     ],
-    ids=["import", "not-a-subclass", "constructor", "command-taken", "run-taken", "section-fails"],
+    ids=[
+        "import",
+        "not-a-subclass",
+        "constructor",
+        "command-taken",
+        "run-taken",
+        "section-fails",
+        "section-of-another-type",
+    ],
 )
 def test_a_broken_integration_is_an_error_naming_it(
     registered: Callable[..., None],
@@ -319,3 +340,22 @@ def test_import_accel_and_selection_load_no_integration() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_what_an_integration_prints_at_import_stays_off_the_json(
+    registered: Callable[..., None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "banner_integration.py").write_text(
+        "from accel.extensions import Integration\n"
+        "print('vendor banner, printed at import')\n"
+        "class Banner(Integration):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registered(banner="banner_integration:Banner")
+    assert cli.main(["report", "--json"]) == 0
+    out, err = capfd.readouterr()
+    json.loads(out)
+    assert "vendor banner, printed at import" in err

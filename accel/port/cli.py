@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel.port.rewrite import RULES, Finding, PortResult, port_source
-from accel.port.split import source_lines
+from accel.port.rewrite import RULES, Finding, PortError, PortResult, port_source
+from accel.port.split import SourceError, source_lines
 
 
 @dataclass(frozen=True)
@@ -71,18 +71,27 @@ def python_files(paths: Sequence[str]) -> Iterator[Path | Skipped | NotWalked]:
         walk.
     """
     for name in paths:
+        if not name:  # Path("") is ".": an unset shell variable must not port the cwd
+            yield Skipped("'': empty path; expected a Python file or a directory")
+            continue
         path = Path(name)
         if path.is_dir():
             yield from _walk(path)
         elif path.is_file():
             yield path.resolve() if path.is_symlink() else path
+        elif path.exists():
+            yield Skipped(f"{name}: not a regular file or directory; left alone")
         else:
             yield Skipped(f"{name}: no such file or directory")
 
 
-def _walk(root: Path) -> Iterator[Path | NotWalked]:
-    found: list[Path | NotWalked] = []
-    for directory, subdirectories, files in os.walk(root, followlinks=False):
+def _walk(root: Path) -> Iterator[Path | NotWalked | Skipped]:
+    found: list[Path | NotWalked | Skipped] = []
+
+    def unreadable(error: OSError) -> None:
+        found.append(Skipped(f"{error.filename}: cannot be read: {error.strerror or error}"))
+
+    for directory, subdirectories, files in os.walk(root, onerror=unreadable, followlinks=False):
         entered: list[str] = []
         for name in sorted(subdirectories):
             path = Path(directory, name)
@@ -92,7 +101,7 @@ def _walk(root: Path) -> Iterator[Path | NotWalked]:
                 continue
             elif name.startswith("."):
                 found.append(NotWalked(f"{path}: hidden directory not walked"))
-            elif (path / "pyvenv.cfg").is_file():
+            elif _is_file(path / "pyvenv.cfg"):
                 found.append(NotWalked(f"{path}: virtual environment not walked"))
             elif name in _INSTALLED:
                 found.append(NotWalked(f"{path}: installed packages not walked"))
@@ -105,9 +114,19 @@ def _walk(root: Path) -> Iterator[Path | NotWalked]:
                 continue
             if path.is_symlink():
                 found.append(NotWalked(f"{path}: symbolic link not followed"))
+            elif not _is_file(path):  # a FIFO would block the read for ever
+                found.append(NotWalked(f"{path}: not a regular file, not read"))
             else:
                 found.append(path)
     yield from found
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where it cannot be told (a directory that cannot be entered)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def read_source(path: Path) -> Source:
@@ -210,7 +229,17 @@ def run(
         try:
             if isinstance(path, Skipped):
                 raise path
-            found = _port_file(path, diff=diff, check=check, strict=strict, explain=explain)
+            try:
+                found = _port_file(path, diff=diff, check=check, strict=strict, explain=explain)
+            except BrokenPipeError:
+                if diff or check:
+                    raise  # what is left to do is to say things, and nobody reads them
+                # Ported in place, the files are the point: this one (porting twice is
+                # porting once) and the rest are ported, unread.
+                from accel.cli import discard_stdout
+
+                discard_stdout()
+                found = _port_file(path, diff=diff, check=check, strict=strict, explain=explain)
         except Skipped as skipped:
             print(skipped, file=sys.stderr)
             status = 2
@@ -230,6 +259,8 @@ def _port_file(path: Path, *, diff: bool, check: bool, strict: bool, explain: bo
         result = port_source(source.text)
     except RecursionError:
         raise Skipped(f"{path}: cannot be ported: it nests too deeply") from None
+    except (PortError, SourceError) as error:  # the message names the line
+        raise Skipped(f"{path}: cannot be ported: {error}") from None
     except Exception as error:  # one file's failure, whatever it is, must not stop the run
         raise Skipped(f"{path}: cannot be ported: {type(error).__name__}: {error}") from None
     if explain:

@@ -430,7 +430,7 @@ class _Collector(ast.NodeVisitor):
             ):
                 self.facts.int_attributes.add((owner, attribute))
         for scope, value, line in self.int_candidates:
-            if _is_int_literal(value):
+            if _is_int_literal_or_call(value):
                 self.facts.lines.add(line)
             elif isinstance(value, ast.Name) and self._is_int_name(scope, value.id):
                 self.facts.int_device_uses.add((scope, value.id))

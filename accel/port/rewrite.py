@@ -90,12 +90,15 @@ def port_source(source: str) -> PortResult:
     Raises:
         SourceError: The source does not tokenize, or nests brackets or indentation deeper
             than CPython compiles (a ``ValueError``; the message names the line).
-        PortError: The module has a syntax error (Python's own, naming its line; a module
-            over ``ANALYSIS_LIMIT`` characters is not parsed whole, and only the statements
-            a rule may match are checked), a logical line of more than ``MAX_LINE_TOKENS``
-            tokens, or an expression nested deeper than the rewriter parses safely (a
-            ``ValueError``; the message names the line).
+        PortError: The module holds a null byte, or has a syntax error (Python's own,
+            naming its line; a module over ``ANALYSIS_LIMIT`` characters is not parsed
+            whole, and only the statements a rule may match are checked), a logical line
+            of more than ``MAX_LINE_TOKENS`` tokens, or an expression nested deeper than
+            the rewriter parses safely (a ``ValueError``; the message names the line).
     """
+    if "\0" in source:  # Python refuses to compile such a file: it is never ported
+        line = source.count("\n", 0, source.index("\0")) + 1
+        raise PortError(f"line {line}: source code cannot contain null bytes")
     if "\r" in source and "\n" not in source:
         # Old Mac line ends: Python reads them as line ends, the tokenizer and libcst do
         # not. Port the text with "\n" and give the file its own line ends back.

@@ -95,6 +95,12 @@ FUNCTIONS = {
     "mem_get_info": "get_memory_info",  # (free, total) of a device on every backend
 }  # fmt: skip
 NVTX = frozenset({"range_push", "range_pop"})
+# torch.cuda functions with no accel function of the same meaning, and where the answer is.
+_NO_EQUIVALENT = {
+    "get_device_capability": "is CUDA's (major, minor): accel.get_device_properties(i)"
+    ".compute_capability holds it where the device has one, None elsewhere "
+    "(accel.get_device_capability is torch.accelerator's, the dtypes a device holds)",
+}
 GRAPH_NAMES = frozenset(
     {"CUDAGraph", "graph", "graphs", "make_graphed_callables", "graph_pool_handle"}
 )
@@ -243,6 +249,9 @@ class PortTransformer(cst.CSTTransformer):
         self._cuda_strings: list[cst.SimpleString] = []
         self._consumed: set[int] = set()  # ids of original nodes a rule took away
         self._compared: set[int] = set()  # ids of the operands of == and != comparisons
+        # Choices whose test held torch.cuda.is_available(), by the id of the node left in
+        # the tree: the original node of each.
+        self._guarded_choices: dict[int, cst.IfExp] = {}
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -441,6 +450,7 @@ class PortTransformer(cst.CSTTransformer):
 
     @override
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        updated_node = self._choices_keep_their_guards(updated_node)
         taken = {finding.line for finding in self.findings}
         for node in self._cuda_strings:
             line, _ = self._position(node)
@@ -465,6 +475,30 @@ class PortTransformer(cst.CSTTransformer):
             )  # fmt: skip
             self._manual(node, f"{value!r} {advice}")
         return updated_node
+
+    def _choices_keep_their_guards(self, module: cst.Module) -> cst.Module:
+        """Put back the guard of each choice left as the rules found it whose branches still
+        hold CUDA code (see :meth:`_guards_put_back`); a choice a rule around it rewrote is
+        a new node, not found here."""
+        rules = self
+
+        class PutBack(cst.CSTTransformer):
+            @override
+            def leave_IfExp(
+                self, original_node: cst.IfExp, updated_node: cst.IfExp
+            ) -> cst.BaseExpression:
+                found = rules._guarded_choices.get(id(original_node))
+                if found is None or not (
+                    rules._names_cuda(updated_node.body) or rules._names_cuda(updated_node.orelse)
+                ):
+                    return updated_node
+                return updated_node.with_changes(
+                    test=rules._guards_put_back(found.test, updated_node.test)
+                )
+
+        if not self._guarded_choices:
+            return module
+        return module.visit(PutBack())
 
     @override
     def leave_Comparison(
@@ -491,14 +525,31 @@ class PortTransformer(cst.CSTTransformer):
         # would run where it did not. The guard stays until the branch is ported.
         if updated_node.test is original_node.test:
             return updated_node
-        guards = [
-            call for call in m.findall(original_node.test, m.Call(func=m.Attribute(attr=m.Name("is_available"))))
+        branches = [updated_node.body, *([updated_node.orelse] if updated_node.orelse else [])]
+        if not any(self._names_cuda(branch) for branch in branches):
+            return updated_node
+        return updated_node.with_changes(
+            test=self._guards_put_back(original_node.test, updated_node.test)
+        )
+
+    def _availability_guards(self, test: cst.BaseExpression) -> list[cst.Call]:
+        """The ``torch.cuda.is_available()`` calls in ``test`` (an original node)."""
+        return [
+            call for call in m.findall(test, m.Call(func=m.Attribute(attr=m.Name("is_available"))))
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
             and self._is_torch_cuda(call.func.value)
         ]  # fmt: skip
-        branches = [updated_node.body, *([updated_node.orelse] if updated_node.orelse else [])]
-        if not guards or not any(self._names_cuda(branch) for branch in branches):
-            return updated_node
+
+    def _guards_put_back(
+        self, original: cst.BaseExpression, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        """``updated`` (the test of a choice whose branches still hold CUDA code) with its
+        ported ``torch.cuda.is_available()`` guards as they were, each reported: ported,
+        a guard is true on every accelerator (the CPU backend's included), and the CUDA
+        branch would run where it did not. Whatever else the test held stays ported."""
+        guards = self._availability_guards(original)
+        if not guards:
+            return updated
         for guard in guards:
             where = self._position(guard)
             self.findings = [
@@ -507,7 +558,6 @@ class PortTransformer(cst.CSTTransformer):
             self._manual(guard, "torch.cuda.is_available() guards code still written for CUDA: "
                          "ported, the guard would be true on every accelerator (the CPU "
                          "backend's included); port the branch, then the guard")  # fmt: skip
-        # Only the guards go back; whatever else the test held stays ported.
         ported_guard = m.Call(
             func=m.Attribute(
                 value=m.Call(func=m.Name(self.facts.local_name("get_accelerator")), args=[]),
@@ -515,9 +565,9 @@ class PortTransformer(cst.CSTTransformer):
             ),
             args=[],
         )
-        test = m.replace(updated_node.test, ported_guard, guards[0])
+        test = m.replace(updated, ported_guard, guards[0])
         assert isinstance(test, cst.BaseExpression)
-        return updated_node.with_changes(test=test)
+        return test
 
     def _names_cuda(self, node: cst.CSTNode) -> bool:
         """Whether ``node``, as the rules left it, still holds CUDA code: a string naming a
@@ -576,6 +626,10 @@ class PortTransformer(cst.CSTTransformer):
                 self._note(original_node, f"'cuda' if 'cuda' in {device.value} else 'cpu' -> {code}",
                            rule="device-type")  # fmt: skip
                 return replacement
+        if test is not original_node.test and self._availability_guards(original_node.test):
+            # `"cuda" if torch.cuda.is_available() else "cpu"`: decided at the end, as a
+            # rule around the choice (a device variable's) may port its branches yet.
+            self._guarded_choices[id(updated_node)] = original_node
         return updated_node
 
     def _position(self, node: cst.CSTNode) -> tuple[int, int]:
@@ -982,8 +1036,18 @@ class PortTransformer(cst.CSTTransformer):
         return cst.Call(func=local, args=[cst.Arg(inner)])
 
     def _is_int(self, node: cst.BaseExpression) -> bool:
-        """Whether ``node`` is provably an ``int`` here (ModuleFacts says when)."""
-        if isinstance(node, cst.Integer):
+        """Whether ``node`` is provably an ``int`` here (ModuleFacts says when): also
+        ``int(...)`` and ``x % <...>.device_count()`` written in place, as ModuleFacts takes
+        them assigned."""
+        if isinstance(node, cst.Integer) or m.matches(node, m.Call(func=m.Name("int"))):
+            return True
+        if m.matches(
+            node,
+            m.BinaryOperation(
+                operator=m.Modulo(),
+                right=m.Call(func=m.Attribute(attr=m.Name("device_count")), args=[]),
+            ),
+        ):
             return True
         if isinstance(node, cst.Name):
             return (tuple(self.scope), node.value) in self.facts.int_device_uses
@@ -1217,7 +1281,10 @@ class PortTransformer(cst.CSTTransformer):
                 "default_generators",
             ):
                 self._manual(
-                    original_node, f"torch.cuda.{name} has no accel equivalent; left as it is"
+                    original_node,
+                    f"torch.cuda.{name} "
+                    + _NO_EQUIVALENT.get(name, "has no accel equivalent")
+                    + "; left as it is",
                 )
             elif id(original_node) not in self._called and name != "default_generators":
                 # Passed as a value (a callback, isinstance(s, torch.cuda.Stream)): the calls

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -325,16 +326,19 @@ def test_a_file_with_several_hard_links_is_left_alone(
     [
         # A syntax error in a statement no rule looks at: the file was "ported" (exit 0),
         # the statements around it rewritten, with the import under an alias.
-        ("import torch\nx = = 1\n" + CUDA_LINE, "PortError: line 2: invalid syntax"),
-        ('import torch\nprint "hello"\n' + CUDA_LINE, "PortError: line 2: Missing parentheses"),
+        ("import torch\nx = = 1\n" + CUDA_LINE, "line 2: invalid syntax"),
+        ('import torch\nprint "hello"\n' + CUDA_LINE, "line 2: Missing parentheses"),
         ("import torch\nif True:\n\tx = 1\n        " + CUDA_LINE,
-         "PortError: line 4: inconsistent use of tabs and spaces"),
+         "line 4: inconsistent use of tabs and spaces"),
         # Lines the tokenizer gave: the end of the file, past it, or the next statement.
         ("import torch\n\n\ndef f():\n    x = 1\n    y = (2,\n    " + CUDA_LINE + "    return x +* y\n",
-         "SourceError: line 6: '(' was never closed"),
-        ("import torch\n\n\ndef f(:\n    " + CUDA_LINE, "SourceError: line 4: invalid syntax"),
+         "line 6: '(' was never closed"),
+        ("import torch\n\n\ndef f(:\n    " + CUDA_LINE, "line 4: invalid syntax"),
+        # Python refuses to compile a null byte (3.11: a ValueError, not a SyntaxError).
+        ("import torch\nx = 1\0\n" + CUDA_LINE, "line 2: source code cannot contain null bytes"),
     ],
-    ids=["assignment", "python2-print", "tabs-and-spaces", "unclosed-bracket", "bad-signature"],
+    ids=["assignment", "python2-print", "tabs-and-spaces", "unclosed-bracket", "bad-signature",
+         "null-byte"],
 )  # fmt: skip
 def test_a_file_python_cannot_parse_is_refused_at_pythons_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, message: str
@@ -356,3 +360,58 @@ def test_syntax_newer_than_the_running_python_is_still_ported() -> None:
     # Under an alias where this Python cannot analyse the module (local rules only).
     assert ported.endswith(("\n" + PORTED_LINE, "\n_accel_" + PORTED_LINE))
     assert "type Index = int\n" in ported
+
+
+def test_an_empty_path_is_refused_not_the_current_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `accel port "$SRC"` with SRC unset: Path("") is ".", and every file under it was ported.
+    victim = _write(tmp_path, "victim.py", "import torch\n" + CUDA_LINE)
+    monkeypatch.chdir(tmp_path)
+    assert main(["port", ""]) == 2
+    assert victim.read_text() == "import torch\n" + CUDA_LINE
+    assert "'': empty path" in capsys.readouterr().err
+
+
+def test_a_walk_passes_fifos_and_directories_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A FIFO named *.py blocked the walk for ever; one directory whose pyvenv.cfg could not
+    # be looked at (no search permission) stopped the whole run, porting nothing.
+    os.mkfifo(tmp_path / "pipe.py")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    ported = _write(tmp_path, "train.py", "import torch\n" + CUDA_LINE)
+    is_file = Path.is_file
+
+    def no_search_permission(path: Path) -> bool:
+        if path.parent == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return is_file(path)
+
+    monkeypatch.setattr(Path, "is_file", no_search_permission)
+    # Were the FIFO read, this writer would end the read (and the test would fail, not hang).
+    unblock = threading.Timer(10, lambda: os.close(os.open(tmp_path / "pipe.py", os.O_WRONLY)))
+    unblock.start()
+    try:
+        assert main(["port", str(tmp_path)]) == 0
+    finally:
+        unblock.cancel()
+    assert "get_accelerator" in ported.read_text()
+    said = capsys.readouterr().err
+    assert f"{tmp_path / 'pipe.py'}: not a regular file, not read" in said
+
+
+def test_files_ported_in_place_are_all_ported_when_the_reader_goes_away(tmp_path: Path) -> None:
+    # `accel port many/ | head -1`: the broken pipe stopped the run after the first files.
+    for index in range(40):
+        _write(tmp_path, f"f{index}.py", "import torch\n" + CUDA_LINE)
+    reader, writer = os.pipe()
+    os.close(reader)
+    with os.fdopen(writer, "w") as closed:
+        result = subprocess.run(
+            [sys.executable, "-m", "accel", "port", str(tmp_path)], stdout=closed,
+            stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert result.stderr == ""
+    assert all("get_accelerator" in path.read_text() for path in tmp_path.glob("*.py"))

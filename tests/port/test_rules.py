@@ -207,9 +207,7 @@ def test_cli_reports_unparsable_and_missing_files(
 ) -> None:
     broken = _write(tmp_path, "broken.py", "def f(:\n")
     assert main(["port", str(broken)]) == 2
-    assert f"{broken}: cannot be ported: SourceError: line 1: invalid syntax" in (
-        capsys.readouterr().err
-    )
+    assert f"{broken}: cannot be ported: line 1: invalid syntax" in capsys.readouterr().err
     assert main(["port", str(tmp_path / "absent.py")]) == 2
     assert "absent.py: no such file or directory" in capsys.readouterr().err
 
@@ -1171,6 +1169,52 @@ def test_an_availability_guard_stays_while_its_branch_is_cudas_own() -> None:
     assert _manual_lines(source) == [4, 5, 6, 9]
 
 
+def test_a_choices_guard_stays_while_its_branch_names_cuda() -> None:
+    # `"cuda" if torch.cuda.is_available() else "cpu"` where no rule proves a device is
+    # meant: the guard was ported and "cuda" kept, so the CPU backend chose "cuda" and the
+    # script failed ("Torch not compiled with CUDA enabled").
+    source = """
+        import torch
+        from mylib import build
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = build(device)
+        class Args:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        def main(device: str = "cuda" if torch.cuda.is_available() else "cpu"):
+            return build(device)
+        x = torch.zeros(3, device="cuda" if torch.cuda.is_available() else "cpu")
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        """
+    ported = _ported(source)
+    assert ported.count('"cuda" if torch.cuda.is_available() else "cpu"') == 3
+    assert "device=get_accelerator().device_name() if get_accelerator().is_available()" in ported
+    assert "n = get_accelerator().device_count() if get_accelerator().is_available() else 0" in (
+        ported
+    )
+    assert _manual_lines(source) == [4, 7, 8]
+
+
+def test_an_int_written_in_a_device_position_is_a_device_index() -> None:
+    source = """
+        import os
+        import torch
+        rank = int(os.environ["RANK"])
+        x = torch.ones(2).to(int(os.environ["LOCAL_RANK"]))
+        y = torch.ones(2, device=rank % torch.cuda.device_count())
+        m = torch.nn.Linear(2, 2).cuda(int(os.environ["LOCAL_RANK"]))
+        """
+    ported = _ported(source)
+    assert 'x = torch.ones(2).to(get_accelerator().device_name(int(os.environ["LOCAL_RANK"])))' in (
+        ported
+    )
+    assert (
+        "y = torch.ones(2, device=get_accelerator().device_name(rank % "
+        "get_accelerator().device_count()))"
+    ) in ported
+    assert 'device_name(int(os.environ["LOCAL_RANK"])))' in ported.splitlines()[-1]
+    assert _manual_lines(source) == []
+
+
 def test_an_int_attribute_is_one_classs_not_every_classs() -> None:
     # self.device = local_rank in one class made another class's self.device (a property
     # returning torch.device("cpu"), or a class attribute) an int: it became
@@ -1301,3 +1345,10 @@ def test_a_ranks_device_index_modulo_the_device_count_is_an_int() -> None:
     assert "device_id = rank % get_accelerator().device_count()" in ported
     assert "model.to(get_accelerator().device_name(device_id))" in ported
     assert "torch.ones(2).to(get_accelerator().device_name(device_id))" in ported
+
+
+def test_cudas_device_capability_is_pointed_at_the_properties() -> None:
+    # It said "has no accel equivalent", though the properties hold CUDA's (major, minor).
+    result = port_source("import torch\nmajor, minor = torch.cuda.get_device_capability()\n")
+    (finding,) = [f for f in result.findings if not f.rewritten]
+    assert "get_device_properties(i).compute_capability" in finding.message
