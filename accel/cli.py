@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Generator, Sequence
 
 from accel import extensions
+from accel._output import discard_stdout
 
 
 def _flush_stdout() -> None:
@@ -115,16 +116,6 @@ def build_parser() -> argparse.ArgumentParser:
     # Last, so that a name an integration takes from accel is an error naming it.
     extensions.add_subcommands(commands)  # what integrations add (accel.extensions)
     return parser
-
-
-def discard_stdout() -> None:
-    """Point stdout at ``/dev/null`` once its reader went away (``| head``), so that what
-    is still written, and the interpreter's last flush, cannot fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

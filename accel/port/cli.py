@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from accel._output import discard_stdout
 from accel.port.rewrite import RULES, Finding, PortError, PortResult, port_source
 from accel.port.split import SourceError, source_lines
 
@@ -236,8 +237,6 @@ def run(
                     raise  # what is left to do is to say things, and nobody reads them
                 # Ported in place, the files are the point: this one (porting twice is
                 # porting once) and the rest are ported, unread.
-                from accel.cli import discard_stdout
-
                 discard_stdout()
                 found = _port_file(path, diff=diff, check=check, strict=strict, explain=explain)
         except Skipped as skipped:
