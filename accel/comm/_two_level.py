@@ -37,6 +37,21 @@ def named_ranks(
     every rank makes alike before any byte moves leaves the group usable."""
     try:
         collective(spanning, *args)
+    except ValueError as error:
+        if "mismatch" not in str(error):  # refused alike on every rank before anything moved
+            raise
+        # Ranks of one node passed different tensors: the node's segment has failed them,
+        # but the other nodes' ranks wait on the links between nodes for this node's
+        # share. Leave both levels so they are told at once, not at the group's timeout.
+        across = "" if spanning.across is None else (
+            f"; the link between nodes joins global ranks {list(spanning.across.ranks)}"
+        )  # fmt: skip
+        message = (
+            f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
+            f"are global ranks {list(spanning.node)}{across}]"
+        )
+        _leave(spanning, message)
+        raise ValueError(message) from error
     except RuntimeError as error:
         across = "" if spanning.across is None else (
             f"; the link between nodes joins global ranks {list(spanning.across.ranks)}"

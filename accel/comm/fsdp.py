@@ -153,11 +153,18 @@ def share_fsdp_buffers(module: nn.Module, group: dist.ProcessGroup | None = None
         How many FSDP2 modules got the hooks.
 
     Raises:
-        TypeError: ``module`` is not an ``nn.Module``.
+        TypeError: ``module`` is not an ``nn.Module``, or ``group`` not a process group or
+            ``None``.
         ValueError: No module in ``module`` was wrapped by ``fully_shard``.
     """
     if not isinstance(module, nn.Module):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if group is not None and not isinstance(group, dist.ProcessGroup):  # pyright: ignore[reportUnnecessaryIsInstance]
+        hint = " (a DeviceMesh: pass mesh.get_group())" if hasattr(group, "get_group") else ""
+        raise TypeError(
+            f"group must be a torch.distributed ProcessGroup or None, got "
+            f"{type(group).__name__} {group!r:.60}{hint}"
+        )
     wrapped = [m for m in module.modules() if isinstance(m, FSDPModule)]
     if not wrapped:
         raise ValueError(

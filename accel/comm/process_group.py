@@ -49,11 +49,13 @@ from accel.comm._promote import enabled as promotion_enabled
 from accel.comm._release import released
 from accel.comm._route import Way
 from accel.comm._segment import (
+    contiguous_work,
     refuse_shared_elements,
     register_group_owner,
     release,
     segment_of,
     spanning_of,
+    write_back,
 )
 from accel.comm._serial import SerialWorker
 
@@ -169,6 +171,21 @@ class AccelProcessGroup(dist.ProcessGroup):
         if name is None:
             raise RuntimeError("ProcessGroup name not set")
         return name
+
+    @override
+    def _get_backend(self, device: torch.device) -> Any:
+        """For the CPU, gloo's backend, which also offers FSDP2 buffers from this group's
+        pool (:class:`_PooledBackend`); torch's answer for other devices.
+
+        Args:
+            device: The device whose backend torch's Python code asks for.
+
+        Returns:
+            The backend.
+        """
+        if torch.device(device).type != "cpu":
+            return super()._get_backend(device)
+        return _PooledBackend(self)
 
     @override
     def shutdown(self) -> None:
@@ -290,7 +307,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         opts = opts or dist.BroadcastOptions()
         if len(tensors) != 1 or self._way() is Way.TORCH:
             self.wait_queued()
-            return self.gloo.broadcast(tensors, opts)
+            return _on_contiguous(tensors, lambda works: self.gloo.broadcast(works, opts))
         source = dist.get_global_rank(self, opts.rootRank)
         return self._here(lambda: comm.broadcast_(tensors[0], source, group=self), tensors)
 
@@ -358,7 +375,9 @@ class AccelProcessGroup(dist.ProcessGroup):
             return self.gloo.barrier(opts or dist.BarrierOptions())
         return self._here(lambda: comm.barrier(group=self), [])
 
-    def _set_up_then_gloo(self, tensors: list[torch.Tensor], opts: Any) -> bool:
+    def _set_up_then_gloo(
+        self, tensors: list[torch.Tensor], opts: Any, modes: _CallerModes | None = None
+    ) -> bool:
         """Before a queued reduction, on the worker: set the group up if not yet (the
         first reduction's job on every rank alike: the set-up is collective), and if the
         group is gloo's after all, reduce as a call made after the set-up does, with the
@@ -368,7 +387,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             self.shared_reductions += 1
             return False
         with released(tensors):
-            self.gloo.allreduce(tensors, opts).wait()
+            self._gloo_allreduce(tensors, opts, modes).wait()
         return True
 
     def _reduce(self, tensor: torch.Tensor) -> None:
@@ -398,13 +417,13 @@ class AccelProcessGroup(dist.ProcessGroup):
             self._worker.run_queued()
         else:
             last.exception()  # waits for it
-        self._raise_if_failed()
+        self.raise_if_failed()
 
     def _on_worker(self) -> bool:
         """Whether this thread is the group's worker (a queued reduction's callbacks)."""
         return self._worker.running_here()
 
-    def _raise_if_failed(self) -> None:
+    def raise_if_failed(self) -> None:
         """Refuse to go on after a queued reduction failed (see :meth:`wait_queued`)."""
         if self._failed is None:
             return
@@ -450,8 +469,8 @@ class AccelProcessGroup(dist.ProcessGroup):
 
         def run() -> None:
             try:
-                self._raise_if_failed()  # in queue order: nothing runs after a failure
-                if self._set_up_then_gloo(tensors, opts):
+                self.raise_if_failed()  # in queue order: nothing runs after a failure
+                if self._set_up_then_gloo(tensors, opts, modes):
                     outcome.set_result(tensors)
                     return
             except BaseException as error:  # the group as it was: it sets up again
@@ -485,27 +504,28 @@ class AccelProcessGroup(dist.ProcessGroup):
             self._worker.run_queued()
         return _QueuedWork(future, self._worker)
 
-    def _gloo_allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def _gloo_allreduce(
+        self, tensors: list[torch.Tensor], opts: Any, modes: _CallerModes | None = None
+    ) -> Any:
         """gloo's ``allreduce``; an ``AVG`` of integer tensors, which gloo refuses, as its
         sum divided here once it ends (as :func:`_divide` divides)."""
-        if not (
-            opts.reduceOp == dist.ReduceOp.AVG
-            and any(_averages(opts.reduceOp, t) and not t.is_floating_point() for t in tensors)
-        ):
-            return self.gloo.allreduce(tensors, opts)
-        summing, sum_op = dist.AllreduceOptions(), cast("Any", dist.ReduceOp.SUM)
-        summing.reduceOp, summing.timeout = sum_op, opts.timeout  # ReduceOp's stub type
-        work = self.gloo.allreduce(tensors, summing)
-        modes, size = _CallerModes(), self.size()
+        divided = opts.reduceOp == dist.ReduceOp.AVG and any(
+            _averages(opts.reduceOp, t) and not t.is_floating_point() for t in tensors
+        )
+        if divided:
+            summing, sum_op = dist.AllreduceOptions(), cast("Any", dist.ReduceOp.SUM)
+            summing.reduceOp, summing.timeout = sum_op, opts.timeout  # ReduceOp's stub type
+            opts = summing
+        modes, size = modes or _CallerModes(), self.size()
 
-        def divide(summed: torch.futures.Future[list[torch.Tensor]]) -> list[torch.Tensor]:
-            summed.value()  # raises gloo's failure
+        def divide(works: list[torch.Tensor]) -> None:
             with modes:
-                for tensor in tensors:
+                for tensor in works:
                     _divide(tensor, size)
-            return tensors
 
-        return _QueuedWork(work.get_future().then(divide))
+        return _on_contiguous(
+            tensors, lambda works: self.gloo.allreduce(works, opts), divide if divided else None
+        )
 
     def _promote(self, tensor: torch.Tensor, caller: Any) -> None:
         """Move ``tensor``'s storage into this rank's pool if it is DDP's bucket, seen
@@ -514,6 +534,34 @@ class AccelProcessGroup(dist.ProcessGroup):
         shm = spanning.local_shm if spanning is not None else segment_of(self)
         if shm is not None:
             self.promotions.consider(tensor, caller, shm)
+
+
+def _on_contiguous(
+    tensors: list[torch.Tensor],
+    launch: Callable[[list[torch.Tensor]], Any],
+    then: Callable[[list[torch.Tensor]], None] | None = None,
+) -> Any:
+    """``launch`` (a gloo collective) on ``tensors``, each with gaps in its memory (a
+    ``[::2]`` view) replaced by a contiguous copy written back once it ends: gloo takes a
+    tensor's memory as it lies, so it would sum the gaps and write over them. ``then``
+    runs on the results before they are written back. ``ValueError`` before anything
+    moves for a tensor whose elements share memory."""
+    works = [contiguous_work(tensor) for tensor in tensors]
+    copied = any(work is not tensor for work, tensor in zip(works, tensors, strict=True))
+    if not copied and then is None:
+        return launch(tensors)
+    work = launch(works)
+
+    def finish(done: torch.futures.Future[list[torch.Tensor]]) -> list[torch.Tensor]:
+        done.value()  # raises gloo's failure
+        if then is not None:
+            then(works)
+        for tensor, result in zip(tensors, works, strict=True):
+            if result is not tensor:
+                write_back(tensor, result)
+        return tensors
+
+    return _QueuedWork(work.get_future().then(finish))
 
 
 def _averages(op: Any, tensor: torch.Tensor) -> bool:
@@ -585,20 +633,75 @@ _GLOO_NAMES = {
 }
 
 
+# Point-to-point calls are not ordered against collectives (gloo runs them beside its
+# collectives, matched by tag): waiting for the queued reductions first would deadlock a
+# rank that receives while its async all-reduce waits for the sender, which only joins
+# that all-reduce once its send was received (pipeline parallelism beside DDP).
+_POINT_TO_POINT = frozenset({"send", "recv", "recv_anysource"})
+
+
 def _delegate(name: str) -> Any:
     target = _GLOO_NAMES.get(name, name)
 
     def collective(self: AccelProcessGroup, *args: Any, **kwargs: Any) -> Any:
-        self.wait_queued()
+        if name in _POINT_TO_POINT:
+            self.raise_if_failed()
+        else:
+            self.wait_queued()
         return getattr(self.gloo, target)(*args, **kwargs)
 
     collective.__name__ = collective.__qualname__ = name
-    collective.__doc__ = f"gloo's ``{name}``, after the reductions queued before it."
+    collective.__doc__ = (
+        f"gloo's ``{name}``, beside the queued reductions (not after them)."
+        if name in _POINT_TO_POINT
+        else f"gloo's ``{name}``, after the reductions queued before it."
+    )
     return collective
 
 
 for _name in _GLOO_COLLECTIVES:
     setattr(AccelProcessGroup, _name, _delegate(_name))
+
+
+class _PooledBackend:
+    """A group's gloo backend as torch's Python code asks for it (``group._get_backend``),
+    with the allocation hook of torch's ``Backend`` answered: FSDP2's
+    ``set_allocate_memory_from_process_group_for_comm(True)`` asks it for each all-gather
+    and reduce-scatter buffer (``ProcessGroupAllocMixin``), which then comes from the
+    group's pool, where the ``"accel"`` backend's collectives go straight between the
+    ranks' buffers (an ordinary tensor where the pool has no room). Every rank asks for
+    the same buffers in the same order, as :func:`accel.comm.try_shared_empty` needs."""
+
+    def __init__(self, group: AccelProcessGroup) -> None:
+        self._group = group
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group.gloo, name)
+
+    def supports_tensor_alloc(self, device: torch.device) -> bool:
+        """Whether buffers on ``device`` come from the pool: on the CPU.
+
+        Args:
+            device: Where the buffer goes.
+
+        Returns:
+            ``True`` for the CPU.
+        """
+        return torch.device(device).type == "cpu"
+
+    def allocate_tensor(self, size: int, *, dtype: torch.dtype, device: torch.device) -> Any:
+        """A one-dimensional buffer of ``size`` elements, in the pool where it has room.
+
+        Args:
+            size: The number of elements.
+            dtype: The element type.
+            device: Where the buffer goes (the CPU: see :meth:`supports_tensor_alloc`).
+
+        Returns:
+            An uninitialised tensor.
+        """
+        pooled = comm.try_shared_empty(size, dtype=dtype, group=self._group)
+        return pooled if pooled is not None else torch.empty(size, dtype=dtype, device=device)
 
 
 _live: weakref.WeakSet[AccelProcessGroup] = weakref.WeakSet()

@@ -97,6 +97,14 @@ def test_share_fsdp_buffers_names_what_is_wrong() -> None:
     with pytest.raises(ValueError, match=r"module \(Linear\) has no module wrapped by fully_shard"):
         share_fsdp_buffers(torch.nn.Linear(2, 2))
 
+    class Mesh:  # what a DeviceMesh offers (its group came at the first forward, as a TypeError)
+        def get_group(self) -> None: ...
+
+    with pytest.raises(TypeError, match=r"group must be .* got Mesh .*pass mesh\.get_group\(\)"):
+        share_fsdp_buffers(torch.nn.Linear(2, 2), Mesh())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"group must be a torch.distributed ProcessGroup or None"):
+        share_fsdp_buffers(torch.nn.Linear(2, 2), "x")  # type: ignore[arg-type]
+
 
 def test_a_torch_without_fsdp2s_hooks_is_named_on_import(monkeypatch: pytest.MonkeyPatch) -> None:
     # torch before FSDP2's custom-communication hooks: the module that defines them is

@@ -232,3 +232,30 @@ def test_ddp_with_torchs_powersgd_hook_trains_as_on_gloo(reports: list[dict[str,
         assert isinstance(losses["gloo"], list), losses
         assert len(losses["gloo"]) == 5
         assert losses["accel"] == losses["gloo"]
+
+
+def test_point_to_point_goes_beside_a_queued_reduction_as_on_gloo(
+    reports: list[dict[str, Any]],
+) -> None:
+    # The receive waited for the queued all-reduce, which waited for the sender: both
+    # ranks hung for the group's timeout.
+    for report in reports:
+        case = report["p2p"]
+        assert case["accel"] == case["gloo"], case
+        assert case["accel"] == {"said": "ok", "sum": 2.0, "got": 1.0}
+
+
+def test_a_group_of_one_rank_per_node_answers_as_one_node_does(
+    reports: list[dict[str, Any]],
+) -> None:
+    # The first integer average went to gloo, which refuses it (a later one might not,
+    # rank by rank); a view with gaps was summed and broadcast as gloo takes it: the gaps
+    # summed and written over, the view's elements wrong.
+    for rank, report in enumerate(reports):
+        case = report["one_per_node"]
+        for call in ("first", "second"):
+            assert case[call] == {"said": None, "value": [3, 4, 5]}, (rank, case)
+        assert case["every_other_sum"] is case["every_other_broadcast"] is None, case
+        own = [i * (rank + 1.0) for i in range(12)]
+        assert case["every_other"] == [3.0 * i if i % 2 == 0 else own[i] for i in range(12)]
+        assert case["broadcast"] == [float(i) if i % 2 else own[i] for i in range(12)]

@@ -257,7 +257,7 @@ class _OptimizerModule(DeepSpeedModule):
     ) -> int:
         # The values are checked now (a bad config fails at construction, as it should),
         # but every update passes its own: DeepSpeed reads them per call.
-        hyperparameters.check_non_negative(alpha, "alpha")
+        hyperparameters.check_non_negative(alpha, "lr (alpha)")  # the optimizer's lr
         hyperparameters.check_non_negative(weight_decay, "weight_decay")
         if betas is not None:
             hyperparameters.check_betas(betas)

@@ -177,8 +177,13 @@ def main() -> None:
     full_states: dict[str, dict[str, torch.Tensor]] = {}
     segment = _segment.shm_group(dist.group.WORLD, "process_group_check")
     assert segment is not None
-    pooled_before = dict(segment.communicator.pooled_calls)
-    for name, group in (("accel", world_group), ("accel pooled", world_group), ("gloo", gloo)):
+    pooled: dict[str, dict[str, int]] = {}
+    variants = (
+        ("accel", world_group), ("accel pooled", world_group), ("accel allocated", world_group),
+        ("gloo", gloo),
+    )  # fmt: skip
+    for name, group in variants:
+        pooled_before = dict(segment.communicator.pooled_calls)
         mesh = DeviceMesh.from_group(group, "cpu")
         torch.manual_seed(0)
         model = torch.nn.Sequential(
@@ -189,18 +194,24 @@ def main() -> None:
         fully_shard(model, mesh=mesh)
         if name == "accel pooled":  # FSDP2's buffers in the pools (its first ones learn the group)
             assert share_fsdp_buffers(model) == 3
+        if name == "accel allocated":  # FSDP2 asks the group's backend for its buffers
+            for layer in (model[0], model[2], model):
+                layer.set_allocate_memory_from_process_group_for_comm(True)  # type: ignore[operator]
         fsdp_losses[name] = _train(model, steps=4, width=64, seed=rank)
+        pooled[name] = {
+            op: segment.communicator.pooled_calls[op] - pooled_before[op]
+            for op in ("all_gather", "reduce_scatter")
+        }  # fmt: skip
         # DTensor's full_tensor() takes torch's functional collectives (the coalesced
         # all-gather), as FSDP2's state-dict code and scripts saving checkpoints do.
         full_states[name] = {k: v.full_tensor() for k, v in model.state_dict().items()}
     assert _matching(fsdp_losses["accel"], fsdp_losses["gloo"], world), fsdp_losses
-    assert fsdp_losses["accel pooled"] == fsdp_losses["accel"], fsdp_losses  # the same bits
-    fsdp_pooled = {
-        op: segment.communicator.pooled_calls[op] - pooled_before[op]
-        for op in ("all_gather", "reduce_scatter")
-    }  # fmt: skip
-    # Every all-gather and reduce-scatter after each module's first went between the pools.
-    assert all(calls >= 6 for calls in fsdp_pooled.values()), fsdp_pooled
+    for name in ("accel pooled", "accel allocated"):  # the same bits, through the pools
+        assert fsdp_losses[name] == fsdp_losses["accel"], fsdp_losses
+    # Every all-gather and reduce-scatter after each module's first went between the pools
+    # (from the first, where FSDP2 asks the group to allocate).
+    assert all(calls >= 6 for calls in pooled["accel pooled"].values()), pooled
+    assert all(calls >= 8 for calls in pooled["accel allocated"].values()), pooled
     functional_match = full_states["accel"].keys() == full_states["gloo"].keys() and all(
         torch.allclose(full_states["accel"][k], full_states["gloo"][k], rtol=1e-5, atol=1e-6)
         for k in full_states["gloo"]

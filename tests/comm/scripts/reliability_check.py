@@ -10,6 +10,7 @@ error in the report, not as a test that waits 30 minutes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -439,6 +440,56 @@ def one_group_used_from_two_threads_at_once(rank: int) -> dict[str, Any]:
     }
 
 
+def _pipeline(rank: int, group: Any, gradient: torch.Tensor, message: torch.Tensor) -> None:
+    if rank == 0:
+        work = dist.all_reduce(gradient, group=group, async_op=True)
+        dist.recv(message, src=1, group=group)
+        work.wait()
+    else:
+        dist.send(message, dst=0, group=group)
+        dist.all_reduce(gradient, group=group, async_op=True).wait()
+
+
+def point_to_point_beside_a_queued_reduction(rank: int) -> dict[str, Any]:
+    """Pipeline parallelism beside DDP: rank 0 queues an all-reduce, then receives; rank
+    1 sends, then joins the all-reduce. A receive that waited for the queued reduction
+    waited for a sender that waits for the receive (gloo runs them side by side)."""
+    outcome: dict[str, Any] = {}
+    for backend in ("gloo", "accel"):
+        group = dist.new_group([0, 1], backend=backend, timeout=SHORT)
+        dist.all_reduce(torch.ones(8), group=group)  # set up
+        gradient, message = torch.ones(1 << 16), torch.full((1024,), float(rank))
+        said = _bounded(functools.partial(_pipeline, rank, group, gradient, message))
+        outcome[backend] = {"said": said, "sum": gradient[0].item(), "got": message[0].item()}
+    return outcome
+
+
+def a_group_of_one_rank_per_node(rank: int) -> dict[str, Any]:
+    """Each rank on a node of its own: the group is gloo's, which takes a tensor's memory
+    as it lies and refuses integer averages; accel's answers are the same as on one node
+    (a sum divided, truncated; the logical result of a view with gaps), from the group's
+    first reduction on."""
+    os.environ[NODE_ENV] = f"node{rank}"
+    node_identity.cache_clear()
+    try:
+        group = dist.new_group([0, 1], backend="accel", timeout=SHORT)
+        outcome: dict[str, Any] = {}
+        for call in ("first", "second"):  # the first one also sets the group up
+            tensor = torch.tensor([1, 2, 3]) + 4 * rank
+            average = functools.partial(dist.all_reduce, tensor, dist.ReduceOp.AVG, group)
+            outcome[call] = {"said": _error(average), "value": tensor.tolist()}
+        base = torch.arange(12, dtype=torch.float32) * (rank + 1)
+        outcome["every_other_sum"] = _error(lambda: dist.all_reduce(base[::2], group=group))
+        outcome["every_other"] = base.tolist()
+        sent = torch.arange(12, dtype=torch.float32) * (rank + 1)
+        outcome["every_other_broadcast"] = _error(lambda: dist.broadcast(sent[1::2], 0, group))
+        outcome["broadcast"] = sent.tolist()
+        return outcome
+    finally:
+        del os.environ[NODE_ENV]
+        node_identity.cache_clear()
+
+
 def main() -> None:
     store, rank, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
@@ -460,6 +511,8 @@ def main() -> None:
         "compile": lambda: first_use_inside_torch_compile(rank),
         "then_callbacks": lambda: collectives_inside_then_callbacks(rank),
         "powersgd": lambda: powersgd_ddp(rank),
+        "p2p": lambda: point_to_point_beside_a_queued_reduction(rank),
+        "one_per_node": lambda: a_group_of_one_rank_per_node(rank),
     }
     report: dict[str, Any] = {}
     for name, case in cases.items():

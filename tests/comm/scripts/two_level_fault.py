@@ -5,12 +5,13 @@ took, and stay alive until every survivor has written its record (a survivor tha
 at once would close its connections and so wake a peer that would otherwise wait on it
 for the group's whole timeout).
 
-    python two_level_fault.py OUT VICTIMS [silent]
+    python two_level_fault.py OUT VICTIMS [silent | mismatch]
 
 With ``silent`` the victims stay alive but stop calling (they sleep until the survivors
 are done), and the survivors' all-reduces are ``accel.comm.all_reduce_`` with a
 ``timeout`` of CALL_TIMEOUT seconds: every survivor must raise about then, not at the
-group's timeout, whichever level it waits on.
+group's timeout, whichever level it waits on. With ``mismatch`` the victims pass one
+element more: they raise at once, and every rank writes its record.
 """
 
 from __future__ import annotations
@@ -35,17 +36,20 @@ CALL_TIMEOUT = 3.0
 
 def main() -> None:
     out, victims = Path(sys.argv[1]), {int(rank) for rank in sys.argv[2].split(",")}
-    silent = sys.argv[3:] == ["silent"]  # else "killed"
+    how = sys.argv[3] if sys.argv[3:] else "killed"
+    silent, mismatch = how == "silent", how == "mismatch"
     dist.init_process_group("accel", timeout=timedelta(seconds=TIMEOUT))
     rank = dist.get_rank()
-    survivors = set(range(dist.get_world_size())) - victims
+    survivors = set(range(dist.get_world_size())) - (set() if mismatch else victims)
     tensor = torch.ones(1 << 20)
     dist.all_reduce(tensor)  # set up both levels before anyone dies
     start = time.monotonic()
     error = None
     try:
         for step in range(50):
-            if step == 3 and rank in victims:
+            if step == 3 and rank in victims and mismatch:
+                tensor = torch.ones(tensor.numel() + 1)
+            elif step == 3 and rank in victims:
                 if not silent:
                     os.kill(os.getpid(), signal.SIGKILL)
                 _wait_for_records(out, survivors)
@@ -54,7 +58,7 @@ def main() -> None:
                 comm.all_reduce_(tensor, timeout=CALL_TIMEOUT)
             else:
                 dist.all_reduce(tensor)
-    except RuntimeError as raised:
+    except (RuntimeError, ValueError) as raised:  # a mismatch is a ValueError
         error = str(raised)
     record = {"rank": rank, "error": error, "seconds": time.monotonic() - start}
     partial = out / f"rank{rank}.json.partial"

@@ -93,6 +93,17 @@ def test_lion_update_matches_deepspeeds_formula(h: dict[str, Any]) -> None:
     torch.testing.assert_close(m, expected[2], rtol=1e-5, atol=1e-6)
 
 
+def test_lion_leaves_an_element_without_direction_to_weight_decay() -> None:
+    # A zero gradient with a zero moment (a dead ReLU's weights): sign(0) = 0, as torch's
+    # sign and the Lion paper; DeepSpeed's kernels take copysign, a full lr step
+    # (docs/deepspeed.md says so).
+    ops = kernels.CPULionKernels()
+    ops.create_lion(4, 0.1, 0.9, 0.99, 0.0, False)
+    p, g, m = torch.ones(4), torch.tensor([0.0, -0.0, 1.0, -1.0]), torch.zeros(4)
+    ops.lion_update(4, 1, 0.1, 0.9, 0.99, 0.0, p, g, m)
+    assert p.tolist() == pytest.approx([1.0, 1.0, 0.9, 1.1])
+
+
 @settings(max_examples=30, deadline=None)
 @given(h=hyper)
 def test_adagrad_update_matches_deepspeeds_formula(h: dict[str, Any]) -> None:
@@ -442,7 +453,7 @@ def test_unknown_optimizer_id_and_bad_hyperparameters_raise() -> None:
     ops.destroy_adam(1)
     with pytest.raises(KeyError):
         ops.adam_update(1, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, p, g, m, v)
-    with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"lr \(alpha\) must be a finite number >= 0"):
         kernels.CPULionKernels().create_lion(1, -1.0, 0.9, 0.99, 0.0, False)
     ops.create_adam(2, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, False)
     for wrong in ("2", 2.0, 2.7, True):  # int() made each of them an id
