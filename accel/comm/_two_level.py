@@ -25,7 +25,8 @@ from accel.comm._spanning import Spanning
 def named_ranks(
     spanning: Spanning, name: str, collective: Callable[..., None], *args: object
 ) -> None:
-    """Run a two-level collective; a peer's death or timeout raises ``RuntimeError`` with
+    """Run a two-level collective; a peer's death or timeout raises ``RuntimeError``, and
+    ranks of one node that passed different tensors a ``ValueError`` (a mismatch), with
     the global ranks behind the node-local ranks the error names and the ranks of the
     link between nodes, after this rank left both levels.
 
@@ -37,12 +38,10 @@ def named_ranks(
     every rank makes alike before any byte moves leaves the group usable."""
     try:
         collective(spanning, *args)
-    except ValueError as error:
-        if "mismatch" not in str(error):  # refused alike on every rank before anything moved
-            raise
-        # Ranks of one node passed different tensors: the node's segment has failed them,
-        # but the other nodes' ranks wait on the links between nodes for this node's
-        # share. Leave both levels so they are told at once, not at the group's timeout.
+    except (ValueError, RuntimeError) as error:
+        mismatch = isinstance(error, ValueError)
+        if mismatch and "mismatch" not in str(error):
+            raise  # refused alike on every rank before anything moved
         across = "" if spanning.across is None else (
             f"; the link between nodes joins global ranks {list(spanning.across.ranks)}"
         )  # fmt: skip
@@ -50,19 +49,11 @@ def named_ranks(
             f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
             f"are global ranks {list(spanning.node)}{across}]"
         )
-        _leave(spanning, message)
-        raise ValueError(message) from error
-    except RuntimeError as error:
-        across = "" if spanning.across is None else (
-            f"; the link between nodes joins global ranks {list(spanning.across.ranks)}"
-        )  # fmt: skip
-        message = (
-            f"{error} [two-level {name}: node-local ranks 0..{spanning.local_size - 1} "
-            f"are global ranks {list(spanning.node)}{across}]"
-        )
-        if _peer_failure(error):
+        # Ranks of one node that passed different tensors have failed on the node's
+        # segment, but the other nodes' ranks wait on the links for this node's share.
+        if mismatch or _peer_failure(error):
             _leave(spanning, message)
-        raise RuntimeError(message) from error
+        raise type(error)(message) from error
 
 
 # What the errors of a peer that failed say (shared memory's and gloo's), as against an
@@ -75,7 +66,7 @@ _PEER_FAILURES = (
 )  # fmt: skip
 
 
-def _peer_failure(error: RuntimeError) -> bool:
+def _peer_failure(error: Exception) -> bool:
     """Whether ``error`` says a peer exited, stayed silent or gave up (or this rank did)."""
     text = str(error)
     return any(marker in text for marker in _PEER_FAILURES)
