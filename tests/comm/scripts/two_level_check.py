@@ -339,11 +339,13 @@ def main() -> None:
     spanning = spanning_of(None)
     world_group = dist.group.WORLD
     assert world_group is not None
-    ddp = _ddp_losses(None, rank)
+    # DDP on a gloo world is gloo's: only the "accel" backend's is compared with flat gloo.
+    ddp = _ddp_losses(None, rank) if backend == "accel" else None
     # DDP's bucket, moved into the node segment's pool (accel backend, node-local levels).
     ddp_moved = getattr(getattr(world_group, "promotions", None), "moved_buffers", None)
     record = {
         "rank": rank,
+        "backend": backend,
         "levels": None if spanning is None else {"even": spanning.even, "local": spanning.local_size},
         "errors": checks.errors,
         "bounds": checks.bounds,
@@ -361,7 +363,7 @@ def main() -> None:
         "second_group_ok": second_group_ok,
         "ddp": ddp,
         "ddp_moved": ddp_moved,
-        "ddp_gloo": _ddp_losses(flat, rank),
+        "ddp_gloo": _ddp_losses(flat, rank) if backend == "accel" else None,
         # FSDP2 calls the process group itself: only the "accel" backend routes it.
         "fsdp": _fsdp_losses(world_group, rank) if backend == "accel" else None,
         "fsdp_gloo": _fsdp_losses(flat, rank) if backend == "accel" else None,
