@@ -109,7 +109,16 @@ def all_reduce(spanning: Spanning, tensor: torch.Tensor, timeout: float) -> None
         here = local.rank()
         in_place = spanning.local_shm is not None and flat.is_cpu and flat.dtype in summable_codes()
         mine = padded[here * share : (here + 1) * share] if in_place else flat.new_empty(share)
-        _local.reduce_scatter_tensor(mine, padded, spanning.local_shm, local, timeout)
+        try:
+            _local.reduce_scatter_tensor(mine, padded, spanning.local_shm, local, timeout)
+        except ValueError as error:  # the node step's sizes are shares: say the caller's
+            if "mismatch" not in str(error):
+                raise
+            raise ValueError(
+                f"all_reduce mismatch: this rank has {flat.numel()} elements of "
+                f"{tensor.dtype}, another rank of its node other ones (the node's step, "
+                f"on shares of the tensor, said: {error})"
+            ) from error
         assert spanning.across is not None  # every rank has a share to send, when even
         spanning.across.all_reduce(mine, timeout=timeout)
         _local.all_gather_into_tensor(padded, mine, spanning.local_shm, local, timeout)

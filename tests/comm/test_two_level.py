@@ -340,6 +340,8 @@ def test_a_killed_or_silent_rank_or_node_makes_every_survivor_raise(
         # other node's are told at once (they waited out the group's timeout).
         words = ("exited", "peer", "left the collective", "imed out", "mismatch")
         assert any(word in survivor["error"] for word in words), survivor
+        if how == "mismatch" and survivor["rank"] in (0, 1):  # node "a": the caller's sizes
+            assert "all_reduce mismatch: this rank has 104857" in survivor["error"], survivor
 
 
 def test_a_closed_link_names_the_failure_that_closed_it(tmp_path: Path) -> None:
