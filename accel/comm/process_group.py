@@ -30,6 +30,7 @@ import contextlib
 import importlib
 import inspect
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -135,6 +136,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         self.promotions = Promotions(enabled=promotion_enabled())
         """DDP's gradient buckets this rank moved into its pool (:mod:`accel.comm._promote`)."""
         self._closed = False
+        self._warned_device = False  # see _note_device_tensors
         # Threads left to the interpreter's final teardown abort the process ("terminate
         # called without an active exception"): stop them at exit at the latest.
         _live.add(self)
@@ -305,7 +307,8 @@ class AccelProcessGroup(dist.ProcessGroup):
         both levels when the group spans nodes; gloo's otherwise (and for several
         tensors)."""
         opts = opts or dist.BroadcastOptions()
-        if len(tensors) != 1 or self._way() is Way.TORCH:
+        self._note_device_tensors(tensors)
+        if len(tensors) != 1 or tensors[0].device.type != "cpu" or self._way() is Way.TORCH:
             self.wait_queued()
             return _on_contiguous(tensors, lambda works: self.gloo.broadcast(works, opts))
         source = dist.get_global_rank(self, opts.rootRank)
@@ -446,6 +449,7 @@ class AccelProcessGroup(dist.ProcessGroup):
             if tensor.layout == torch.strided and not tensor.is_contiguous():
                 refuse_shared_elements(tensor, "tensor")
         average = len(tensors) == 1 and _averages(opts.reduceOp, tensors[0])
+        self._note_device_tensors(tensors)
         if (
             self.in_own_collective()
             or len(tensors) != 1
@@ -503,6 +507,23 @@ class AccelProcessGroup(dist.ProcessGroup):
             # the reductions queued before it (issue order, as every rank has it).
             self._worker.run_queued()
         return _QueuedWork(future, self._worker)
+
+    def _note_device_tensors(self, tensors: list[torch.Tensor]) -> None:
+        """Warn, once per group, when a device's tensor reaches this group: gloo carries it
+        (slowly, or refuses it), where the device's own backend was most likely meant."""
+        if self._warned_device or all(tensor.device.type == "cpu" for tensor in tensors):
+            return
+        self._warned_device = True
+        device = next(t.device.type for t in tensors if t.device.type != "cpu")
+        warnings.warn(
+            f"a {device} tensor reached the 'accel' process group, which hands it to gloo: "
+            f"torch makes a Python process group the whole group, so "
+            f"init_process_group('cpu:accel,{device}:<backend>') keeps no {device} backend. "
+            "Keep the device's backend for the default group and give CPU tensors a group "
+            "of their own: dist.new_group(backend='accel') (docs/frameworks.md)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _gloo_allreduce(
         self, tensors: list[torch.Tensor], opts: Any, modes: _CallerModes | None = None
