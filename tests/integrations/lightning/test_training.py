@@ -175,7 +175,7 @@ def test_ddp_on_the_cpu_uses_accels_backend_and_matches_gloo(
 
 
 SPAWNED = """
-import sys, torch, lightning
+import os, sys, torch, lightning
 class Module(lightning.LightningModule):
     def __init__(self):
         super().__init__()
@@ -188,6 +188,8 @@ class Module(lightning.LightningModule):
 if __name__ == "__main__":
     data = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
     for accelerator in sys.argv[1:]:  # one interpreter for both: Lightning's import is slow
+        # Lightning keeps the port it chose for the first run in MASTER_PORT: a new one.
+        os.environ.pop("MASTER_PORT", None)
         module = Module()
         trainer = lightning.Trainer(
             accelerator=accelerator, devices=2, strategy="ddp_spawn", max_epochs=1,
