@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Generator, Sequence
 
 from accel import extensions
-from accel._output import discard_stdout
+from accel._output import discard_stdout, stdout_reader_gone
 
 
 def _flush_stdout() -> None:
@@ -148,9 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser = build_parser()  # a broken integration raises here
         args = parser.parse_args(arguments)
         status = int(args.handler(args))
-        sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
+        if sys.stdout is not None:  # None where the descriptor was closed (`>&-`)
+            sys.stdout.flush()  # here, where a reader gone away is caught, not at exit
         return status
-    except BrokenPipeError:
+    except BrokenPipeError as error:
+        if not stdout_reader_gone():  # another pipe of the command's: an error to say
+            print(f"accel: error: {error}", file=sys.stderr)
+            return 2
         # The reader went away (`| head`): nothing more can be said; exit quietly, as a
         # process killed by SIGPIPE would (128 + 13).
         discard_stdout()

@@ -219,3 +219,27 @@ def test_a_reader_gone_away_ends_the_command_quietly() -> None:
         )  # fmt: skip
     assert result.returncode == 141, result.stderr
     assert result.stderr == ""
+
+
+def test_a_broken_pipe_of_the_commands_own_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every BrokenPipeError was taken for stdout's reader gone: exit 141, nothing said.
+    from accel import cli, report
+
+    def broken() -> None:
+        raise BrokenPipeError(32, "Broken pipe (a helper's socket)")
+
+    monkeypatch.setattr(report, "collect", broken)
+    assert cli.main(["report"]) == 2
+    assert "accel: error: [Errno 32] Broken pipe (a helper's socket)" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_is_not_a_crash() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "accel", "report", "--json"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr

@@ -533,6 +533,8 @@ class AccelProcessGroup(dist.ProcessGroup):
         divided = opts.reduceOp == dist.ReduceOp.AVG and any(
             _averages(opts.reduceOp, t) and not t.is_floating_point() for t in tensors
         )
+        if not divided and all(t.is_contiguous() for t in tensors):  # the common case, as is
+            return self.gloo.allreduce(tensors, opts)
         if divided:
             summing, sum_op = dist.AllreduceOptions(), cast("Any", dist.ReduceOp.SUM)
             summing.reduceOp, summing.timeout = sum_op, opts.timeout  # ReduceOp's stub type

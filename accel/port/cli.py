@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel._output import discard_stdout
+from accel._output import discard_stdout, stdout_reader_gone
 from accel.port.rewrite import RULES, Finding, PortError, PortResult, port_source
 from accel.port.split import SourceError, source_lines
 
@@ -233,8 +233,8 @@ def run(
             try:
                 found = _port_file(path, diff=diff, check=check, strict=strict, explain=explain)
             except BrokenPipeError:
-                if diff or check:
-                    raise  # what is left to do is to say things, and nobody reads them
+                if diff or check or not stdout_reader_gone():
+                    raise  # nothing is left to do but to say things, or not stdout's
                 # Ported in place, the files are the point: this one (porting twice is
                 # porting once) and the rest are ported, unread.
                 discard_stdout()

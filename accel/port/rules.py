@@ -250,8 +250,9 @@ class PortTransformer(cst.CSTTransformer):
         self._consumed: set[int] = set()  # ids of original nodes a rule took away
         self._compared: set[int] = set()  # ids of the operands of == and != comparisons
         # Choices whose test held torch.cuda.is_available(), by the id of the node left in
-        # the tree: the original node of each.
-        self._guarded_choices: dict[int, cst.IfExp] = {}
+        # the tree: that node (held, so that its id is not reused by a later node when a
+        # rule around the choice replaces it) and the original node.
+        self._guarded_choices: dict[int, tuple[cst.IfExp, cst.IfExp]] = {}
         self.imports: set[str] = set()
         """Names from ``accel`` beyond ``get_accelerator`` that the rewrites use (each
         called by :meth:`ModuleFacts.local_name`)."""
@@ -487,9 +488,14 @@ class PortTransformer(cst.CSTTransformer):
             def leave_IfExp(
                 self, original_node: cst.IfExp, updated_node: cst.IfExp
             ) -> cst.BaseExpression:
-                found = rules._guarded_choices.get(id(original_node))
-                if found is None or not (
-                    rules._names_cuda(updated_node.body) or rules._names_cuda(updated_node.orelse)
+                left, found = rules._guarded_choices.get(id(original_node), (None, None))
+                if (
+                    left is not original_node
+                    or found is None
+                    or not (
+                        rules._names_cuda(updated_node.body)
+                        or rules._names_cuda(updated_node.orelse)
+                    )
                 ):
                     return updated_node
                 return updated_node.with_changes(
@@ -629,7 +635,7 @@ class PortTransformer(cst.CSTTransformer):
         if test is not original_node.test and self._availability_guards(original_node.test):
             # `"cuda" if torch.cuda.is_available() else "cpu"`: decided at the end, as a
             # rule around the choice (a device variable's) may port its branches yet.
-            self._guarded_choices[id(updated_node)] = original_node
+            self._guarded_choices[id(updated_node)] = (updated_node, original_node)
         return updated_node
 
     def _position(self, node: cst.CSTNode) -> tuple[int, int]:
@@ -1044,6 +1050,8 @@ class PortTransformer(cst.CSTTransformer):
         if m.matches(
             node,
             m.BinaryOperation(
+                # x % n, not a string's "%" formatting ("cuda:%d" % n)
+                left=~(m.SimpleString() | m.ConcatenatedString() | m.FormattedString()),
                 operator=m.Modulo(),
                 right=m.Call(func=m.Attribute(attr=m.Name("device_count")), args=[]),
             ),

@@ -16,6 +16,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -390,16 +391,27 @@ def test_a_walk_passes_fifos_and_directories_it_cannot_read(
         return is_file(path)
 
     monkeypatch.setattr(Path, "is_file", no_search_permission)
+    unlistable = tmp_path / "unlistable"
+    unlistable.mkdir()
+    scandir = os.scandir
+
+    def no_read_permission(path: Any) -> Any:
+        if Path(path) == unlistable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", no_read_permission)
     # Were the FIFO read, this writer would end the read (and the test would fail, not hang).
     unblock = threading.Timer(10, lambda: os.close(os.open(tmp_path / "pipe.py", os.O_WRONLY)))
     unblock.start()
     try:
-        assert main(["port", str(tmp_path)]) == 0
+        assert main(["port", str(tmp_path)]) == 2  # a directory it could not read
     finally:
         unblock.cancel()
     assert "get_accelerator" in ported.read_text()
     said = capsys.readouterr().err
     assert f"{tmp_path / 'pipe.py'}: not a regular file, not read" in said
+    assert f"{unlistable}: cannot be read: Permission denied" in said
 
 
 def test_files_ported_in_place_are_all_ported_when_the_reader_goes_away(tmp_path: Path) -> None:

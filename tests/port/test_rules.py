@@ -1194,6 +1194,23 @@ def test_a_choices_guard_stays_while_its_branch_names_cuda() -> None:
     assert _manual_lines(source) == [4, 7, 8]
 
 
+def test_a_choice_rewritten_whole_leaves_no_guard_to_another() -> None:
+    # Choices were remembered by id() alone: a choice a device rule replaced was freed, a
+    # later choice took its id, and that one had a guard "put back" (line 4, already
+    # ported by hand) while line 3 was reported for a guard that was ported.
+    source = """
+        import torch
+        from accel import get_accelerator
+        x = torch.zeros(2, device="cuda" if torch.cuda.is_available() else "cpu")
+        y = "cuda:1" if get_accelerator().is_available() else "cpu"
+        z = "cuda" if use_gpu else "cpu"
+        """
+    ported = _ported(source)
+    assert 'y = "cuda:1" if get_accelerator().is_available() else "cpu"' in ported
+    assert "torch.cuda.is_available()" not in ported
+    assert 4 not in _manual_lines(source)
+
+
 def test_an_int_written_in_a_device_position_is_a_device_index() -> None:
     source = """
         import os
@@ -1202,8 +1219,11 @@ def test_an_int_written_in_a_device_position_is_a_device_index() -> None:
         x = torch.ones(2).to(int(os.environ["LOCAL_RANK"]))
         y = torch.ones(2, device=rank % torch.cuda.device_count())
         m = torch.nn.Linear(2, 2).cuda(int(os.environ["LOCAL_RANK"]))
+        s = x.cuda("cuda:%d" % torch.cuda.device_count())
         """
     ported = _ported(source)
+    # A string's % formatting is not an index: reported, not given to device_name.
+    assert 's = x.cuda("cuda:%d" % get_accelerator().device_count())' in ported
     assert 'x = torch.ones(2).to(get_accelerator().device_name(int(os.environ["LOCAL_RANK"])))' in (
         ported
     )
@@ -1211,8 +1231,8 @@ def test_an_int_written_in_a_device_position_is_a_device_index() -> None:
         "y = torch.ones(2, device=get_accelerator().device_name(rank % "
         "get_accelerator().device_count()))"
     ) in ported
-    assert 'device_name(int(os.environ["LOCAL_RANK"])))' in ported.splitlines()[-1]
-    assert _manual_lines(source) == []
+    assert 'device_name(int(os.environ["LOCAL_RANK"])))' in ported.splitlines()[-2]
+    assert _manual_lines(source) == [8]
 
 
 def test_an_int_attribute_is_one_classs_not_every_classs() -> None:
