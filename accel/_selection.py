@@ -116,6 +116,27 @@ def reset_accelerator() -> None:
         _selection = _current = None
 
 
+def chosen() -> Selection | None:
+    """The selection made so far, without making one.
+
+    Returns:
+        The selection, or ``None`` when ``get_accelerator()`` has not chosen yet.
+    """
+    return _selection
+
+
+def restore(selection: Selection | None) -> None:
+    """Put back a selection :func:`chosen` returned (``None``: forget the selection).
+
+    Args:
+        selection: What :func:`chosen` returned.
+    """
+    if selection is None:
+        reset_accelerator()
+    else:
+        _install(selection)
+
+
 def current_selection() -> Selection:
     """The selection ``get_accelerator()`` returns, making it first if needed.
 

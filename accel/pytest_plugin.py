@@ -4,10 +4,14 @@
   and sets ``ACCEL_BACKEND=NAME`` for the processes its tests start;
 - the ``accelerator`` fixture is the session's accelerator;
 - ``@requires(GraphAPI, ...)`` (``from accel.pytest_plugin import requires``) or
-  ``@pytest.mark.requires("GraphAPI", ...)`` skips a test when the backend lacks a
-  capability, naming the backend and the capability in the skip reason. (pytest reads
-  ``@pytest.mark.requires(GraphAPI)`` with one class argument as "mark this class", so
-  the class form goes through ``requires``, which uses ``with_args``.)
+  ``@pytest.mark.requires("GraphAPI", ...)`` skips a test when the accelerator it gets
+  (its ``accelerator`` fixture, which a conftest may override, else the session's) lacks a
+  capability, naming the backend and the capability in the skip reason; a mark with other
+  arguments fails the test, saying so. (pytest reads ``@pytest.mark.requires(GraphAPI)``
+  with one class argument as "mark this class", so the class form goes through
+  ``requires``, which uses ``with_args``.)
+- an in-process session (``pytest.main``, ``pytester``) leaves the process's selection as
+  it found it.
 
 Kept import-light: pytest loads it in every session of an environment with accel in it.
 """
@@ -15,7 +19,7 @@ Kept import-light: pytest loads it in every session of an environment with accel
 from __future__ import annotations
 
 import os
-from typing import cast
+from typing import NoReturn, cast
 
 import pytest
 
@@ -37,13 +41,24 @@ def requires(*capabilities: type) -> pytest.MarkDecorator:
     return pytest.mark.requires.with_args(*capabilities)
 
 
+# The marker is accel's (its pytest plugin, loaded in every session of an environment with
+# accel): a project with a `requires` marker of its own is told how to turn accel's off.
+_WHOSE = "(the requires marker of accel's pytest plugin; -p no:accel turns the plugin off)"
+
+
+def _misused(item: pytest.Item, message: str) -> NoReturn:
+    """Fail the test with ``message`` alone (no traceback through the plugin)."""
+    pytest.fail(f"{item.nodeid}: {message} {_WHOSE}", pytrace=False)
+
+
 def _capability(item: pytest.Item, value: object) -> type:
     found = getattr(protocols, value, None) if isinstance(value, str) else value
     if found in protocols.CAPABILITIES:
         return cast(type, found)
-    raise pytest.UsageError(
-        f"{item.nodeid}: requires takes capability protocols of accel.protocols or their "
-        f'names (GraphAPI or "GraphAPI"), got {value!r}'
+    _misused(
+        item,
+        "requires takes capability protocols of accel.protocols or their names "
+        f'(GraphAPI or "GraphAPI"), got {value!r}',
     )
 
 
@@ -52,9 +67,10 @@ def _capabilities(item: pytest.Item, marker: pytest.Mark) -> list[type]:
         given = ", ".join(
             [*map(repr, marker.args), *(f"{k}={v!r}" for k, v in marker.kwargs.items())]
         )
-        raise pytest.UsageError(
-            f"{item.nodeid}: requires takes one or more capabilities as positional "
-            f"arguments (requires(GraphAPI, StreamAPI)), got requires({given})"
+        _misused(
+            item,
+            "requires takes one or more capabilities as positional arguments "
+            f"(requires(GraphAPI, StreamAPI)), got requires({given})",
         )
     return [_capability(item, value) for value in marker.args]
 
@@ -117,7 +133,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"{source}: backend {name.strip()!r} failed to start: {raised(error)}"
         ) from None
+    from accel import _selection
+
+    previous = _selection.chosen()
     accel.set_accelerator(started)
+    config.add_cleanup(lambda: _selection.restore(previous))  # an in-process session's end
     session_env = pytest.MonkeyPatch()  # undone when the session ends
     session_env.setenv(BACKEND_ENV, name.strip())
     config.add_cleanup(session_env.undo)
@@ -129,23 +149,21 @@ def accelerator() -> Accelerator:
     return accel.get_accelerator()
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip tests whose ``requires`` capabilities the accelerator lacks.
-
-    Args:
-        item: The test about to run.
-
-    Raises:
-        pytest.skip.Exception: The accelerator lacks a capability (``pytest.skip``).
-        pytest.UsageError: A ``requires`` argument is neither a capability protocol nor a
-            capability's name, or the mark has none, or keyword arguments.
-        ValueError: ``ACCEL_BACKEND`` names no registered backend (see
-            :func:`accel.get_accelerator`).
-        RuntimeError: No backend can be selected (see :func:`accel.get_accelerator`).
-    """
-    for marker in item.iter_markers("requires"):
-        capabilities = _capabilities(item, marker)
-        current = accel.get_accelerator()
-        for capability in capabilities:
-            if not isinstance(current, capability):
-                pytest.skip(f"{type(current).__name__} lacks {capability.__name__}")
+@pytest.fixture(autouse=True)
+def _accel_requires(request: pytest.FixtureRequest) -> None:
+    """Skip the test when the accelerator it gets lacks a ``requires`` capability: its
+    ``accelerator`` fixture where it takes one (a conftest may override or parametrize
+    it), else the session's."""
+    item = request.node
+    markers = list(item.iter_markers("requires"))
+    if not markers:
+        return
+    wanted = [capability for marker in markers for capability in _capabilities(item, marker)]
+    uses_fixture = "accelerator" in request.fixturenames
+    current = request.getfixturevalue("accelerator") if uses_fixture else accel.get_accelerator()
+    for capability in wanted:
+        if not isinstance(current, capability):
+            # Where the test is, not this line: pytest's own skipif reports it so.
+            raise pytest.skip.Exception(
+                f"{type(current).__name__} lacks {capability.__name__}", _use_item_location=True
+            )

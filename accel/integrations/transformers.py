@@ -94,7 +94,12 @@ def render_spec(accelerator: Accelerator | None = None) -> str:
     acc = accel.get_accelerator() if accelerator is None else accelerator
     lines: list[str] = []
     for hook in HOOKS:
-        if callable(getattr(acc, hook.member, None)):
+        if hook.name == "DEVICE_COUNT_FN" and acc.device().type == "cpu":
+            # transformers counts no accelerators on the CPU (its multi-accelerator tests
+            # skip there); accel's CPU count is NUMA nodes or LOCAL_SIZE, which would run
+            # them on a two-socket host.
+            lines.append(f"# {hook.name}: left out, transformers counts 0 for the CPU")
+        elif callable(getattr(acc, hook.member, None)):
             lines.append(f"{hook.name} = _accelerator.{hook.member}  # {hook.meaning}")
         else:
             lines.append(f"# {hook.name}: left out, the backend has no {hook.member}()")
@@ -147,7 +152,13 @@ def _write_spec(args: argparse.Namespace) -> int:
     if args.output is None:
         print(text, end="")
     else:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as error:
+            raise OSError(
+                f"accel spec: --output {args.output!r}: cannot write it: "
+                f"{error.strerror or error}; expected a writable file in an existing directory"
+            ) from None
     return 0
 
 

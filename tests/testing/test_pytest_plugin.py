@@ -8,6 +8,9 @@ import os
 
 import pytest
 
+# Imported before pytester's in-process runs, which drop from sys.modules what they import:
+# a selection module imported there would not be the one these tests select through.
+import accel._selection  # noqa: F401
 from tests.support import Installer
 
 TESTS = """
@@ -42,9 +45,12 @@ def test_accel_option_fixture_and_requires_marker(pytester: pytest.Pytester) -> 
     pytester.makepyfile(TESTS)
     result = pytester.runpytest_subprocess("--accel=cpu", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, skipped=2)
+    # Each skip where its test is (they were all reported at one line of the plugin).
     result.stdout.fnmatch_lines(
-        ["*CPUAccelerator lacks GraphAPI*", "*CPUAccelerator lacks StreamAPI*"]
-    )
+        ["*test_accel_option_fixture_and_requires_marker.py:12: CPUAccelerator lacks GraphAPI",
+         "*test_accel_option_fixture_and_requires_marker.py:16: CPUAccelerator lacks StreamAPI"]
+    )  # fmt: skip
+    assert "pytest_plugin.py" not in result.stdout.str()
 
 
 def test_the_option_sets_accel_backend_for_the_session_only(
@@ -108,9 +114,57 @@ def test_requires_rejects_non_protocols(pytester: pytest.Pytester, fresh_selecti
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(
-        ["*requires takes capability protocols of accel.protocols or their names*'Graph'*"]
-    )
+        ["*requires takes capability protocols of accel.protocols or their names*'Graph'*"
+         "accel's pytest plugin; -p no:accel turns the plugin off*"]
+    )  # fmt: skip
+    assert "Traceback" not in result.stdout.str()  # said, not a trace through the plugin
     assert result.ret != 0
+
+
+GRAPHS_BY_FIXTURE = """
+import pytest
+from accel.backends.cpu import CPUAccelerator
+from accel.pytest_plugin import requires
+from accel.protocols import GraphAPI
+
+class WithGraphs(CPUAccelerator):
+    def supports_graphs(self): return True
+    def create_graph(self): return object()
+    def capture_to_graph(self, graph, pool=None, stream=None): ...
+    def replay_graph(self, graph): ...
+
+@pytest.fixture(params=["plain", "graphs"])
+def accelerator(request):
+    return WithGraphs() if request.param == "graphs" else CPUAccelerator()
+
+@requires(GraphAPI)
+def test_graphs(accelerator):
+    assert isinstance(accelerator, WithGraphs)
+"""
+
+
+def test_requires_asks_the_accelerator_the_test_gets(
+    pytester: pytest.Pytester, fresh_selection: None
+) -> None:
+    # A conftest's own `accelerator` fixture: the session's (the CPU) was asked, so the
+    # variant with graphs was skipped too.
+    pytester.makepyfile(GRAPHS_BY_FIXTURE)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+
+
+def test_an_in_process_session_leaves_the_selection_as_it_was(
+    pytester: pytest.Pytester, fresh_selection: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import accel
+    from accel.backends.cpu import CPUAccelerator
+
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    mine = CPUAccelerator()
+    accel.set_accelerator(mine)
+    pytester.makepyfile("def test_x(accelerator):\n    pass\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--accel=cpu").assert_outcomes(passed=1)
+    assert accel.get_accelerator() is mine
 
 
 @pytest.mark.parametrize(
