@@ -170,3 +170,14 @@ def test_transformers_helpers_dispatch_to_accel_on_a_fake_device(tmp_path: Path)
     differences = answer["model_differences"]
     assert set(differences) == {"bert", "gpt2"}
     assert all(difference < 1e-5 for difference in differences.values())
+
+
+def test_an_output_that_cannot_be_written_names_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel import cli
+
+    target = tmp_path / "missing" / "accel_spec.py"
+    assert cli.main(["spec", "transformers", "-o", str(target)]) == 2
+    said = capsys.readouterr().err
+    assert f"accel spec: --output {str(target)!r}: cannot write it: No such file" in said
