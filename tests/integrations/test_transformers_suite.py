@@ -98,6 +98,7 @@ def test_transformers_model_tests_pass_with_accels_spec(transformers_tests: Path
     assert "failed" not in summary, summary
     calls = json.loads((transformers_tests / "calls.json").read_text())
     # transformers 5.23 takes MANUAL_SEED_FN, EMPTY_CACHE_FN and DEVICE_COUNT_FN from a
-    # spec (testing_utils.update_mapping_from_spec); the tests called two of them.
+    # spec (testing_utils.update_mapping_from_spec); the tests called EMPTY_CACHE_FN. The
+    # CPU spec leaves DEVICE_COUNT_FN out: transformers counts its own 0 CPU accelerators.
     assert calls.get("EMPTY_CACHE_FN", 0) > 0, calls
-    assert calls.get("DEVICE_COUNT_FN", 0) > 0, calls
+    assert "DEVICE_COUNT_FN" not in calls, calls
