@@ -90,8 +90,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_SELECTED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Select ``--accel``'s backend before the first conftest files are imported (one that
+    asks for the accelerator at import, or imports a module that does, such as a
+    transformers device spec, gets it).
+
+    Args:
+        early_config: The session's pytest config, its command line parsed for the options
+            known so far.
+
+    Raises:
+        pytest.UsageError: As :func:`pytest_configure`.
+    """
+    name = getattr(early_config.known_args_namespace, "accel", None)
+    if name is not None:
+        _select(early_config, name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the marker and select the requested backend.
+    """Register the marker; select the requested backend if that was not done before the
+    conftest files were imported.
 
     Args:
         config: The session's pytest config.
@@ -107,8 +129,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "protocol given (e.g. accel.protocols.GraphAPI)",
     )
     name = config.getoption("accel")
-    if name is None:
-        return
+    if name is not None and not config.stash.get(_SELECTED, False):
+        _select(config, name)
+
+
+def _select(config: pytest.Config, name: str) -> None:
+    """Start backend ``name`` and make it the process's, for the session."""
     from accel._probe import raised
     from accel._registry import available
     from accel._selection import BACKEND_ENV
@@ -137,6 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     previous = _selection.chosen()
     accel.set_accelerator(started)
+    config.stash[_SELECTED] = True
     config.add_cleanup(lambda: _selection.restore(previous))  # an in-process session's end
     session_env = pytest.MonkeyPatch()  # undone when the session ends
     session_env.setenv(BACKEND_ENV, name.strip())

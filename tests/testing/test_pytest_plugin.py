@@ -217,3 +217,21 @@ def test_a_backend_that_fails_to_start_is_a_usage_error(
     result.stderr.fnmatch_lines(
         ["*--accel ' broken': backend 'broken' failed to start: OSError: driver missing*"]
     )
+
+
+def test_a_conftest_that_asks_at_import_gets_the_options_backend(
+    pytester: pytest.Pytester,
+    fresh_selection: None,
+    fresh_registry: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --accel was applied after the conftest files were imported: one that asked then (or
+    # imported a transformers device spec, which does) got the auto-selected backend.
+    monkeypatch.setenv("ACCEL_TEST_PLUGIN_AVAILABLE", "1")  # auto-selection would take it
+    monkeypatch.delenv("ACCEL_BACKEND", raising=False)
+    pytester.makeconftest("import accel\nSELECTED = type(accel.get_accelerator()).__name__\n")
+    pytester.makepyfile(
+        "import conftest\ndef test_x():\n    assert conftest.SELECTED == 'CPUAccelerator'\n"
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--accel=cpu")
+    result.assert_outcomes(passed=1)
