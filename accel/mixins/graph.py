@@ -26,7 +26,6 @@ from accel.protocols.graph import Graph as GraphHandle
 
 CAPTURE_ERROR_MODES = ("default", "global", "thread_local", "relaxed")
 
-
 _WHY = "the device cannot capture and replay graphs"
 
 
@@ -137,12 +136,10 @@ def capture_graph_class(device_type: str) -> type | None:
         """``torch.<type>.<TYPE>Graph`` with ``torch.accelerator.Graph``'s shape."""
 
         def __new__(cls, keep_graph: bool = False, *_: Any, **__: Any) -> Any:
-            # torch's graph classes take only keep_graph when made: __init__ keeps the rest.
-            if found.__new__ is object.__new__:
-                return object.__new__(cls)
-            if takes_keep:
-                return super().__new__(cls, keep_graph)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-            return super().__new__(cls)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            # torch's graph classes take only keep_graph when made: __init__ keeps the rest
+            # (object.__new__, Gaudi's, takes nothing more).
+            passed = (keep_graph,) if takes_keep and found.__new__ is not object.__new__ else ()
+            return super().__new__(cls, *passed)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
         def __init__(
             self,
@@ -255,16 +252,15 @@ class TorchGraphMixin:
         if module_graph_class(self.device_type) is None:
             return _accelerator_capture(checked, pool, stream)
         capture = device_module(self.device_type).graph
-        if pool is None and not takes_keyword(capture, "pool"):
-            # Gaudi's torch.hpu.graph(hpu_graph, stream=None, dry_run=False) has no pool.
-            context: AbstractContextManager[None] = capture(checked, stream=stream)
+        if takes_keyword(capture, "pool"):
+            context: AbstractContextManager[None] = capture(checked, pool=pool, stream=stream)
             return context
-        if not takes_keyword(capture, "pool"):
+        if pool is not None:  # Gaudi's torch.hpu.graph(hpu_graph, stream, dry_run)
             raise ValueError(
                 f"pool={pool!r}: torch.{self.device_type}.graph shares no memory pools; "
                 "expected pool=None on this device"
             )
-        context = capture(checked, pool=pool, stream=stream)
+        context = capture(checked, stream=stream)
         return context
 
     def Graph(

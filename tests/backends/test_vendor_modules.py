@@ -98,6 +98,8 @@ def test_gaudis_module_serves_every_member_it_has(registered: list[str]) -> None
         pass
     with pytest.raises(ValueError, match=r"keep_graph=True: torch.hpu.HPUGraph"):
         acc.Graph(keep_graph=True)
+    with pytest.raises(ValueError, match=r"pool=\(0, 1\): torch.hpu.HPUGraph shares no memory"):
+        acc.Graph(pool=(0, 1))
     with pytest.raises(ValueError, match=r"pool=.*torch.hpu.graph shares no memory pools"):
         acc.capture_to_graph(acc.create_graph(), pool=(0, 1))
     assert module.log.count("capture_begin") == module.log.count("capture_end") == 2  # type: ignore[attr-defined]
