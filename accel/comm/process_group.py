@@ -323,6 +323,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         node-local (sums as ``allreduce``'s), over both levels when the group spans nodes
         evenly; gloo's otherwise and for other ops. (torch's parameter names.)"""
         opts = opts or dist.ReduceScatterOptions()
+        _refuse_nccl_only_ops((opts,), {})
         average = _averages(opts.reduceOp, outputTensor)
         if not (opts.reduceOp == dist.ReduceOp.SUM or average) or self._way() is Way.TORCH:
             self.wait_queued()
@@ -445,6 +446,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         through gloo, and an integer average there as its sum divided."""
         if opts is None:
             opts = dist.AllreduceOptions()
+        _refuse_nccl_only_ops((opts,), {})
         for tensor in tensors:  # here, in the caller's thread: the group stays usable
             if tensor.layout == torch.strided and not tensor.is_contiguous():
                 refuse_shared_elements(tensor, "tensor")
@@ -602,6 +604,18 @@ def _divide(tensor: torch.Tensor, size: int) -> None:
         tensor.div_(size, rounding_mode="trunc")
 
 
+def _refuse_nccl_only_ops(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A ``ReduceOp.PREMUL_SUM`` in a call's options, refused in accel's words: gloo, which
+    would run it, refuses it as "with Gloo", a backend the caller never named."""
+    for value in (*args, *kwargs.values()):
+        op = getattr(value, "reduceOp", None)
+        if op is not None and op == dist.ReduceOp.PREMUL_SUM:
+            raise ValueError(
+                'ReduceOp.PREMUL_SUM is NCCL\'s alone; the "accel" backend takes SUM, AVG, '
+                "PRODUCT, MIN, MAX, BAND, BOR and BXOR (scale the tensor, then SUM)"
+            )
+
+
 class _CallerModes:
     """The calling thread's grad and inference modes, to update its tensors under on
     another thread (an in-place update of an inference tensor is refused outside inference
@@ -670,6 +684,7 @@ def _delegate(name: str) -> Any:
         if name in _POINT_TO_POINT:
             self.raise_if_failed()
         else:
+            _refuse_nccl_only_ops(args, kwargs)
             self.wait_queued()
         return getattr(self.gloo, target)(*args, **kwargs)
 

@@ -361,6 +361,39 @@ def test_bad_arguments_to_the_node_local_collectives_name_the_problem(
         dist.destroy_process_group()
 
 
+def test_premul_sum_is_refused_in_the_accel_backends_words(tmp_path: pathlib.Path) -> None:
+    # Every reduction the backend hands to gloo used to fail with gloo's "Cannot use
+    # ReduceOp.PREMUL_SUM with Gloo", naming a backend the caller never chose.
+    import torch
+
+    assert not dist.is_initialized()
+    dist.init_process_group(
+        "accel", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        premul: Any = dist._make_nccl_premul_sum(2.0)  # pyright: ignore[reportPrivateUsage]
+        calls = {
+            "all_reduce": lambda: dist.all_reduce(torch.ones(4), op=premul),
+            "reduce": lambda: dist.reduce(torch.ones(4), 0, op=premul),
+            "reduce_scatter": lambda: dist.reduce_scatter(
+                torch.empty(4), [torch.ones(4)], op=premul
+            ),
+            "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(
+                torch.empty(4), torch.ones(4), op=premul
+            ),
+        }
+        for call in calls.values():
+            with pytest.raises(
+                ValueError, match=r'PREMUL_SUM is NCCL\'s alone; the "accel" backend takes SUM'
+            ):
+                call()
+        summed = torch.ones(4)
+        dist.all_reduce(summed)  # the group is still usable
+        assert summed.tolist() == [1.0] * 4
+    finally:
+        dist.destroy_process_group()
+
+
 def test_accel_comm_called_straight_with_an_accel_group_sets_up_and_keeps_order(
     tmp_path: pathlib.Path,
 ) -> None:
