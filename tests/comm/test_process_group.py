@@ -378,7 +378,7 @@ def test_premul_sum_is_refused_in_the_accel_backends_words(tmp_path: pathlib.Pat
             "reduce_scatter": lambda: dist.reduce_scatter(
                 torch.empty(4), [torch.ones(4)], op=premul
             ),
-            "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(
+            "reduce_scatter_single": lambda: dist.reduce_scatter_single(
                 torch.empty(4), torch.ones(4), op=premul
             ),
         }
