@@ -20,7 +20,9 @@ gradients and buckets). ``--steady-malloc`` fixes glibc's malloc thresholds in t
 
 ``--interleaved`` runs the four variants in one job instead (one model each, on their own
 groups, taking their steps in turn), so that a noisy machine slows them alike; it prints
-the median step of each and the shares of their medians.
+the median step of each and the shares of their medians, and the same for the backward
+pass alone (where DDP exchanges its buckets; the forward pass and the optimizer step only
+add their spread).
 """
 
 from __future__ import annotations
@@ -100,20 +102,26 @@ for name, group in (("accel", dist.group.WORLD), ("accel-copying", copying), ("g
         )
     if name == "ddp-no-exchange":
         model.register_comm_hook(None, unreduced)
-    runs[name] = (model, torch.optim.SGD(model.parameters(), lr=1e-3), [])
+    runs[name] = (model, torch.optim.SGD(model.parameters(), lr=1e-3), [], [])
 gen = torch.Generator().manual_seed(rank)
 for _ in range(steps):
     x = torch.randn(batch, width, generator=gen)
-    for model, opt, times in runs.values():
+    for model, opt, times, backwards in runs.values():
         start = time.perf_counter()
-        model(x).square().mean().backward()
+        loss = model(x).square().mean()
+        forward_end = time.perf_counter()
+        loss.backward()
+        backwards.append(time.perf_counter() - forward_end)
         opt.step()
         opt.zero_grad()
         times.append(time.perf_counter() - start)
 if rank == 0:
-    medians = {name: statistics.median(times[2:]) for name, (_, _, times) in runs.items()}
+    medians = {name: statistics.median(run[2][2:]) for name, run in runs.items()}
+    backward = {name: statistics.median(run[3][2:]) for name, run in runs.items()}
     pooled = dist.group.WORLD.promotions.moved_buffers
-    print("RESULT " + json.dumps({"medians": medians, "pooled_buckets": pooled}))
+    print("RESULT " + json.dumps(
+        {"medians": medians, "backward": backward, "pooled_buckets": pooled}
+    ))
 dist.destroy_process_group()
 """
 
@@ -125,15 +133,20 @@ def _interleaved(args: argparse.Namespace, env: dict[str, str], tmp: str) -> Non
     job = [str(args.width), str(args.layers), str(args.batch), str(args.steps),
            str(int(args.bucket_view))]  # fmt: skip
     result = run_job(script, args.ranks, job, env)
-    medians = result["medians"]
+    medians, backward = result["medians"], result["backward"]
     assert isinstance(medians, dict)
+    assert isinstance(backward, dict)
     gloo, ddp_floor, floor = medians["gloo"], medians["ddp-no-exchange"], medians["none"]
     print("| DDP step, variants interleaved in one job | median s | share of gloo's cost "
-          "removed, floor DDP with no exchange | floor no DDP |")  # fmt: skip
-    print("|---|---|---|---|")
+          "removed, floor DDP with no exchange | floor no DDP | backward alone s | "
+          "share, backward alone, floor DDP with no exchange |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for name, seconds in medians.items():
+        back = backward[name]
+        back_share = share_removed(backward["gloo"], back, backward["ddp-no-exchange"])
         print(f"| {name} | {seconds:.3f} | {share_removed(gloo, seconds, ddp_floor):.2f} | "
-              f"{share_removed(gloo, seconds, floor):.2f} |")  # fmt: skip
+              f"{share_removed(gloo, seconds, floor):.2f} | {back:.3f} | "
+              f"{back_share:.2f} |")  # fmt: skip
     print(f"\nbuckets in the pool (rank 0): {result['pooled_buckets']}")
 
 
