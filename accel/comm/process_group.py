@@ -323,7 +323,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         node-local (sums as ``allreduce``'s), over both levels when the group spans nodes
         evenly; gloo's otherwise and for other ops. (torch's parameter names.)"""
         opts = opts or dist.ReduceScatterOptions()
-        _refuse_nccl_only_ops((opts,), {})
+        _refuse_nccl_only_ops(opts)
         average = _averages(opts.reduceOp, outputTensor)
         if not (opts.reduceOp == dist.ReduceOp.SUM or average) or self._way() is Way.TORCH:
             self.wait_queued()
@@ -446,7 +446,7 @@ class AccelProcessGroup(dist.ProcessGroup):
         through gloo, and an integer average there as its sum divided."""
         if opts is None:
             opts = dist.AllreduceOptions()
-        _refuse_nccl_only_ops((opts,), {})
+        _refuse_nccl_only_ops(opts)
         for tensor in tensors:  # here, in the caller's thread: the group stays usable
             if tensor.layout == torch.strided and not tensor.is_contiguous():
                 refuse_shared_elements(tensor, "tensor")
@@ -604,10 +604,11 @@ def _divide(tensor: torch.Tensor, size: int) -> None:
         tensor.div_(size, rounding_mode="trunc")
 
 
-def _refuse_nccl_only_ops(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """A ``ReduceOp.PREMUL_SUM`` in a call's options, refused in accel's words: gloo, which
-    would run it, refuses it as "with Gloo", a backend the caller never named."""
-    for value in (*args, *kwargs.values()):
+def _refuse_nccl_only_ops(*arguments: Any) -> None:
+    """A ``ReduceOp.PREMUL_SUM`` in a call's options (any of ``arguments``), refused in
+    accel's words: gloo, which would run it, refuses it as "with Gloo", a backend the
+    caller never named."""
+    for value in arguments:
         op = getattr(value, "reduceOp", None)
         if op is not None and op == dist.ReduceOp.PREMUL_SUM:
             raise ValueError(
@@ -684,7 +685,7 @@ def _delegate(name: str) -> Any:
         if name in _POINT_TO_POINT:
             self.raise_if_failed()
         else:
-            _refuse_nccl_only_ops(args, kwargs)
+            _refuse_nccl_only_ops(*args, *kwargs.values())
             self.wait_queued()
         return getattr(self.gloo, target)(*args, **kwargs)
 
